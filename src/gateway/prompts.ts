@@ -1,0 +1,69 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The prompt registry. A prompt version is a released file in `prompts/`; its
+ * entry here says what kind of input it was written for and whether the read
+ * projection may present its records as a summary of assistant replies.
+ */
+export type PromptInputKind =
+  /** User and assistant text mixed (conversation-compaction@1): never an assistant-only summary. */
+  | 'mixed_conversation'
+  /** Assistant replies only, each tagged with its message id. */
+  | 'assistant_replies'
+  /** Settled model turns and tool units of one Run. */
+  | 'run_work';
+
+export interface PromptEntry {
+  version: string;
+  inputKind: PromptInputKind;
+  /** Whether projectConversationHistory may use a completed record made with this version. */
+  projectable: boolean;
+  /** Whether new records may be made with this version. */
+  current: boolean;
+}
+
+/** The version new conversation summaries are made with. */
+export const CONVERSATION_PROMPT_VERSION = 'conversation-compaction@3';
+/** The version new run checkpoints are made with. */
+export const RUN_PROMPT_VERSION = 'run-compaction@1';
+
+const entries: readonly PromptEntry[] = Object.freeze(([
+  { version: 'conversation-compaction@1', inputKind: 'mixed_conversation', projectable: false, current: false },
+  { version: 'conversation-compaction@2', inputKind: 'assistant_replies', projectable: true, current: false },
+  { version: 'conversation-compaction@3', inputKind: 'assistant_replies', projectable: true, current: true },
+  { version: 'run-compaction@1', inputKind: 'run_work', projectable: false, current: true },
+] satisfies PromptEntry[]).map((e) => Object.freeze(e)));
+
+const byVersion = new Map(entries.map((e) => [e.version, e]));
+const textCache = new Map<string, string>();
+
+/** All registered prompt versions. */
+export function promptEntries(): readonly PromptEntry[] {
+  return entries;
+}
+
+/** The registry entry for a version, or undefined for a version this build does not know. */
+export function promptEntry(version: string): PromptEntry | undefined {
+  return byVersion.get(version);
+}
+
+/** True only for known assistant-only conversation versions (@2, @3): never @1, never unknown versions. */
+export function isProjectable(version: string): boolean {
+  const entry = byVersion.get(version);
+  return entry !== undefined && entry.projectable && entry.inputKind === 'assistant_replies';
+}
+
+/**
+ * The released text of a prompt version.
+ * @throws Error when the version is not registered.
+ */
+export function promptText(version: string): string {
+  if (!byVersion.has(version)) throw new Error(`unknown prompt version: ${version}`);
+  let text = textCache.get(version);
+  if (text === undefined) {
+    text = readFileSync(fileURLToPath(new URL(`../../prompts/${version}.md`, import.meta.url)), 'utf8');
+    textCache.set(version, text);
+  }
+  return text;
+}

@@ -1,0 +1,87 @@
+/**
+ * Terminology
+ * - Summarizer: something that turns material (texts tagged with ids) into one
+ *   plain-text summary. The Anthropic provider and the offline extractive
+ *   summarizer are summarizers.
+ * - Gateway: the one door both compaction systems use to reach a summarizer. It
+ *   adds admission (per-process and fleet-wide limits) and classifies every
+ *   result into one Outcome.
+ * - Outcome: what a model call came to. The compaction systems decide what an
+ *   outcome costs (an attempt, a deferral, a loud failure); the gateway only
+ *   names it.
+ */
+
+/** Token usage as reported by the provider (null when the provider gave none). */
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+}
+
+/** The model answered and the answer is an acceptable summary. */
+export interface OkOutcome {
+  kind: 'ok';
+  text: string;
+  /** Model identity to record, e.g. `anthropic/claude-haiku-4-5` or `sourcebound/extractive@1`. */
+  model: string;
+  usage: Usage | null;
+  requestId: string | null;
+}
+
+/** The model answered, but the answer is not a summary (tool use, truncation, refusal, empty, too long...). Spends an attempt. */
+export interface InvalidOutcome {
+  kind: 'invalid';
+  reason: string;
+  model: string;
+  usage: Usage | null;
+  requestId: string | null;
+}
+
+/** The provider refused before generating (429, 529, 503, admission wait timed out). Spends no attempt. */
+export interface DeferredOutcome {
+  kind: 'deferred';
+  reason: string;
+  /** How long the provider asked us to wait, when it said. */
+  retryAfterMs: number | null;
+}
+
+/** The request may have been processed (timeout after send, connection cut, abort after send). Spends an attempt. */
+export interface UnknownOutcome {
+  kind: 'unknown';
+  reason: string;
+  requestId: string | null;
+}
+
+/** Bad configuration (no key, 401, 403, 404 model, 400 request shape). Loud; spends no attempt. */
+export interface ConfigOutcome {
+  kind: 'config';
+  reason: string;
+  status: number | null;
+}
+
+export type Outcome = OkOutcome | InvalidOutcome | DeferredOutcome | UnknownOutcome | ConfigOutcome;
+export type OutcomeKind = Outcome['kind'];
+
+/** One piece of material to summarize, tagged with the id of its source (e.g. an assistant message id). */
+export interface MaterialItem {
+  id: string;
+  text: string;
+}
+
+export interface SummaryRequest {
+  /** A version from the prompt registry, e.g. `conversation-compaction@3`. */
+  promptVersion: string;
+  /** The material, in order. Never user text for conversation compaction. */
+  items: readonly MaterialItem[];
+  /** Maximum characters of the accepted summary (default from configuration, 6,000). */
+  maxChars?: number;
+  /** Deadline for this call in milliseconds (default from configuration). */
+  deadlineMs?: number;
+  /** Cancels the call; an abort after the request was sent is an `unknown` outcome. */
+  signal?: AbortSignal;
+}
+
+export interface Summarizer {
+  /** The identity recorded on every summary this summarizer produces. */
+  readonly model: string;
+  summarize(request: SummaryRequest): Promise<Outcome>;
+}
