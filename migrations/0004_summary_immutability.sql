@@ -1,6 +1,8 @@
 -- Invariant: a settled summary record is immutable. A completed summary can
--- never be updated or deleted; a failed or stale one is final too (no further
--- model call for that identity). The only way such a row disappears is the
+-- never be updated or deleted; a failed one is final too (no further model
+-- call for that identity). A stale record (its source changed before commit)
+-- stays open: if the source returns to exactly that state, the same identity
+-- may be claimed again. The only way such a row disappears is the
 -- cascade from erasing its conversation. Enforced here, not only in code, so an
 -- operator's stray UPDATE or a buggy client cannot rewrite history.
 CREATE FUNCTION sourcebound.conversation_summaries_guard() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -14,7 +16,7 @@ BEGIN
     END IF;
     RETURN OLD;
   END IF;
-  IF OLD.status IN ('completed', 'failed', 'stale') THEN
+  IF OLD.status IN ('completed', 'failed') THEN
     RAISE EXCEPTION 'sourcebound: summary record % is % and immutable', OLD.id, OLD.status
       USING ERRCODE = 'integrity_constraint_violation';
   END IF;
