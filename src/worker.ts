@@ -1,0 +1,81 @@
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { run, type Runner } from 'graphile-worker';
+import type { Config } from './config.ts';
+import type { Logger } from './logger.ts';
+import type { Database } from './db/database.ts';
+import { graphileLogger, migrateDatabase } from './db/migrate.ts';
+import type { Summarizer } from './gateway/types.ts';
+import { gatewayFromConfig } from './summarizer.ts';
+import { compactConversationTask } from '../tasks/compact_conversation.ts';
+import { sweepCompactionTask } from '../tasks/sweep_compaction.ts';
+
+/**
+ * The sweep runs every minute, at most one at a time across the fleet
+ * (graphile-worker's crontab is distributed-safe; the job key dedupes backlog).
+ */
+export const CRONTAB = '* * * * * sweep_compaction ?max=1&jobKey=sourcebound:sweep&jobKeyMode=replace';
+
+export interface WorkerHandle {
+  workerId: string;
+  runner: Runner;
+  /** Stops taking jobs, lets running ones finish (up to the shutdown deadline, then aborts them), releases everything. */
+  stop(): Promise<void>;
+}
+
+export interface WorkerOptions {
+  config: Readonly<Config>;
+  logger: Logger;
+  database: Database;
+  /** Replaces the configured gateway (tests, embedding). */
+  summarizer?: Summarizer;
+  /** Skip migrations (already done by `sourcebound migrate` / the release phase). (Default: false) */
+  skipMigrations?: boolean;
+}
+
+/**
+ * Runs graphile-worker with sourcebound's tasks and crontab. Migrates first
+ * (graphile-worker's schema before ours). Installs no signal handlers: the
+ * caller decides when to stop (see src/cli/worker.ts).
+ */
+export async function startWorker(options: WorkerOptions): Promise<WorkerHandle> {
+  const { config, logger, database } = options;
+  const workerId = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  if (!options.skipMigrations) await migrateDatabase(database.connectionString, logger);
+
+  const configured = options.summarizer ? null : gatewayFromConfig(config, database.connectionString, logger);
+  const summarizer = options.summarizer ?? configured!.gateway;
+
+  const ctx = { pool: database.pool, summarizer, logger, workerId, leaseMs: config.leaseMs };
+  const runner = await run({
+    pgPool: database.pool,
+    concurrency: config.workerConcurrency,
+    pollInterval: config.pollIntervalMs,
+    noHandleSignals: true,
+    logger: graphileLogger(logger),
+    crontab: CRONTAB,
+    taskList: {
+      compact_conversation: compactConversationTask(ctx),
+      sweep_compaction: sweepCompactionTask(ctx),
+    },
+    gracefulShutdownAbortTimeout: config.shutdownTimeoutMs,
+    preset: {
+      // With batching on, a job finishing during shutdown may never be marked
+      // complete and stays locked for 4 hours (STACK.md): complete at once.
+      worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 },
+    },
+  });
+  logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model }, 'worker started');
+
+  let stopping: Promise<void> | null = null;
+  const stop = () => {
+    stopping ??= (async () => {
+      logger.info({ workerId }, 'worker stopping: no new jobs, waiting for running ones');
+      await runner.stop();
+      await configured?.close();
+      logger.info({ workerId }, 'worker stopped');
+    })();
+    return stopping;
+  };
+  return { workerId, runner, stop };
+}

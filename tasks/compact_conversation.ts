@@ -1,0 +1,37 @@
+import type { Task } from 'graphile-worker';
+import { z } from 'zod';
+import { compactConversation, SummarizerConfigError, type CompactionContext } from '../src/compaction/compact.ts';
+import { compactionJobAtAdd, conversationScopeRead } from '../src/db/queries/summaries.ts';
+
+const Payload = z.object({ conversationId: z.uuid() });
+
+/**
+ * compact_conversation: validate the payload, compact the conversation,
+ * reschedule when a deferral or a live lease says to come back later.
+ * A bad payload or an unknown conversation ends the job with a logged reason
+ * and no retry storm; a summarizer configuration error fails it loudly.
+ */
+export function compactConversationTask(ctx: Omit<CompactionContext, 'logger'> & { logger: CompactionContext['logger'] }): Task {
+  return async (payload, helpers) => {
+    const parsed = Payload.safeParse(payload);
+    const base = { task: 'compact_conversation', jobId: helpers.job.id };
+    if (!parsed.success) {
+      ctx.logger.error({ ...base, payload, reason: z.prettifyError(parsed.error) }, 'invalid compact_conversation payload: job dropped');
+      return;
+    }
+    const { conversationId } = parsed.data;
+    const logger = ctx.logger.child({ ...base, conversationId });
+    if ((await conversationScopeRead(ctx.pool, conversationId)) === null) {
+      logger.warn('conversation does not exist (deleted?): job dropped');
+      return;
+    }
+    try {
+      const report = await compactConversation({ ...ctx, logger }, conversationId, helpers.abortSignal);
+      if (report.rescheduleAt) await compactionJobAtAdd(ctx.pool, conversationId, report.rescheduleAt);
+      logger.info({ pairCount: report.pairCount, ranges: report.ranges.map((r) => `${r.fromPair}-${r.toPair}:${r.result}`), rescheduleAt: report.rescheduleAt }, 'compaction pass done');
+    } catch (error) {
+      if (error instanceof SummarizerConfigError) logger.error({ err: error }, error.message);
+      throw error;
+    }
+  };
+}
