@@ -1,0 +1,59 @@
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { loadConfig, type Config } from '../config.ts';
+import { createLogger, type Logger } from '../logger.ts';
+import { openDatabase, type Database } from '../db/database.ts';
+
+/** Wrong arguments: the CLI prints the message and the command's usage, exit 2. */
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+export interface Command {
+  name: string;
+  summary: string;
+  usage: string;
+  run(argv: string[]): Promise<number | void>;
+}
+
+/** Parses a command's arguments; unknown options or missing values are UsageErrors. */
+export function parseCommandArgs<T extends NonNullable<ParseArgsConfig['options']>>(argv: string[], options: T, positionals = 0) {
+  try {
+    const parsed = parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: positionals > 0, strict: true });
+    if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument: ${parsed.positionals[positionals]}`);
+    return parsed;
+  } catch (error) {
+    if (error instanceof UsageError) throw error;
+    throw new UsageError((error as Error).message);
+  }
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** A conversation id argument, checked. */
+export function conversationIdArg(value: string | undefined): string {
+  if (value === undefined) throw new UsageError('missing <conversationId>');
+  if (!UUID.test(value)) throw new UsageError(`not a conversation id (uuid): ${value}`);
+  return value.toLowerCase();
+}
+
+export interface Session {
+  config: Readonly<Config>;
+  logger: Logger;
+  database: Database;
+}
+
+/** Loads configuration, a logger and the database for a command; closes them afterwards. */
+export async function withSession<T>(
+  fn: (session: Session) => Promise<T>,
+  options: { poolSize?: number | ((config: Readonly<Config>) => number); logLevel?: string } = {},
+): Promise<T> {
+  const config = loadConfig();
+  const logger = createLogger({ level: options.logLevel ?? config.logLevel, pretty: config.prettyLogs });
+  const poolSize = typeof options.poolSize === 'function' ? options.poolSize(config) : options.poolSize;
+  const database = await openDatabase(config, logger, poolSize);
+  try {
+    return await fn({ config, logger, database });
+  } finally {
+    await database.close();
+  }
+}

@@ -1,0 +1,22 @@
+import { conversationIdArg, parseCommandArgs, withSession, type Command } from './common.ts';
+
+export const enqueueCommand: Command = {
+  name: 'enqueue',
+  summary: 'enqueue a compaction job for a conversation by hand',
+  usage: 'usage: sourcebound enqueue <conversationId>\n\nSame as: select sourcebound.enqueue_compaction(\'<conversationId>\');',
+  async run(argv) {
+    const { positionals } = parseCommandArgs(argv, {}, 1);
+    const conversationId = conversationIdArg(positionals[0]);
+    await withSession(async ({ database }) => {
+      try {
+        await database.pool.query('select sourcebound.enqueue_compaction($1)', [conversationId]);
+      } catch (error) {
+        if ((error as { code?: string }).code === 'P0002') {
+          throw Object.assign(new Error(`conversation ${conversationId} does not exist`), { exitQuietly: true });
+        }
+        throw error;
+      }
+      process.stdout.write(`enqueued compact_conversation for ${conversationId}\n`);
+    }, { poolSize: 1 });
+  },
+};

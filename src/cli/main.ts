@@ -1,0 +1,56 @@
+import { ConfigError } from '../config.ts';
+import { DatabaseUnreachableError } from '../db/database.ts';
+import { UsageError, type Command } from './common.ts';
+import { migrateCommand } from './migrate.ts';
+import { workerCommand } from './worker.ts';
+import { enqueueCommand } from './enqueue.ts';
+import { inspectCommand } from './inspect.ts';
+import { projectCliCommand } from './project-cli.ts';
+import { demoCommand } from './demo.ts';
+
+const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, projectCliCommand, demoCommand];
+
+function mainUsage(): string {
+  const width = Math.max(...commands.map((c) => c.name.length));
+  return [
+    'usage: sourcebound <command> [options]',
+    '',
+    'commands:',
+    ...commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`),
+    '',
+    'Run `sourcebound <command> --help` for a command\'s options. Configuration comes from the environment (see README).',
+  ].join('\n');
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(`${mainUsage()}\n`);
+    return name === undefined ? 2 : 0;
+  }
+  const command = commands.find((c) => c.name === name);
+  if (!command) {
+    process.stderr.write(`sourcebound: unknown command '${name}'\n\n${mainUsage()}\n`);
+    return 2;
+  }
+  if (rest.includes('--help') || rest.includes('-h')) {
+    process.stdout.write(`${command.usage}\n`);
+    return 0;
+  }
+  try {
+    return (await command.run(rest)) ?? 0;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`sourcebound ${command.name}: ${error.message}\n\n${command.usage}\n`);
+      return 2;
+    }
+    if (error instanceof ConfigError || error instanceof DatabaseUnreachableError || (error as { exitQuietly?: boolean }).exitQuietly) {
+      process.stderr.write(`sourcebound ${command.name}: ${(error as Error).message}\n`);
+      return 1;
+    }
+    process.stderr.write(`sourcebound ${command.name}: ${(error as Error).stack ?? String(error)}\n`);
+    return 1;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,38 @@
+import { startWorker } from '../worker.ts';
+import { parseCommandArgs, withSession, type Command } from './common.ts';
+
+export const workerCommand: Command = {
+  name: 'worker',
+  summary: 'run the compaction worker (graphile-worker) until SIGTERM/SIGINT',
+  usage: [
+    'usage: sourcebound worker [--no-migrate]',
+    '',
+    'Migrates, then runs compact_conversation jobs and the sweep crontab.',
+    'SIGTERM/SIGINT: stop taking jobs, let running ones finish (SOURCEBOUND_SHUTDOWN_TIMEOUT_MS), exit 0.',
+    'Concurrency: SOURCEBOUND_WORKER_CONCURRENCY; poll interval: SOURCEBOUND_POLL_INTERVAL_MS.',
+  ].join('\n'),
+  async run(argv) {
+    const { values } = parseCommandArgs(argv, { 'no-migrate': { type: 'boolean' } });
+    await withSession(async ({ config, logger, database }) => {
+      const worker = await startWorker({ config, logger, database, skipMigrations: values['no-migrate'] === true });
+      await new Promise<void>((resolve) => {
+        const onSignal = (signal: NodeJS.Signals) => {
+          logger.info({ signal }, 'signal received');
+          process.off('SIGTERM', onSignal);
+          process.off('SIGINT', onSignal);
+          resolve();
+        };
+        process.on('SIGTERM', onSignal);
+        process.on('SIGINT', onSignal);
+        // A runner that dies on its own (e.g. its database went away for good) ends the process too.
+        worker.runner.promise.then(resolve, (error) => {
+          logger.error({ err: error }, 'worker runner failed');
+          process.exitCode = 1;
+          resolve();
+        });
+      });
+      await worker.stop();
+    }, { poolSize: (config) => config.workerConcurrency + 6 });
+  },
+};
+
