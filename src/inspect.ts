@@ -3,14 +3,7 @@ import { sourceHash, sourceMessageIds } from './hash.ts';
 import { plannableRanges, type PairRange } from './plan.ts';
 import { isProjectable } from './gateway/prompts.ts';
 import * as q from './db/queries/summaries.ts';
-
-/** Raised when a conversation does not exist in the given scope (the same error either way: nothing leaks across scopes). */
-export class ConversationNotFoundError extends Error {
-  override name = 'ConversationNotFoundError';
-  constructor(conversationId: string) {
-    super(`conversation ${conversationId} not found in this scope`);
-  }
-}
+import { ConversationNotFoundError } from './projection/errors.ts';
 
 export interface InspectedRecord {
   id: string;
@@ -49,7 +42,7 @@ export interface Inspection {
  */
 export async function inspectConversation(pool: pg.Pool, conversationId: string, scope: string): Promise<Inspection> {
   const actualScope = await q.conversationScopeRead(pool, conversationId);
-  if (actualScope === null || actualScope !== scope) throw new ConversationNotFoundError(conversationId);
+  if (actualScope === null || actualScope !== scope) throw new ConversationNotFoundError(conversationId, scope);
   const pairCount = await q.pairCountRead(pool, conversationId);
   const summaries = await q.summariesOfConversationRead(pool, conversationId);
   const attempts = await q.attemptsOfConversationRead(pool, conversationId);

@@ -43,6 +43,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const workerId = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   if (!options.skipMigrations) await migrateDatabase(database.connectionString, logger);
 
+  // A claim must outlive the admission wait plus the model call, or another
+  // worker takes over a call that is still running (bounded by the two
+  // attempts, but wasted). Short leases are legitimate in tests, so warn.
+  if (config.leaseMs < config.admissionWaitMs + config.modelTimeoutMs) {
+    logger.warn({ leaseMs: config.leaseMs, admissionWaitMs: config.admissionWaitMs, modelTimeoutMs: config.modelTimeoutMs },
+      'SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
+  }
   const configured = options.summarizer ? null : gatewayFromConfig(config, database.connectionString, logger);
   const summarizer = options.summarizer ?? configured!.gateway;
 

@@ -50,6 +50,9 @@ export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir
 export function createPool(connectionString: string, logger: Logger, max = 10): pg.Pool {
   const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 10_000 });
   pool.on('error', (error) => logger.warn({ err: error }, 'idle PostgreSQL client failed'));
+  // A checked-out client whose connection dies emits 'error' too; without a
+  // handler that would crash the process instead of failing the one query.
+  pool.on('connect', (client) => client.on('error', (error) => logger.warn({ err: error }, 'PostgreSQL client failed')));
   return pool;
 }
 

@@ -1,0 +1,27 @@
+/**
+ * sourcebound's public API. Everything else is internal.
+ *
+ * Terminology (the same words everywhere):
+ * - Conversation: a durable thread in one scope (tenant). Nothing is read across scopes.
+ * - Run: the execution of one request in a Conversation.
+ * - Pair: the user message and completed assistant message of one eligible Run.
+ * - Range: ten pairs aligned on a multiple of ten, the only shape a summary has.
+ * - Summary record: an immutable, source-bound summary of a range's assistant replies.
+ * - Projection: the history that goes into the next model request, within a byte budget.
+ */
+export { projectConversationHistory, toAnthropicMessages, ConversationNotFoundError } from './projection/index.ts';
+export type { ConversationProjection, ProjectionItem, PairItem, SummaryItem, OmittedSpan, SummaryNotUsed } from './projection/index.ts';
+
+export { loadConfig, ConfigError, type Config } from './config.ts';
+export { openDatabase, DatabaseUnreachableError, type Database } from './db/database.ts';
+export { migrateDatabase } from './db/migrate.ts';
+export { startWorker, type WorkerHandle, type WorkerOptions } from './worker.ts';
+export { compactConversation, SummarizerConfigError, type CompactionReport } from './compaction/compact.ts';
+export { inspectConversation, type Inspection } from './inspect.ts';
+export { plannableRanges, type PairRange } from './plan.ts';
+export { sourceHash, SOURCE_HASH_VERSION } from './hash.ts';
+
+export { createGateway, createAnthropicSummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
+export type { Outcome, Summarizer, SummaryRequest } from './gateway/types.ts';
+
+export * as schema from './db/schema/index.ts';
