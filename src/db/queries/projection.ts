@@ -1,0 +1,143 @@
+/**
+ * SQL of the read projection (src/projection/project.ts), named noun-first.
+ * Every query checks the scope itself: nothing is read from a conversation of
+ * another scope, even if the caller skipped the existence check. Reads are by
+ * `pair_index` ranges through the pairs index, so their cost follows what the
+ * walk reaches, not the conversation's length.
+ */
+import type pg from 'pg';
+
+export type Queryable = Pick<pg.ClientBase, 'query'>;
+
+/** What a query read, for callers that account for cost (tests, diagnostics). */
+export interface ReadEvent {
+  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead';
+  /** Rows returned. */
+  rows: number;
+  /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
+  textRows?: number;
+  /** The pair or from_pair bounds asked for. */
+  fromPair?: number;
+  toPair?: number;
+}
+
+export type ReadObserver = (event: ReadEvent) => void;
+
+export interface ProjectionPairRow {
+  pairIndex: number;
+  runId: string;
+  userMessageId: string;
+  assistantMessageId: string;
+  /** octet_length of each text. */
+  userBytes: number;
+  assistantBytes: number;
+  /** Null when the pair was larger than the page's maxTextBytes. */
+  userText: string | null;
+  assistantText: string | null;
+}
+
+export interface ProjectionSummaryRow {
+  id: string;
+  fromPair: number;
+  toPair: number;
+  sourceMessageIds: string[];
+  sourceHash: string;
+  hashVersion: number;
+  model: string;
+  promptVersion: string;
+  status: 'completed' | 'failed';
+  summary: string | null;
+  completedAt: Date | null;
+  createdAt: Date;
+}
+
+/**
+ * The pair count of a conversation in a scope (max(pair_index) + 1: an index
+ * lookup), or null when no conversation has this id in this scope.
+ */
+export async function conversationPairCountRead(
+  db: Queryable, conversationId: string, scope: string, observe?: ReadObserver,
+): Promise<number | null> {
+  const { rows } = await db.query<{ pairCount: number }>(
+    `select (select coalesce(max(p.pair_index) + 1, 0)
+             from sourcebound.pairs p where p.conversation_id = c.id)::int as "pairCount"
+     from sourcebound.conversations c
+     where c.id = $1 and c.scope = $2`,
+    [conversationId, scope],
+  );
+  observe?.({ query: 'conversationPairCountRead', rows: rows.length });
+  return rows[0]?.pairCount ?? null;
+}
+
+/**
+ * Pairs fromPair..toPair of a conversation in a scope, oldest first, with
+ * their sizes. A pair's texts come back only when the two together are at
+ * most `maxTextBytes` UTF-8 bytes (null: always): a pair bigger than what is
+ * left of the budget cannot fit (its JSON is at least that long), so its text
+ * is not transferred.
+ */
+export async function pairsPageRead(
+  db: Queryable,
+  args: { conversationId: string; scope: string; fromPair: number; toPair: number; maxTextBytes: number | null },
+  observe?: ReadObserver,
+): Promise<ProjectionPairRow[]> {
+  const { rows } = await db.query<ProjectionPairRow>(
+    `select e.pair_index as "pairIndex", e.run_id as "runId",
+            e.user_message_id as "userMessageId", e.assistant_message_id as "assistantMessageId",
+            octet_length(e.user_text) as "userBytes", octet_length(e.assistant_text) as "assistantBytes",
+            case when $5::bigint is null or octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= $5::bigint
+                 then e.user_text end as "userText",
+            case when $5::bigint is null or octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= $5::bigint
+                 then e.assistant_text end as "assistantText"
+     from sourcebound.eligible_pairs e
+     join sourcebound.conversations c on c.id = e.conversation_id and c.scope = $2
+     where e.conversation_id = $1 and e.pair_index between $3 and $4
+     order by e.pair_index`,
+    [args.conversationId, args.scope, args.fromPair, args.toPair, args.maxTextBytes],
+  );
+  observe?.({
+    query: 'pairsPageRead', rows: rows.length, textRows: rows.filter((r) => r.userText !== null).length,
+    fromPair: args.fromPair, toPair: args.toPair,
+  });
+  return rows;
+}
+
+/**
+ * Completed and failed summary records of a conversation in a scope whose
+ * from_pair lies in fromPair..toPair (running, pending and stale records are
+ * never projected). Ordered by from_pair, newest first within a range.
+ */
+export async function summariesForRangesRead(
+  db: Queryable,
+  args: { conversationId: string; scope: string; fromPair: number; toPair: number },
+  observe?: ReadObserver,
+): Promise<ProjectionSummaryRow[]> {
+  const { rows } = await db.query<ProjectionSummaryRow>(
+    `select s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
+            s.source_message_ids::text[] as "sourceMessageIds", s.source_hash as "sourceHash",
+            s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
+            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt"
+     from sourcebound.conversation_summaries s
+     where s.conversation_id = $1 and s.scope = $2
+       and s.from_pair between $3 and $4
+       and s.status in ('completed', 'failed')
+     order by s.from_pair, s.completed_at desc nulls last, s.created_at desc, s.id`,
+    [args.conversationId, args.scope, args.fromPair, args.toPair],
+  );
+  observe?.({ query: 'summariesForRangesRead', rows: rows.length, fromPair: args.fromPair, toPair: args.toPair });
+  return rows;
+}
+
+/**
+ * Starts a read-only REPEATABLE READ transaction on a checked-out client, so
+ * every read of one projection sees the same snapshot (pair indexes shift when
+ * an older pair stops being eligible; a torn read could mix two numberings).
+ */
+export async function snapshotBegin(db: Queryable): Promise<void> {
+  await db.query('begin isolation level repeatable read read only');
+}
+
+/** Ends the snapshot transaction (read-only: nothing to commit). */
+export async function snapshotEnd(db: Queryable): Promise<void> {
+  await db.query('rollback');
+}

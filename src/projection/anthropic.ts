@@ -1,0 +1,100 @@
+import type Anthropic from '@anthropic-ai/sdk';
+import type { ConversationProjection, ProjectionItem } from './types.ts';
+import { omittedNote } from './wording.ts';
+
+/**
+ * The Messages API adapter, and the byte accounting the projection budgets
+ * with. Both are built from the same functions below (itemMessages,
+ * noteBlock), so the cost the walk charges for an item is exactly the bytes
+ * the adapter produces for it.
+ *
+ * Layout: every item is one user turn followed by one assistant turn, so the
+ * history starts with a user turn, alternates strictly and ends with an
+ * assistant turn.
+ * - pair: user [its text], assistant [its text]
+ * - summary: user [ten text blocks, one per original user message, verbatim],
+ *   assistant [the label, the summary]
+ * - omitted history: a note text block in front of the first user turn's
+ *   blocks (never merged into a user message's text).
+ *
+ * Use: `messages: [...toAnthropicMessages(projection), { role: 'user', content: next }]`.
+ * The caller's new user message goes after the last (assistant) turn.
+ *
+ * Byte rule: `messagesBytes(messages)` is the UTF-8 length of
+ * `JSON.stringify(messages)`, and 0 for an empty history (nothing is sent;
+ * `[]` itself is the request's own syntax). For a non-empty history it
+ * overcounts what the messages add to a request by one byte (two brackets
+ * counted, one comma needed), so it is conservative.
+ * With n items and M = 2n messages m1..mM:
+ *   JSON = "[" m1 "," m2 ... "]" = 2 + sum|mi| + (M - 1) = 1 + sum(itemBytes)
+ * and a note adds |noteBlock| + 1 (its block and a comma) inside the first turn.
+ */
+
+export type MessageParam = Anthropic.MessageParam;
+type TextBlockParam = Anthropic.TextBlockParam;
+
+const textBlock = (text: string): TextBlockParam => ({ type: 'text', text });
+
+/** The user turn and the assistant turn of one item. */
+export function itemMessages(item: ProjectionItem): [MessageParam, MessageParam] {
+  if (item.kind === 'pair') {
+    return [
+      { role: 'user', content: [textBlock(item.userText)] },
+      { role: 'assistant', content: [textBlock(item.assistantText)] },
+    ];
+  }
+  return [
+    { role: 'user', content: item.userMessages.map((m) => textBlock(m.text)) },
+    { role: 'assistant', content: [textBlock(item.label), textBlock(item.summary)] },
+  ];
+}
+
+/** The note block about `omittedPairs` earlier exchanges. */
+export function noteBlock(omittedPairs: number): TextBlockParam {
+  return textBlock(omittedNote(omittedPairs));
+}
+
+/** Bytes an item adds to the JSON: its two messages, each with the comma that separates it. */
+export function itemBytes(item: ProjectionItem): number {
+  return itemMessages(item).reduce((sum, m) => sum + jsonBytes(m) + 1, 0);
+}
+
+/** Bytes the note adds inside the first user turn: its block and one comma. */
+export function noteBytes(omittedPairs: number): number {
+  return jsonBytes(noteBlock(omittedPairs)) + 1;
+}
+
+/** The bytes of the JSON of the projection's items alone ("[" + items + "]", without a note), given their summed itemBytes. */
+export function itemsJsonBytes(summedItemBytes: number, itemCount: number): number {
+  return itemCount === 0 ? 0 : 1 + summedItemBytes;
+}
+
+/** UTF-8 bytes of `JSON.stringify(messages)`; 0 for an empty history. This is what budgetBytes bounds. */
+export function messagesBytes(messages: readonly MessageParam[]): number {
+  return messages.length === 0 ? 0 : jsonBytes(messages);
+}
+
+/** Pairs not in the projection (the N of the note). */
+export function omittedPairCount(projection: Pick<ConversationProjection, 'omitted'>): number {
+  return projection.omitted.reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
+}
+
+/**
+ * The projection as Messages API turns: starts with a user turn, alternates,
+ * ends with an assistant turn; empty when no item fitted (then nothing about
+ * the omitted history can be said without breaking alternation: read
+ * `projection.omitted`).
+ */
+export function toAnthropicMessages(projection: Pick<ConversationProjection, 'items' | 'omitted'>): MessageParam[] {
+  const messages = projection.items.flatMap((item) => itemMessages(item));
+  const omitted = omittedPairCount(projection);
+  const first = messages[0];
+  if (first !== undefined && omitted > 0 && Array.isArray(first.content)) {
+    messages[0] = { role: 'user', content: [noteBlock(omitted), ...first.content] };
+  }
+  return messages;
+}
+
+function jsonBytes(value: unknown): number {
+  return Buffer.byteLength(JSON.stringify(value), 'utf8');
+}

@@ -1,0 +1,76 @@
+import type { ProjectionSummaryRow } from '../db/queries/projection.ts';
+import { CONVERSATION_PROMPT_VERSION, isProjectable } from '../gateway/prompts.ts';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../hash.ts';
+import { isAlignedRange } from '../plan.ts';
+import type { SummaryNotUsedReason } from './types.ts';
+
+/**
+ * Whether a stored summary record may be used for a range now (DESIGN.md
+ * "Projection"; seed Case B). A record is usable only when all hold:
+ * its range is ten pairs aligned on a multiple of ten, it is completed, its
+ * prompt version is projectable (@2, @3; never @1 or an unknown version), its
+ * 20 source message ids equal the current ids of the range's pairs in order
+ * (user, assistant, user, assistant...), and the source hash recomputed over
+ * the current texts with the record's hash version equals its source hash
+ * (a hash version this build cannot compute: not usable).
+ */
+
+/** When a range has several usable records: the current prompt version first, then the newest. */
+export function byPreference(records: readonly ProjectionSummaryRow[]): ProjectionSummaryRow[] {
+  const time = (d: Date | null) => (d === null ? -Infinity : d.getTime());
+  return [...records].sort((a, b) =>
+    Number(b.promptVersion === CONVERSATION_PROMPT_VERSION) - Number(a.promptVersion === CONVERSATION_PROMPT_VERSION)
+    || time(b.completedAt) - time(a.completedAt)
+    || time(b.createdAt) - time(a.createdAt)
+    || a.id.localeCompare(b.id));
+}
+
+/**
+ * The checks that need no text: range, status, version and ids. Null when
+ * they pass and only the hash is left to check.
+ * @param currentIds the range's current ids (sourceMessageIds of its pairs), fewer than 20 when pairs are missing.
+ */
+export function recordIdCheck(record: ProjectionSummaryRow, fromPair: number, currentIds: readonly string[]): SummaryNotUsedReason | null {
+  if (!isAlignedRange(record.fromPair, record.toPair) || record.fromPair !== fromPair) return 'misaligned';
+  if (record.status !== 'completed' || record.summary === null || record.summary.length === 0) return 'not_yet_summarized';
+  if (!isProjectable(record.promptVersion)) return 'version_not_allowed';
+  if (!sameIds(record.sourceMessageIds, currentIds)) return 'binding_changed';
+  return null;
+}
+
+/** The hash check over the range's current texts. Null when the binding holds. */
+export function recordHashCheck(record: ProjectionSummaryRow, pairs: readonly SourcePair[]): SummaryNotUsedReason | null {
+  let hash: string;
+  try {
+    hash = sourceHash(pairs, record.hashVersion);
+  } catch (error) {
+    if (error instanceof RangeError) return 'hash_version_unknown';
+    throw error;
+  }
+  return hash === record.sourceHash.toLowerCase() ? null : 'binding_changed';
+}
+
+/** The current ids of a range in the order a record binds them. */
+export function currentIds(pairs: readonly Pick<SourcePair, 'userMessageId' | 'assistantMessageId'>[]): string[] {
+  return sourceMessageIds(pairs.map((p) => ({ ...p, userText: '', assistantText: '' })));
+}
+
+// When no record is usable, the range reports the most telling reason: a real
+// summary whose source changed says more than one made with a banned version.
+const RANK: readonly SummaryNotUsedReason[] = ['binding_changed', 'hash_version_unknown', 'version_not_allowed', 'misaligned'];
+
+/** The most telling of several failed checks (with its record). */
+export function mostTelling(failures: readonly { reason: SummaryNotUsedReason; recordId: string }[]): { reason: SummaryNotUsedReason; recordId: string } | undefined {
+  let best: { reason: SummaryNotUsedReason; recordId: string } | undefined;
+  for (const f of failures) {
+    const rank = RANK.indexOf(f.reason);
+    if (rank < 0) continue;
+    if (best === undefined || rank < RANK.indexOf(best.reason)) best = f;
+  }
+  return best;
+}
+
+/** Whether stored ids equal the current ids, in order (stored ids compared lowercase). */
+export function sameIds(stored: readonly string[], current: readonly string[]): boolean {
+  return stored.length === current.length && stored.every((id, i) => id.toLowerCase() === current[i]);
+}

@@ -1,0 +1,109 @@
+/**
+ * The read projection (DESIGN.md "Projection (the read module)"): the history
+ * of a Conversation as it goes into the next model request.
+ *
+ * Terminology
+ * - Pair: the user message and completed assistant message of one eligible
+ *   Run, numbered by `pairIndex` (zero-based, oldest first).
+ * - Range: ten pairs aligned on a multiple of ten (pairs 10k..10k+9), the only
+ *   shape a summary may have. The newest range may hold fewer than ten pairs.
+ * - Item: one unit of the projection, always whole: a raw pair, or a
+ *   summarized range (its ten user messages verbatim plus the summary of its
+ *   assistant replies). Items are never cut.
+ * - Usable summary: a completed record whose range, version and source
+ *   binding (the 20 message ids and the source hash) all hold now.
+ * - Budget: the UTF-8 bytes of the JSON the adapter produces
+ *   (`messagesBytes(toAnthropicMessages(projection))`), never exceeded.
+ */
+
+/** One pair, carried verbatim. */
+export interface PairItem {
+  kind: 'pair';
+  pairIndex: number;
+  runId: string;
+  userMessageId: string;
+  assistantMessageId: string;
+  /** Byte-identical to the stored user message. */
+  userText: string;
+  assistantText: string;
+}
+
+/** A user message of a summarized range, verbatim. */
+export interface SummaryUserMessage {
+  pairIndex: number;
+  messageId: string;
+  text: string;
+}
+
+/** A summarized range: the ten original user messages verbatim, and the summary of the ten assistant replies. */
+export interface SummaryItem {
+  kind: 'summary';
+  fromPair: number;
+  toPair: number;
+  /** The summary record used (sourcebound.conversation_summaries.id). */
+  recordId: string;
+  promptVersion: string;
+  model: string;
+  /** The ten user messages of the range in pair order. */
+  userMessages: SummaryUserMessage[];
+  summary: string;
+  /** Marks the summary as a non-authoritative summary of the assistant replies of pairs fromPair-toPair. */
+  label: string;
+}
+
+export type ProjectionItem = PairItem | SummaryItem;
+
+/** Why pairs are not in the request. */
+export type OmittedReason =
+  /** The budget was spent before the walk reached them. */
+  'budget';
+
+/** A span of pairs that is not in the request. */
+export interface OmittedSpan {
+  fromPair: number;
+  toPair: number;
+  reason: OmittedReason;
+}
+
+/** Why a range the walk reached was not presented as a summary. */
+export type SummaryNotUsedReason =
+  /** No completed or failed record: never summarized yet (or only running, pending or stale claims). */
+  | 'not_yet_summarized'
+  /** The newest range, with fewer than ten pairs: it cannot have a summary. */
+  | 'incomplete_range'
+  /** The only record for the range failed for good. */
+  | 'failed'
+  /** A completed record whose range is not ten pairs aligned on a multiple of ten. */
+  | 'misaligned'
+  /** A completed record made with a prompt version projection may not use (@1, unknown versions). */
+  | 'version_not_allowed'
+  /** A completed record whose source hash version this build cannot compute. */
+  | 'hash_version_unknown'
+  /** A completed record whose 20 message ids or source hash no longer match the current pairs (Case B). */
+  | 'binding_changed'
+  /** A usable summary whose candidate (ten user messages + summary) did not fit the budget left (Case C). */
+  | 'does_not_fit';
+
+export interface SummaryNotUsed {
+  fromPair: number;
+  toPair: number;
+  reason: SummaryNotUsedReason;
+  /** The record the reason is about, when there is one. */
+  recordId?: string;
+}
+
+export interface ConversationProjection {
+  conversationId: string;
+  scope: string;
+  /** In conversation order, oldest first. */
+  items: ProjectionItem[];
+  /** Every pair not in `items`, as spans, oldest first. */
+  omitted: OmittedSpan[];
+  /** Per range the walk reached and projected raw, partially or not at all: why its summary was not used. */
+  summaryNotUsed: SummaryNotUsed[];
+  /** `messagesBytes(toAnthropicMessages(this))`: never more than budgetBytes. */
+  bytes: number;
+  budgetBytes: number;
+  /** Eligible pairs in the conversation. */
+  pairCount: number;
+}

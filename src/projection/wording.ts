@@ -1,0 +1,21 @@
+/**
+ * The only words sourcebound itself adds to a projected history. They cost
+ * budget bytes like everything else (src/projection/anthropic.ts counts them).
+ */
+
+/**
+ * The label in front of a summary: it says the text is a model-written,
+ * non-authoritative summary of the assistant replies of pairs fromPair-toPair,
+ * never the user's words nor the assistant's original text.
+ */
+export function summaryLabel(fromPair: number, toPair: number): string {
+  return `[sourcebound: non-authoritative summary of the assistant's replies for pairs ${fromPair}-${toPair}. ` +
+    `The user's ${toPair - fromPair + 1} original messages for these pairs are in the previous turn, verbatim; ` +
+    `this summary is not the assistant's original text and may be incomplete.]`;
+}
+
+/** The note at the start of the history when `omittedPairs` (> 0) earlier exchanges were left out. */
+export function omittedNote(omittedPairs: number): string {
+  const what = omittedPairs === 1 ? '1 earlier exchange was' : `${omittedPairs} earlier exchanges were`;
+  return `[sourcebound note: ${what} left out of this request.]`;
+}

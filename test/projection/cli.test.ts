@@ -1,0 +1,67 @@
+import { describe, expect, it } from 'vitest';
+import { projectCommand } from '../../src/cli/project.ts';
+import { ConversationNotFoundError, projectConversationHistory } from '../../src/projection/index.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+import { insertSummary } from './support.ts';
+
+const db = await createTestDatabase();
+
+async function run(conversationId: string, budgetBytes: number, json: boolean, scope = 'tenant-a'): Promise<string[]> {
+  const lines: string[] = [];
+  await projectCommand({ pool: db.pool, conversationId, scope, budgetBytes, json, out: (line) => lines.push(line) });
+  return lines;
+}
+
+describe('sourcebound project', () => {
+  it('prints the projection object as JSON', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 31);
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+    const lines = await run(id, 3000, true);
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0]!)).toEqual(await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000 }));
+  });
+
+  it('prints one line per range: summarized, raw, partial, omitted, with totals', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 35);
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+    const all = await run(id, 1_000_000, false);
+    expect(all[0]).toBe(`conversation ${id} (scope tenant-a): 35 pairs`);
+    expect(all.slice(1, -1)).toEqual([
+      `pairs 0-9  summarized (record ${recordId}, conversation-compaction@3)`,
+      'pairs 10-19  raw; summary not used: not_yet_summarized',
+      'pairs 20-29  raw; summary not used: not_yet_summarized',
+      'pairs 30-34  raw; summary not used: incomplete_range',
+    ]);
+    expect(all.at(-1)).toMatch(/^total: \d+\/1000000 bytes; 25 pairs raw, 10 summarized in 1 ranges, 0 omitted$/);
+
+    // A budget that reaches into range 10-19 only partly: 0-9 is never reached.
+    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000 });
+    const oldest = Math.min(...p.items.map((i) => (i.kind === 'pair' ? i.pairIndex : i.fromPair)));
+    expect(oldest).toBeGreaterThan(10);
+    expect(oldest).toBeLessThan(20);
+    const some = await run(id, 3000, false);
+    expect(some.slice(1, -1)).toEqual([
+      'pairs 0-9  omitted (budget)',
+      `pairs 10-19  partial: pairs ${oldest}-19 raw, ${oldest === 11 ? 'pair 10' : `pairs 10-${oldest - 1}`} omitted (budget); summary not used: not_yet_summarized`,
+      'pairs 20-29  raw; summary not used: not_yet_summarized',
+      'pairs 30-34  raw; summary not used: incomplete_range',
+    ]);
+    expect(some.at(-1)).toBe(`total: ${p.bytes}/3000 bytes; ${35 - oldest} pairs raw, 0 summarized in 0 ranges, ${oldest} omitted`);
+  });
+
+  it('folds the ranges the walk never reached into one line', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 60);
+    const lines = await run(id, 1500, false);
+    expect(lines[1]).toMatch(/^pairs 0-\d+  omitted \(budget\) \[\d+ ranges\]$/);
+    expect(lines.length).toBeLessThan(8);
+  });
+
+  it('a conversation of another scope is not found', async () => {
+    const id = await createConversation(db.pool);
+    await expect(run(id, 1000, false, 'tenant-b')).rejects.toThrow(ConversationNotFoundError);
+  });
+});

@@ -1,0 +1,62 @@
+import { describe, expect, it } from 'vitest';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
+import { MAX_PAGE_RANGES, projectConversationHistory, type ReadEvent } from '../../src/projection/index.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+
+const db = await createTestDatabase();
+const PAIRS = 2_000;
+const BUDGET = 16 * 1024;
+
+/** A 2,000-pair conversation; with `summarized`, a usable @3 record for every plannable range. */
+async function longConversation(summarized: boolean): Promise<string> {
+  const id = await createConversation(db.pool);
+  await addPairs(db.pool, id, PAIRS, (i) => ({ user: `question ${i} about fund fees`, assistant: `answer ${i}: ${'the fee is 0.2% a year; '.repeat(3)}` }));
+  if (summarized) {
+    const { rows } = await db.pool.query<SourcePair>(
+      `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
+       from sourcebound.eligible_pairs where conversation_id = $1 order by pair_index`,
+      [id],
+    );
+    const ranges = Array.from({ length: (PAIRS - 30) / 10 + 1 }, (_, k) => rows.slice(k * 10, k * 10 + 10));
+    await db.pool.query(
+      `insert into sourcebound.conversation_summaries
+         (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status, summary, completed_at)
+       select $1, 'tenant-a', f, f + 9, array(select jsonb_array_elements_text(ids)::uuid), h, 1, 'test/model', 'conversation-compaction@3', 'completed',
+              'Fees were compared.', now()
+       from unnest($2::int[], $3::jsonb[], $4::text[]) as t(f, ids, h)`,
+      [id, ranges.map((_, k) => k * 10), ranges.map((r) => JSON.stringify(sourceMessageIds(r))), ranges.map((r) => sourceHash(r))],
+    );
+  }
+  return id;
+}
+
+describe('cost grows with the budget, not the conversation', () => {
+  it.each([
+    ['raw pairs', false],
+    ['summarized ranges', true],
+  ])('a 2,000-pair conversation with a 16 KiB budget reads what fits plus at most one page (%s)', async (_, summarized) => {
+    const id = await longConversation(summarized);
+    const reads: ReadEvent[] = [];
+    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: BUDGET, onRead: (e) => reads.push(e) });
+    expect(p.pairCount).toBe(PAIRS);
+    expect(p.bytes).toBeLessThanOrEqual(BUDGET);
+    if (summarized) expect(p.items.some((i) => i.kind === 'summary')).toBe(true);
+
+    const covered = PAIRS - p.omitted.reduce((n, s) => n + s.toPair - s.fromPair + 1, 0);
+    const pages = reads.filter((r) => r.query === 'pairsPageRead');
+    const pairRows = pages.reduce((n, r) => n + r.rows, 0);
+    const lastPage = pages.at(-1)!.rows;
+    // Every page but the last was wholly projected; the last is at most MAX_PAGE_RANGES ranges.
+    expect(pairRows - lastPage).toBeLessThanOrEqual(covered);
+    expect(pairRows).toBeLessThanOrEqual(covered + lastPage);
+    expect(Math.max(...pages.map((r) => r.rows))).toBeLessThanOrEqual(MAX_PAGE_RANGES * 10);
+    expect(pairRows).toBeLessThan(PAIRS / 4);
+    // Summary records are read for the ranges of the pages read, not for the conversation.
+    const records = reads.filter((r) => r.query === 'summariesForRangesRead').reduce((n, r) => n + r.rows, 0);
+    expect(records).toBeLessThanOrEqual(Math.ceil(pairRows / 10));
+    // One scoped index lookup for the count, then two queries per page.
+    expect(reads.filter((r) => r.query === 'conversationPairCountRead')).toHaveLength(1);
+    expect(reads.length).toBe(1 + 2 * pages.length);
+  });
+});

@@ -1,0 +1,375 @@
+import { describe, expect, it } from 'vitest';
+import {
+  ConversationNotFoundError, messagesBytes, projectConversationHistory, toAnthropicMessages,
+  type ConversationProjection, type PairItem, type SummaryItem,
+} from '../../src/projection/index.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+import { insertSummary, rangeSource, sized } from './support.ts';
+
+const db = await createTestDatabase();
+const LARGE = 10_000_000;
+
+const project = (conversationId: string, budgetBytes = LARGE, scope = 'tenant-a') =>
+  projectConversationHistory({ pool: db.pool, conversationId, scope, budgetBytes });
+
+async function conversation(pairs: number, text?: (i: number) => { user: string; assistant: string }) {
+  const id = await createConversation(db.pool);
+  const written = await addPairs(db.pool, id, pairs, text);
+  return { id, written };
+}
+
+const pairIndexes = (p: ConversationProjection) => p.items.flatMap((i) => (i.kind === 'pair' ? [i.pairIndex] : []));
+const summaries = (p: ConversationProjection) => p.items.filter((i): i is SummaryItem => i.kind === 'summary');
+const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
+
+/** What every projection must satisfy, whatever the case. */
+function checkInvariants(p: ConversationProjection): void {
+  expect(p.bytes).toBe(messagesBytes(toAnthropicMessages(p)));
+  expect(p.bytes).toBeLessThanOrEqual(p.budgetBytes);
+  // Items and omitted spans cover every pair exactly once, in order.
+  const covered = [
+    ...p.omitted.flatMap((s) => range(s.fromPair, s.toPair)),
+    ...p.items.flatMap((i) => (i.kind === 'pair' ? [i.pairIndex] : range(i.fromPair, i.toPair))),
+  ];
+  expect(covered).toEqual(range(0, p.pairCount - 1));
+}
+
+describe('projectConversationHistory', () => {
+  it('projects every pair raw and in order when the budget holds them all', async () => {
+    const { id, written } = await conversation(12);
+    const p = await project(id);
+    checkInvariants(p);
+    expect(p).toMatchObject({ conversationId: id, scope: 'tenant-a', pairCount: 12, omitted: [], budgetBytes: LARGE });
+    expect(pairIndexes(p)).toEqual(range(0, 11));
+    const first = p.items[0] as PairItem;
+    expect(first).toEqual({
+      kind: 'pair', pairIndex: 0, runId: written[0]!.runId, userMessageId: written[0]!.userMessageId,
+      assistantMessageId: written[0]!.assistantMessageId, userText: 'question 0', assistantText: 'answer 0',
+    });
+    expect(p.summaryNotUsed).toEqual([
+      { fromPair: 0, toPair: 9, reason: 'not_yet_summarized' },
+      { fromPair: 10, toPair: 11, reason: 'incomplete_range' },
+    ]);
+  });
+
+  it('projects an empty conversation as nothing', async () => {
+    const id = await createConversation(db.pool);
+    const p = await project(id);
+    expect(p).toMatchObject({ items: [], omitted: [], summaryNotUsed: [], bytes: 0, pairCount: 0 });
+    expect(toAnthropicMessages(p)).toEqual([]);
+  });
+
+  it('uses a completed, source-bound @3 summary beside the ten original user messages', async () => {
+    const { id, written } = await conversation(30);
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'The assistant compared two funds.' });
+    const p = await project(id);
+    checkInvariants(p);
+    const [summary] = summaries(p);
+    expect(summary).toMatchObject({
+      kind: 'summary', fromPair: 0, toPair: 9, recordId, promptVersion: 'conversation-compaction@3', model: 'test/model',
+      summary: 'The assistant compared two funds.',
+    });
+    expect(summary!.userMessages).toEqual(range(0, 9).map((i) => ({ pairIndex: i, messageId: written[i]!.userMessageId, text: `question ${i}` })));
+    expect(summary!.label).toMatch(/non-authoritative summary of the assistant's replies for pairs 0-9/);
+    expect(p.items[0]).toBe(summary);
+    expect(pairIndexes(p)).toEqual(range(10, 29));
+    expect(p.summaryNotUsed.map((s) => s.fromPair)).toEqual([10, 20]);
+  });
+
+  it('accepts @2 records, never @1, run-compaction or unknown versions', async () => {
+    for (const [version, used] of [
+      ['conversation-compaction@2', true],
+      ['conversation-compaction@1', false],
+      ['conversation-compaction@9', false],
+      ['run-compaction@1', false],
+      ['', false],
+    ] as const) {
+      const { id } = await conversation(30);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: version });
+      const p = await project(id);
+      checkInvariants(p);
+      if (used) {
+        expect(summaries(p).map((s) => [s.recordId, s.promptVersion]), version).toEqual([[recordId, version]]);
+      } else {
+        expect(summaries(p), version).toEqual([]);
+        expect(pairIndexes(p), version).toEqual(range(0, 29));
+        expect(p.summaryNotUsed[0], version).toEqual({ fromPair: 0, toPair: 9, reason: 'version_not_allowed', recordId });
+      }
+    }
+  });
+
+  it('prefers the current prompt version, then the newest record', async () => {
+    const { id } = await conversation(30);
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2', summary: 'v2, newest', ageSeconds: 0 });
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'old/model', summary: 'v3, older', ageSeconds: 200 });
+    const newest = await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'new/model', summary: 'v3, newer', ageSeconds: 100 });
+    const p = await project(id);
+    expect(summaries(p).map((s) => [s.recordId, s.summary, s.model])).toEqual([[newest, 'v3, newer', 'new/model']]);
+  });
+
+  it('falls back to a usable older-version record when the current one no longer binds', async () => {
+    const { id, written } = await conversation(30);
+    const v2 = await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2' });
+    // A @3 record bound to a different assistant message in pair 4.
+    const ids = (await rangeSource(db.pool, id, 0)).flatMap((s) => [s.userMessageId, s.assistantMessageId]);
+    ids[9] = written[20]!.assistantMessageId;
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceMessageIds: ids });
+    const p = await project(id);
+    expect(summaries(p).map((s) => s.recordId)).toEqual([v2]);
+  });
+
+  describe('seed case B: the source changed while an old summary stays stored', () => {
+    it('an edit of pair 3 makes the summary unusable; its pairs are projected raw', async () => {
+      const { id, written } = await conversation(30);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+      expect(summaries(await project(id))).toHaveLength(1);
+
+      await db.pool.query(`update sourcebound.messages set content = 'question 3, corrected' where id = $1`, [written[3]!.userMessageId]);
+      const p = await project(id);
+      checkInvariants(p);
+      expect(summaries(p)).toEqual([]);
+      expect(pairIndexes(p)).toEqual(range(0, 29));
+      expect((p.items[3] as PairItem).userText).toBe('question 3, corrected');
+      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'binding_changed', recordId });
+    });
+
+    it('an edit of an assistant reply in the range also unbinds it', async () => {
+      const { id, written } = await conversation(30);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+      await db.pool.query(`update sourcebound.messages set content = 'answer 9 (revised)' where id = $1`, [written[9]!.assistantMessageId]);
+      const p = await project(id);
+      expect(summaries(p)).toEqual([]);
+      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'binding_changed', recordId });
+    });
+
+    it('a message of pair 3 replaced by a new message id makes the summary unusable', async () => {
+      const { id, written } = await conversation(30);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+      const client = await db.pool.connect();
+      try {
+        await client.query('begin');
+        await client.query('delete from sourcebound.messages where id = $1', [written[3]!.userMessageId]);
+        await client.query(
+          `insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'question 3')`,
+          [id, written[3]!.runId],
+        );
+        await client.query('commit');
+      } finally {
+        client.release();
+      }
+      const p = await project(id);
+      checkInvariants(p);
+      expect(summaries(p)).toEqual([]);
+      const pair3 = p.items[3] as PairItem;
+      // Same text, new identity: the binding is by id as well as by content.
+      expect(pair3.userText).toBe('question 3');
+      expect(pair3.userMessageId).not.toBe(written[3]!.userMessageId);
+      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'binding_changed', recordId });
+    });
+
+    it('a pair that stops being eligible shifts the ranges: the old record no longer binds either range', async () => {
+      const { id, written } = await conversation(31);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+      await db.pool.query(`update sourcebound.runs set status = 'failed' where id = $1`, [written[2]!.runId]);
+      const p = await project(id);
+      checkInvariants(p);
+      expect(p.pairCount).toBe(30);
+      expect(summaries(p)).toEqual([]);
+      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'binding_changed', recordId });
+    });
+  });
+
+  it('ignores a completed record whose ids do not match the current pairs', async () => {
+    const { id } = await conversation(30);
+    const current = (await rangeSource(db.pool, id, 0)).flatMap((s) => [s.userMessageId, s.assistantMessageId]);
+    // Ids in the wrong order (assistant before user) with the right hash; then the ids of another range.
+    const swapped = current.map((_, i) => current[i % 2 === 0 ? i + 1 : i - 1]!);
+    const a = await insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceMessageIds: swapped, model: 'm/a' });
+    const other = (await rangeSource(db.pool, id, 10)).flatMap((s) => [s.userMessageId, s.assistantMessageId]);
+    const b = await insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceMessageIds: other, model: 'm/b' });
+    const p = await project(id);
+    expect(summaries(p)).toEqual([]);
+    expect(p.summaryNotUsed[0]).toMatchObject({ fromPair: 0, toPair: 9, reason: 'binding_changed' });
+    expect([a, b]).toContain(p.summaryNotUsed[0]!.recordId);
+  });
+
+  it('ignores a record whose hash does not match though its ids do', async () => {
+    const { id } = await conversation(30);
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceHash: 'ab'.repeat(32) });
+    const p = await project(id);
+    expect(summaries(p)).toEqual([]);
+    expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'binding_changed', recordId });
+  });
+
+  it('the database refuses a misaligned record and one with 19 source ids', async () => {
+    const { id } = await conversation(30);
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 5, toPair: 14 })).rejects.toThrow(/conversation_summaries_range_aligned/);
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, toPair: 10 })).rejects.toThrow(/conversation_summaries_range_aligned/);
+    const ids = (await rangeSource(db.pool, id, 0)).flatMap((s) => [s.userMessageId, s.assistantMessageId]);
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceMessageIds: ids.slice(0, 19) })).rejects.toThrow(/conversation_summaries_twenty_sources/);
+    // A record in another scope than its conversation's cannot exist at all.
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, scope: 'tenant-b' })).rejects.toThrow(/conversation_summaries_conversation_fk/);
+  });
+
+  it('never uses a record whose hash version this build cannot compute', async () => {
+    const { id } = await conversation(30);
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, hashVersion: 2 });
+    const p = await project(id);
+    expect(summaries(p)).toEqual([]);
+    expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'hash_version_unknown', recordId });
+  });
+
+  it('reports a failed-for-good record and projects its pairs raw', async () => {
+    const { id } = await conversation(30);
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, status: 'failed' });
+    const p = await project(id);
+    expect(pairIndexes(p)).toEqual(range(0, 29));
+    expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'failed', recordId });
+  });
+
+  it('never uses running, pending or stale records', async () => {
+    for (const status of ['running', 'pending', 'stale'] as const) {
+      const { id } = await conversation(30);
+      await insertSummary(db.pool, { conversationId: id, fromPair: 0, status, summary: 'not final' });
+      const p = await project(id);
+      expect(summaries(p), status).toEqual([]);
+      expect(p.summaryNotUsed[0], status).toEqual({ fromPair: 0, toPair: 9, reason: 'not_yet_summarized' });
+    }
+  });
+
+  describe('seed case C: a stored summary that the next request cannot fit', () => {
+    // Range 0-9 has a long summary and short pairs; everything newer is short too.
+    async function setup() {
+      const { id } = await conversation(30);
+      const raw = await project(id);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: sized(4000, 's') });
+      const withSummary = await project(id);
+      /** The exact bytes of the projection of pairs `from`..29 raw, with the note for the pairs before. */
+      const bytesFrom = (from: number) => messagesBytes(toAnthropicMessages({
+        items: raw.items.slice(from), omitted: from === 0 ? [] : [{ fromPair: 0, toPair: from - 1, reason: 'budget' }],
+      }));
+      return { id, recordId, withSummary, bytesFrom };
+    }
+
+    it('uses the summary when user messages + summary fit', async () => {
+      const { withSummary, recordId } = await setup();
+      checkInvariants(withSummary);
+      expect(summaries(withSummary).map((s) => s.recordId)).toEqual([recordId]);
+    });
+
+    it('falls back to the newest original pairs of the range when the summary does not fit', async () => {
+      const { id, recordId, withSummary, bytesFrom } = await setup();
+      expect(withSummary.bytes).toBeGreaterThan(bytesFrom(7));
+      const p = await project(id, bytesFrom(7));
+      checkInvariants(p);
+      expect(p.bytes).toBe(bytesFrom(7));
+      expect(summaries(p)).toEqual([]);
+      expect(pairIndexes(p)).toEqual(range(7, 29));
+      expect(p.omitted).toEqual([{ fromPair: 0, toPair: 6, reason: 'budget' }]);
+      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'does_not_fit', recordId });
+
+      const tighter = await project(id, bytesFrom(7) - 1);
+      expect(pairIndexes(tighter)).toEqual(range(8, 29));
+      expect(tighter.omitted).toEqual([{ fromPair: 0, toPair: 7, reason: 'budget' }]);
+    });
+
+    it('leaves the range out when not even one of its pairs fits, and says so', async () => {
+      const { id, recordId, bytesFrom } = await setup();
+      const p = await project(id, bytesFrom(9) - 1);
+      checkInvariants(p);
+      expect(p.items.every((i) => i.kind === 'pair' && i.pairIndex >= 10)).toBe(true);
+      expect(pairIndexes(p)).toEqual(range(10, 29));
+      expect(p.omitted).toEqual([{ fromPair: 0, toPair: 9, reason: 'budget' }]);
+      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'does_not_fit', recordId });
+    });
+
+    it('takes all ten pairs raw and goes on when they fit though the summary did not', async () => {
+      const { id } = await conversation(40);
+      const raw = await project(id);
+      await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: sized(4000, 's') });
+      // Room for every pair raw, not for pairs 20-39 raw + the summary of 10-19.
+      const p = await project(id, raw.bytes);
+      checkInvariants(p);
+      expect(summaries(p)).toEqual([]);
+      expect(pairIndexes(p)).toEqual(range(0, 39));
+      expect(p.summaryNotUsed.find((s) => s.fromPair === 10)?.reason).toBe('does_not_fit');
+    });
+  });
+
+  it('budget 0 projects nothing and omits every pair', async () => {
+    const { id } = await conversation(25);
+    const p = await project(id, 0);
+    checkInvariants(p);
+    expect(p).toMatchObject({ items: [], bytes: 0, budgetBytes: 0, pairCount: 25, omitted: [{ fromPair: 0, toPair: 24, reason: 'budget' }] });
+    expect(toAnthropicMessages(p)).toEqual([]);
+  });
+
+  it('a budget smaller than the newest pair omits everything without reading its text', async () => {
+    const { id } = await conversation(12, (i) => ({ user: `q${i}`, assistant: i === 11 ? sized(5000) : `a${i}` }));
+    const reads: { query: string; rows: number; textRows?: number }[] = [];
+    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, onRead: (e) => reads.push(e) });
+    checkInvariants(p);
+    expect(p.items).toEqual([]);
+    expect(p.omitted).toEqual([{ fromPair: 0, toPair: 11, reason: 'budget' }]);
+    expect(reads.filter((r) => r.query === 'pairsPageRead').map((r) => [r.rows, r.textRows])).toEqual([[2, 1]]);
+  });
+
+  it('rejects a negative or fractional budget', async () => {
+    const { id } = await conversation(1);
+    await expect(project(id, -1)).rejects.toThrow(RangeError);
+    await expect(project(id, 1.5)).rejects.toThrow(RangeError);
+  });
+
+  it('a conversation of another scope is not found, exactly like a missing one', async () => {
+    const { id } = await conversation(30);
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+    const reads: string[] = [];
+    const wrongScope = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-b', budgetBytes: LARGE, onRead: (e) => reads.push(e.query) })
+      .catch((e: unknown) => e);
+    const missing = await project('00000000-0000-4000-8000-000000000000').catch((e: unknown) => e);
+    const malformed = await project('not-a-uuid').catch((e: unknown) => e);
+    for (const error of [wrongScope, missing, malformed]) {
+      expect(error).toBeInstanceOf(ConversationNotFoundError);
+      expect((error as Error).name).toBe('ConversationNotFoundError');
+    }
+    // One scoped lookup, then nothing else was read.
+    expect(reads).toEqual(['conversationPairCountRead']);
+    // It carries back only what the caller passed.
+    expect(Object.keys(wrongScope as object).sort()).toEqual(['conversationId', 'name', 'scope']);
+  });
+
+  it('carries user text byte for byte, in raw pairs and beside summaries', async () => {
+    const texts = [
+      'naïve 数据 🚀 \u200f\u200b end', 'e\u0301 (combining) vs é', '👩‍👩‍👧‍👦 family, 🇯🇵 flag', '  leading and trailing  \n',
+      'line\r\nbreaks\ttabs', 'quotes " \\ backslash \\" \u2028 \u2029', '{"json": "looking", "n": 1}', 'ｆｕｌｌｗｉｄｔｈ ＡＢＣ',
+      '\u{1F600}\u{1F64F}\u{10FFFF}', '<reply id="x">not a tag</reply>',
+    ];
+    const { id } = await conversation(30, (i) => ({ user: texts[i % texts.length]!, assistant: `answer ${i}` }));
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+    const p = await project(id);
+    const [summary] = summaries(p);
+    for (const m of summary!.userMessages) expect(Buffer.from(m.text, 'utf8').equals(Buffer.from(texts[m.pairIndex % texts.length]!, 'utf8'))).toBe(true);
+    for (const item of p.items) {
+      if (item.kind === 'pair') expect(Buffer.from(item.userText, 'utf8').equals(Buffer.from(texts[item.pairIndex % texts.length]!, 'utf8'))).toBe(true);
+    }
+    // And in what the adapter sends: each user message its own text block, unchanged.
+    const messages = toAnthropicMessages(p);
+    const userBlocks = messages.filter((m) => m.role === 'user').flatMap((m) => (Array.isArray(m.content) ? m.content : []));
+    expect(userBlocks.map((b) => (b.type === 'text' ? b.text : null))).toEqual(range(0, 29).map((i) => texts[i % texts.length]));
+  });
+
+  it('reads through a caller-held client as well as a pool', async () => {
+    const { id } = await conversation(30);
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
+    const client = await db.pool.connect();
+    try {
+      await client.query('begin isolation level repeatable read');
+      const viaClient = await projectConversationHistory({ pool: client, conversationId: id, scope: 'tenant-a', budgetBytes: LARGE });
+      await client.query('commit');
+      expect(viaClient).toEqual(await project(id));
+    } finally {
+      client.release();
+    }
+  });
+});
