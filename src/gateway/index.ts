@@ -1,0 +1,15 @@
+/** The summarizer gateway: the one door both compaction systems use to reach a summarizer. */
+export type {
+  ConfigOutcome, DeferredOutcome, InvalidOutcome, MaterialItem, OkOutcome, Outcome, OutcomeKind,
+  Summarizer, SummaryRequest, UnknownOutcome, Usage,
+} from './types.ts';
+export { createGateway, type Gateway, type GatewayOptions } from './gateway.ts';
+export { createAnthropicSummarizer, DEFAULT_MAX_INPUT_CHARS, type AnthropicSummarizerOptions } from './anthropic.ts';
+export { createOfflineSummarizer, OFFLINE_MODEL } from './offline.ts';
+export { ADMISSION_LOCK_NAMESPACE, createAdmission, type Admission, type AdmissionOptions, type Slot } from './admission.ts';
+export { classify, type CallResult, type ClassifyOptions } from './classify.ts';
+export type { GatewayLogger } from './logger.ts';
+export {
+  CONVERSATION_PROMPT_VERSION, RUN_PROMPT_VERSION, isProjectable, promptEntries, promptEntry, promptText,
+  type PromptEntry, type PromptInputKind,
+} from './prompts.ts';

@@ -1,0 +1,117 @@
+import { describe, expect, it } from 'vitest';
+import { createOfflineSummarizer, extractiveSummary, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { codePointLength } from '../../src/gateway/text.ts';
+import type { MaterialItem } from '../../src/gateway/types.ts';
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+const replies: MaterialItem[] = [
+  {
+    id: '0b6f1c2e-4d3a-4f7e-9a1b-2c3d4e5f6a7b',
+    text: 'Thanks for asking. The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. '
+      + 'I hope that helps. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00. '
+      + 'Let me know if you need anything else.',
+  },
+  { id: 'msg_02', text: 'Deployment v2.3.1 finished at 14:05 UTC.\nLatency p99 dropped from 240 ms to 180 ms. Nothing else changed.' },
+  { id: 'msg_03', text: '数据已更新。总数为 42 条。请确认。' },
+];
+
+async function summarize(items: readonly MaterialItem[], maxChars: number) {
+  return createOfflineSummarizer({ maxChars }).summarize({ promptVersion: 'conversation-compaction@3', items });
+}
+
+function okText(outcome: Awaited<ReturnType<typeof summarize>>): string {
+  if (outcome.kind !== 'ok') throw new Error(`expected ok, got ${JSON.stringify(outcome)}`);
+  return outcome.text;
+}
+
+describe('offline extractive summarizer', () => {
+  it('has its own model identity and no usage or request id', async () => {
+    expect(await summarize(replies, 6000)).toMatchObject({ kind: 'ok', model: OFFLINE_MODEL, usage: null, requestId: null });
+    expect(OFFLINE_MODEL).toBe('sourcebound/extractive@1');
+  });
+
+  it('keeps every item in order, tagged with its short id, and whole when it fits', async () => {
+    const text = okText(await summarize(replies, 6000));
+    expect(text.split('\n')).toEqual([
+      `[0b6f1c2e] ${replies[0]!.text}`,
+      '[msg_02] Deployment v2.3.1 finished at 14:05 UTC. Latency p99 dropped from 240 ms to 180 ms. Nothing else changed.',
+      '[msg_03] 数据已更新。总数为 42 条。请确认。',
+    ]);
+  });
+
+  it('prefers sentences with figures, dates and identifiers, keeps their order, and copies them byte-exact', async () => {
+    const text = okText(await summarize([replies[0]!], 150));
+    expect(codePointLength(text)).toBeLessThanOrEqual(150);
+    expect(text).toBe('[0b6f1c2e] The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00.');
+    expect(text).not.toContain('I hope that helps');
+  });
+
+  it('never alters a figure: every token with a digit in the summary appears verbatim in its source', async () => {
+    const sources = replies.map((r) => r.text).join('\n');
+    for (const cap of [60, 120, 250, 6000]) {
+      const text = okText(await summarize(replies, cap));
+      for (const token of text.match(/\S*\d\S*/g) ?? []) {
+        expect(sources, `cap ${cap}: ${token}`).toContain(token.replace(/^\[[^\]]*\]/, '').replace(/…$/, ''));
+      }
+    }
+  });
+
+  it('cuts a single over-long sentence at a word boundary and marks it with …', async () => {
+    const sentence = Array.from({ length: 200 }, (_, i) => `word${i}`).join(' ');
+    const text = okText(await summarize([{ id: 'm', text: sentence }], 80));
+    expect(codePointLength(text)).toBeLessThanOrEqual(80);
+    expect(text.endsWith('…')).toBe(true);
+    const kept = text.slice('[m] '.length, -1).split(' ');
+    // Every kept word is a whole word of the source, in order.
+    expect(kept).toEqual(sentence.split(' ').slice(0, kept.length));
+  });
+
+  it('is stable: same input, same output, across runs and instances', async () => {
+    const a = okText(await summarize(replies, 200));
+    const b = okText(await createOfflineSummarizer({ maxChars: 1 }).summarize({ promptVersion: 'conversation-compaction@3', items: replies, maxChars: 200 }));
+    expect(b).toBe(a);
+    expect(extractiveSummary(replies, 200)).toBe(a);
+  });
+
+  it('stays within the cap for every cap, even below one tag per item', async () => {
+    const many = Array.from({ length: 10 }, (_, i) => ({ id: `assistant-message-${i}`, text: `Reply ${i} says ${i * 17} units shipped. It also says more things here.` }));
+    for (const cap of [1, 2, 3, 5, 10, 24, 30, 50, 100, 333, 1000]) {
+      const text = okText(await summarize(many, cap));
+      expect(codePointLength(text), `cap ${cap}`).toBeLessThanOrEqual(cap);
+      expect(text.trim().length, `cap ${cap}`).toBeGreaterThan(0);
+    }
+  });
+
+  it('handles 10 MB of odd text (lone surrogates, RTL and zero-width marks, CJK, emoji) within the cap, twice the same', async () => {
+    const pieces = ['Total 1,234.56 EUR on 2024-03-05.', '\u202Eטקסט הפוך\u202C', 'zero\u200Bwidth\u200Djoin\uFEFF', '数据已更新。', '👩‍👩‍👧‍👦 family 🇩🇪 flag.', 'lone \uD800 high', 'lone \uDC00 low.', 'ID sb_7f3a-9c! ', '\u200F\u200E'];
+    let big = '';
+    for (let i = 0; big.length < 10 * 1024 * 1024; i++) big += pieces[i % pieces.length]! + (i % 7 === 6 ? '\n' : ' ');
+    const items = [{ id: 'big', text: big }, { id: 'nospace', text: 'x'.repeat(2_000_000) }, ...replies];
+    const first = okText(await summarize(items, 6000));
+    const second = okText(await summarize(items, 6000));
+    expect(second).toBe(first);
+    expect(codePointLength(first)).toBeLessThanOrEqual(6000);
+    expect(first).not.toMatch(LONE_SURROGATE);
+    expect(first).toContain('[big] ');
+    expect(first).toContain('[msg_03] ');
+  });
+
+  it('turns lone surrogates into U+FFFD', async () => {
+    expect(okText(await summarize([{ id: 'm', text: 'a \uD800 b.' }], 100))).toBe('[m] a \uFFFD b.');
+  });
+
+  it('is invalid empty_input when no item has text', async () => {
+    for (const items of [[], [{ id: 'a', text: '' }, { id: 'b', text: ' \n\t ' }]]) {
+      expect(await summarize(items, 6000)).toEqual({ kind: 'invalid', reason: 'empty_input', model: OFFLINE_MODEL, usage: null, requestId: null });
+    }
+  });
+
+  it('rejects an unknown prompt version as config and honours an aborted signal', async () => {
+    const s = createOfflineSummarizer({ maxChars: 100 });
+    expect(await s.summarize({ promptVersion: 'nope@1', items: replies })).toMatchObject({ kind: 'config' });
+    expect(await s.summarize({ promptVersion: 'run-compaction@1', items: replies, signal: AbortSignal.abort() })).toMatchObject({
+      kind: 'deferred', reason: 'aborted_before_send',
+    });
+  });
+});
