@@ -1,0 +1,46 @@
+/**
+ * Assembly: records -> projection -> fitted request -> request with bodies.
+ * Shared by prepareRunRequest, the net-benefit gate and cold recovery, so all
+ * three produce byte-identical requests from the same records.
+ */
+import { runResultBodies, type Queryable, type RunState } from '../db/queries/run.ts';
+import type { Candidate } from './candidate.ts';
+import { RunPolicyError } from './errors.ts';
+import { fillBodies, fit, project, type Fitted, type ProjectedCheckpoint, type Projection, type RequestInput } from './project.ts';
+import type { RunCompactionPolicy, RunRequest } from './types.ts';
+
+/** A projection and its fitted request. */
+export interface Evaluated {
+  projection: Projection;
+  fitted: Fitted;
+}
+
+/** Projection and fitting of `state`, with `extra` as a checkpoint under evaluation. */
+export function evaluate(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint): Evaluated {
+  const projection = project(state, input, policy, extra);
+  return { projection, fitted: fit(projection, policy) };
+}
+
+/** The checkpoint a candidate would become, for measuring before it exists. */
+export function hypothetical(candidate: Candidate, summary: string, id: string): ProjectedCheckpoint {
+  return {
+    id, segment: candidate.segment, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
+    summary, toolResultRefs: candidate.toolResultRefs,
+  };
+}
+
+/** The fitted request with the bodies it shows, fetched now (results are immutable: any snapshot will do). */
+export async function materialize(db: Queryable, runId: string, fitted: Fitted): Promise<RunRequest> {
+  return fillBodies(fitted, await runResultBodies(db, runId, fitted.bodies));
+}
+
+/**
+ * The application's request input, checked.
+ * @throws RunPolicyError for a missing model, a non-string system prompt or non-array tools.
+ */
+export function requestInput(options: RequestInput): RequestInput {
+  if (typeof options.model !== 'string' || options.model === '') throw new RunPolicyError('model must be a non-empty string');
+  if (typeof options.system !== 'string') throw new RunPolicyError('system must be a string');
+  if (!Array.isArray(options.tools)) throw new RunPolicyError('tools must be an array of tool schemas');
+  return { model: options.model, system: options.system, tools: options.tools };
+}

@@ -1,0 +1,21 @@
+/**
+ * Run compaction (DESIGN.md "System 2"): keep one long Run's next model
+ * request under byte pressure without letting a summary rewrite what
+ * happened. See src/run/README.md and the Terminology in types.ts.
+ */
+export { startRun, recordCorrection, recordModelTurn, recordModelRequest, recordToolCall, recordToolResult, readRunBudget } from './record.ts';
+export type { StartRunOptions, RecordModelTurnOptions, RecordModelRequestOptions, RecordToolResultOptions } from './record.ts';
+export { storeResult, readResult } from './results.ts';
+export type { StoreResultOptions, ReadResultOptions, ReadResult, ResultRange } from './results.ts';
+export { prepareRunRequest } from './prepare.ts';
+export type { PrepareRunRequestOptions, PreparedRunRequest } from './prepare.ts';
+export { recoverRunContext } from './recover.ts';
+export type { RecoverRunContextOptions, RecoveryReport, SummaryReceipt } from './recover.ts';
+export { toAnthropicRequest } from './anthropic.ts';
+export type { AnthropicRunRequest } from './anthropic.ts';
+export { DEFAULT_RUN_POLICY, resolvePolicy } from './policy.ts';
+export { measureRequest, SUMMARY_NOTE, type RequestInput } from './project.ts';
+export { RUN_HASH_VERSION } from './hash.ts';
+export { RunCompactionError, RunNotFoundError, RunHistoryError, ResultNotFoundError, RunPolicyError } from './errors.ts';
+export type { ToolUnitState } from '../db/queries/run.ts';
+export type * from './types.ts';

@@ -1,0 +1,50 @@
+import { RunPolicyError } from './errors.ts';
+import type { RunCompactionPolicy } from './types.ts';
+
+/**
+ * The defaults of DESIGN.md "System 2": application thresholds on the
+ * serialized request, not a provider's context window.
+ */
+export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({
+  enabled: true,
+  thresholdBytes: 256 * 1024,
+  targetBytes: 224 * 1024,
+  minSavingBytes: 4 * 1024,
+  summaryCapBytes: 6_000,
+  minSummaryBytes: 256,
+  keepRecentGroups: 3,
+  // Room for the answer: a request that leaves none is not a request that fits.
+  responseReserveBytes: 16 * 1024,
+  summaryDeadlineMs: 120_000,
+  leaseGraceMs: 30_000,
+  maxAttempts: 2,
+  maxSummaryInputBytes: 256 * 1024,
+  turnExcerptBytes: 8 * 1024,
+  toolExcerptBytes: 1024,
+});
+
+/**
+ * The defaults overlaid with `overrides`, checked and frozen.
+ * @throws RunPolicyError naming the first value that cannot work.
+ */
+export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefined): Readonly<RunCompactionPolicy> {
+  const policy: RunCompactionPolicy = { ...DEFAULT_RUN_POLICY };
+  for (const [key, value] of Object.entries(overrides ?? {})) {
+    if (value !== undefined) (policy as unknown as Record<string, unknown>)[key] = value;
+  }
+  const integers: (keyof RunCompactionPolicy)[] = [
+    'thresholdBytes', 'targetBytes', 'minSavingBytes', 'summaryCapBytes', 'minSummaryBytes', 'keepRecentGroups',
+    'responseReserveBytes', 'summaryDeadlineMs', 'leaseGraceMs', 'maxAttempts', 'maxSummaryInputBytes',
+    'turnExcerptBytes', 'toolExcerptBytes',
+  ];
+  for (const key of integers) {
+    const v = policy[key];
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new RunPolicyError(`policy.${key} must be a non-negative integer, got ${String(v)}`);
+  }
+  if (typeof policy.enabled !== 'boolean') throw new RunPolicyError('policy.enabled must be a boolean');
+  if (policy.targetBytes > policy.thresholdBytes) throw new RunPolicyError(`policy.targetBytes (${policy.targetBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
+  if (policy.maxAttempts < 1 || policy.maxAttempts > 2) throw new RunPolicyError('policy.maxAttempts must be 1 or 2 (the database allows at most 2 per identity)');
+  if (policy.summaryCapBytes < 1) throw new RunPolicyError('policy.summaryCapBytes must be at least 1');
+  if (policy.summaryDeadlineMs < 1) throw new RunPolicyError('policy.summaryDeadlineMs must be at least 1');
+  return Object.freeze(policy);
+}

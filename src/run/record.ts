@@ -1,0 +1,275 @@
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import {
+  runBudgetCharge, runBudgetEnsure, runBudgetGet, runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert,
+  runModelRequestGet, runModelTurnInsert, runRequestGet, runRequestInsert, runResultInsert, runResultMetaGet, runToolUnitDispatch,
+  runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState,
+} from '../db/queries/run.ts';
+import { historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
+import { inTransaction, rollbackTo, savepoint } from './tx.ts';
+import type { ResultMeta, ResultRef, RunBudget, Settlement, ToolProposal } from './types.ts';
+
+/**
+ * The recording API: what an application calls as its agent loop runs. Every
+ * entry is append-only (the database refuses edits); every call checks the
+ * Run's scope; replays of the same fact are idempotent where the fact has an
+ * identity (the request, a dispatch, a settlement, a model request key).
+ */
+
+interface RunAddress {
+  pool: pg.Pool;
+  runId: string;
+  scope: string;
+}
+
+async function assertRun(db: Queryable, runId: string, scope: string): Promise<void> {
+  if (!(await runInScopeGet(db, runId, scope))) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
+}
+
+function requireText(value: unknown, what: string): string {
+  if (typeof value !== 'string') throw new RunHistoryError(`${what} must be a string`);
+  return value;
+}
+
+export interface StartRunOptions {
+  pool: pg.Pool;
+  scope: string;
+  /** The user's initial request, verbatim. */
+  request: string;
+  /** An existing Run (the application created the sourcebound.runs row). */
+  runId?: string;
+  /** Or: create a Run (status running) in this conversation. */
+  conversationId?: string;
+  /** The Run's resources; null or omitted = no limit. Stored once, at the first start. */
+  budget?: { requests?: number | null; tokens?: number | null };
+}
+
+/**
+ * Records a Run's initial request (revision 0) and its budget. Calling it again
+ * with the same text returns the same entry.
+ * @throws RunNotFoundError when the Run (or conversation) is not in `scope`.
+ * @throws RunHistoryError when the Run already has a different request, or neither runId nor conversationId is given.
+ */
+export async function startRun(options: StartRunOptions): Promise<{ runId: string; seq: number }> {
+  const { pool, scope } = options;
+  const request = requireText(options.request, 'startRun: request');
+  const limits = options.budget ?? {};
+  for (const [k, v] of Object.entries(limits)) {
+    if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0)) throw new RunHistoryError(`startRun: budget.${k} must be a non-negative integer or null`);
+  }
+  return inTransaction(pool, async (client) => {
+    let runId = options.runId;
+    if (runId !== undefined) {
+      await assertRun(client, runId, scope);
+    } else {
+      if (options.conversationId === undefined) throw new RunHistoryError('startRun: give runId or conversationId');
+      const created = await runCreate(client, options.conversationId, scope).catch((e) => {
+        throw historyErrorFrom(e, 'startRun');
+      });
+      if (created === null) throw new RunNotFoundError(`conversation ${options.conversationId} not found in scope ${scope}`);
+      runId = created;
+    }
+    const existing = await runRequestGet(client, runId);
+    if (existing) {
+      if (existing.text !== request) throw new RunHistoryError(`startRun: run ${runId} already has a different initial request`);
+      return { runId, seq: existing.seq };
+    }
+    const seq = await runRequestInsert(client, runId, request).catch((e) => {
+      throw historyErrorFrom(e, 'startRun');
+    });
+    await runBudgetEnsure(client, runId, limits.requests ?? null, limits.tokens ?? null);
+    return { runId, seq };
+  });
+}
+
+/**
+ * Records a user correction, verbatim, as the next revision (1, 2, ...).
+ * @throws RunNotFoundError / RunHistoryError (no initial request yet).
+ */
+export async function recordCorrection(options: RunAddress & { text: string }): Promise<{ seq: number; revision: number }> {
+  const { pool, runId, scope } = options;
+  const text = requireText(options.text, 'recordCorrection: text');
+  await assertRun(pool, runId, scope);
+  // Two corrections at once compute the same revision: the unique index (or the guard, which
+  // sees the other's commit) refuses one, and it retries with the next revision.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await runCorrectionInsert(pool, runId, text);
+    } catch (error) {
+      const raced = isUniqueViolation(error) || /the next correction of run/.test((error as Error).message);
+      if (attempt < 10 && raced) continue;
+      throw historyErrorFrom(error, 'recordCorrection');
+    }
+  }
+}
+
+export interface RecordModelTurnOptions extends RunAddress {
+  /** The model's text (narration, reasoning it showed, the answer so far). */
+  text: string;
+  /** The tool calls it proposed, in order. Each becomes a tool unit in state `proposed`. */
+  toolCalls?: readonly ToolProposal[];
+  /** The key of the model request (recordModelRequest) that produced this turn. */
+  modelRequestKey?: string;
+}
+
+/**
+ * Records a model turn and its tool proposals.
+ * @throws RunHistoryError for a duplicate proposal id, an unknown model request key, or no initial request yet.
+ */
+export async function recordModelTurn(options: RecordModelTurnOptions): Promise<{ seq: number }> {
+  const { pool, runId, scope } = options;
+  const text = requireText(options.text, 'recordModelTurn: text');
+  const proposals = options.toolCalls ?? [];
+  const ids = new Set<string>();
+  for (const p of proposals) {
+    if (typeof p.id !== 'string' || p.id === '' || typeof p.name !== 'string' || p.name === '') throw new RunHistoryError('recordModelTurn: every tool call needs a non-empty id and name');
+    if (ids.has(p.id)) throw new RunHistoryError(`recordModelTurn: tool call id ${p.id} appears twice`);
+    ids.add(p.id);
+  }
+  return inTransaction(pool, async (client) => {
+    await assertRun(client, runId, scope);
+    try {
+      const { seq, modelRequestId } = await runModelTurnInsert(client, runId, text, options.modelRequestKey ?? null);
+      if (options.modelRequestKey !== undefined && modelRequestId === null) {
+        throw new RunHistoryError(`recordModelTurn: no model request ${options.modelRequestKey} in run ${runId}`);
+      }
+      await runToolUnitsInsert(client, runId, seq, proposals);
+      return { seq };
+    } catch (error) {
+      throw historyErrorFrom(error, 'recordModelTurn');
+    }
+  });
+}
+
+export interface RecordModelRequestOptions extends RunAddress {
+  /** The application's identity of the request; a second record with the same key is a no-op. */
+  requestKey: string;
+  /** Size of what was sent (e.g. PrepareReport.bytes). */
+  requestBytes: number;
+  /** Token usage the provider reported; when unknown, the Run is charged bytes / 3 (never zero). */
+  usage?: { inputTokens: number; outputTokens: number } | null;
+}
+
+/**
+ * Records the receipt of one of the application's own model requests and
+ * charges it to the Run's budget (one request and its tokens).
+ */
+export async function recordModelRequest(options: RecordModelRequestOptions): Promise<{ id: number; charged: boolean }> {
+  const { pool, runId, scope, requestKey, requestBytes, usage } = options;
+  if (!Number.isSafeInteger(requestBytes) || requestBytes < 0) throw new RunHistoryError('recordModelRequest: requestBytes must be a non-negative integer');
+  return inTransaction(pool, async (client) => {
+    await assertRun(client, runId, scope);
+    await savepoint(client, 'receipt');
+    try {
+      const id = await runModelRequestInsert(client, runId, requestKey, requestBytes, usage?.inputTokens ?? null, usage?.outputTokens ?? null);
+      await runBudgetEnsure(client, runId, null, null);
+      const tokens = usage ? usage.inputTokens + usage.outputTokens : Math.ceil(requestBytes / 3);
+      await runBudgetCharge(client, runId, 1, tokens);
+      return { id, charged: true };
+    } catch (error) {
+      if (!isUniqueViolation(error, 'run_model_requests_key')) throw historyErrorFrom(error, 'recordModelRequest');
+      await rollbackTo(client, 'receipt');
+      return { id: (await runModelRequestGet(client, runId, requestKey))!, charged: false };
+    }
+  });
+}
+
+/**
+ * Records that a proposed tool call was dispatched under `dispatchId` (the
+ * application's idempotency key for the effect). Idempotent for the same id.
+ * @throws RunHistoryError for an unknown proposal, or one dispatched or settled under another identity.
+ */
+export async function recordToolCall(options: RunAddress & { proposalId: string; dispatchId: string }): Promise<ToolUnitState> {
+  const { pool, runId, scope, proposalId, dispatchId } = options;
+  if (typeof dispatchId !== 'string' || dispatchId === '') throw new RunHistoryError('recordToolCall: dispatchId must be a non-empty string');
+  return inTransaction(pool, async (client) => {
+    await assertRun(client, runId, scope);
+    try {
+      const done = await runToolUnitDispatch(client, runId, proposalId, dispatchId);
+      if (done) return done;
+    } catch (error) {
+      throw historyErrorFrom(error, 'recordToolCall');
+    }
+    const unit = await runToolUnitLock(client, runId, proposalId);
+    if (!unit) throw new RunHistoryError(`recordToolCall: no tool call ${proposalId} was proposed in run ${runId}`);
+    if (unit.dispatchId === dispatchId) return unit;
+    throw new RunHistoryError(`recordToolCall: tool call ${proposalId} is ${unit.status}${unit.dispatchId ? ` as ${unit.dispatchId}` : ''}`);
+  });
+}
+
+export interface RecordToolResultOptions extends RunAddress {
+  proposalId: string;
+  /** Required unless the call was recorded with recordToolCall (or it failed before dispatch). */
+  dispatchId?: string;
+  settlement: Settlement;
+  /** The result body: stored in the result store (so it can be reread) and shown inline while recent. */
+  content?: string;
+  /** Or: a result already in the store (storeResult); the request then shows only its reference. */
+  resultRef?: ResultRef;
+  /** Why it failed, or what is known about an unknown effect. */
+  error?: string;
+  /** Catalog label for a stored body. */
+  label?: string;
+}
+
+/**
+ * Settles a tool call: its result and settlement, in one unit with the call.
+ * Replaying the same settlement is a no-op; a different one is refused.
+ * @throws RunHistoryError for an unknown proposal, a second different settlement, or a `settled` call without a result.
+ * @throws ResultNotFoundError when `resultRef` is not a result of this Run.
+ */
+export async function recordToolResult(options: RecordToolResultOptions): Promise<{ status: Settlement; result: ResultMeta | null; replayed: boolean }> {
+  const { pool, runId, scope, proposalId, settlement } = options;
+  if (!['settled', 'failed', 'unknown'].includes(settlement)) throw new RunHistoryError(`recordToolResult: settlement must be settled, failed or unknown, got ${String(settlement)}`);
+  if (options.content !== undefined && options.resultRef !== undefined) throw new RunHistoryError('recordToolResult: give content or resultRef, not both');
+  if (settlement === 'settled' && options.content === undefined && options.resultRef === undefined) throw new RunHistoryError('recordToolResult: a settled call needs its result (content or resultRef)');
+  if (options.content !== undefined) requireText(options.content, 'recordToolResult: content');
+  return inTransaction(pool, async (client) => {
+    await assertRun(client, runId, scope);
+    const unit = await runToolUnitLock(client, runId, proposalId);
+    if (!unit) throw new RunHistoryError(`recordToolResult: no tool call ${proposalId} was proposed in run ${runId}`);
+    if (unit.status === 'settled' || unit.status === 'failed' || unit.status === 'unknown') {
+      if (unit.status === settlement && (options.dispatchId === undefined || options.dispatchId === unit.dispatchId)) {
+        const meta = unit.resultId === null ? null : await runResultMetaGet(client, runId, unit.resultId, unit.resultVersion!);
+        return { status: unit.status, result: meta && strip(meta), replayed: true };
+      }
+      throw new RunHistoryError(`recordToolResult: tool call ${proposalId} is already ${unit.status}`);
+    }
+    if (options.dispatchId !== undefined && unit.dispatchId !== null && unit.dispatchId !== options.dispatchId) {
+      throw new RunHistoryError(`recordToolResult: tool call ${proposalId} was dispatched as ${unit.dispatchId}, not ${options.dispatchId}`);
+    }
+    const dispatchId = unit.dispatchId ?? options.dispatchId ?? null;
+    if (dispatchId === null && settlement !== 'failed') throw new RunHistoryError(`recordToolResult: a ${settlement} call needs its dispatch identity (dispatchId)`);
+    let result: ResultMeta | null = null;
+    let inline = true;
+    try {
+      if (options.content !== undefined) {
+        result = strip(await runResultInsert(client, { runId, resultId: randomUUID(), kind: 'tool_result', label: options.label ?? null, content: options.content }));
+      } else if (options.resultRef !== undefined) {
+        const meta = await runResultMetaGet(client, runId, options.resultRef.resultId, options.resultRef.version).catch((e) => {
+          if ((e as { code?: string }).code === '22P02') return null;
+          throw e;
+        });
+        if (!meta) throw new ResultNotFoundError(`result ${options.resultRef.resultId} version ${options.resultRef.version} not found in run ${runId}`);
+        result = strip(meta);
+        inline = false;
+      }
+      await runToolUnitSettle(client, runId, proposalId, {
+        status: settlement, dispatchId, resultId: result?.resultId ?? null, resultVersion: result?.version ?? null, inline, error: options.error ?? null,
+      });
+    } catch (error) {
+      throw historyErrorFrom(error, 'recordToolResult');
+    }
+    return { status: settlement, result, replayed: false };
+  });
+}
+
+function strip(row: { resultId: string; version: number; bytes: number; lines: number; sha256: string; label: string | null }): ResultMeta {
+  return { resultId: row.resultId, version: row.version, bytes: row.bytes, lines: row.lines, sha256: row.sha256, label: row.label };
+}
+
+/** The Run's budget (null when none was recorded: no limits). */
+export async function readRunBudget(options: RunAddress): Promise<RunBudget | null> {
+  await assertRun(options.pool, options.runId, options.scope);
+  return runBudgetGet(options.pool, options.runId);
+}

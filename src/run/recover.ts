@@ -1,0 +1,108 @@
+import type pg from 'pg';
+import { runLockTry, runStateLoad, runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptStatus } from '../db/queries/run.ts';
+import type { Summarizer } from '../gateway/types.ts';
+import { RunNotFoundError } from './errors.ts';
+import { resolvePolicy } from './policy.ts';
+import { evaluate, materialize, requestInput } from './assemble.ts';
+import type { RequestInput } from './project.ts';
+import { inTransaction } from './tx.ts';
+import type { FitStep, ReferenceMade, RunCompactionPolicy, RunRequest } from './types.ts';
+
+export interface RecoverRunContextOptions extends RequestInput {
+  pool: pg.Pool;
+  runId: string;
+  scope: string;
+  /** The same policy the Run is prepared with (fitting must be reproduced exactly). */
+  policy?: Partial<RunCompactionPolicy>;
+  /** Epoch milliseconds, to judge leases. (Default: Date.now) */
+  clock?: () => number;
+  /**
+   * Accepted (with any other prepareRunRequest option) so one options object
+   * serves both calls. Never called: recovery makes no model call.
+   */
+  summarizer?: Summarizer;
+}
+
+/** A summary request receipt as recovery reports it. */
+export interface SummaryReceipt {
+  id: string;
+  attempt: number;
+  identityKey: string;
+  status: ReceiptStatus;
+  /** Whether it counted as an attempt; null while in flight. */
+  spent: boolean | null;
+  reason: string | null;
+  fromSeq: number;
+  toSeq: number;
+  predecessorId: string | null;
+  model: string;
+  dispatchedAt: Date;
+  settledAt: Date | null;
+  leaseExpiresAt: Date;
+  /** The checkpoint this request produced, when one was committed (even if its acknowledgement was lost). */
+  checkpointId: string | null;
+}
+
+export interface RecoveryReport {
+  runId: string;
+  thresholdBytes: number;
+  targetBytes: number;
+  bytes: number;
+  fits: boolean;
+  /** Over the threshold: the next prepareRunRequest will consider compaction. */
+  needsCompaction: boolean;
+  steps: FitStep[];
+  references: ReferenceMade[];
+  catalog: 'full' | 'compact';
+  checkpointsUsed: string[];
+  brokenCheckpoints: string[];
+  /** Every summary request of the Run, oldest first, as the records say. */
+  receipts: SummaryReceipt[];
+  /** Receipts still in flight within their lease: their outcome is not known yet, and nothing is sent for them. */
+  inFlight: string[];
+  /** Receipts found past their lease and settled as unknown now. */
+  expiredReceipts: string[];
+}
+
+/**
+ * Cold recovery: rebuilds the Run's exact next request from records alone
+ * (history, checkpoints, the result store) with no model, tool or network
+ * call, and reports every summary request receipt with its settlement. A
+ * receipt whose process died stays unknown (settled so once its lease
+ * expired); a checkpoint that committed before its acknowledgement was lost
+ * is found through its receipt and used. Nothing is ever re-sent here.
+ * @throws RunNotFoundError when the Run is not in `scope`.
+ */
+export async function recoverRunContext(options: RecoverRunContextOptions): Promise<{ request: RunRequest; report: RecoveryReport }> {
+  const { pool, runId, scope } = options;
+  const policy = resolvePolicy(options.policy);
+  const input = requestInput(options);
+  const clock = options.clock ?? Date.now;
+  return inTransaction(pool, async (client) => {
+    const locked = await runLockTry(client, runId);
+    const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
+    const state = await runStateLoad(client, runId, scope);
+    if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
+    const { projection, fitted } = evaluate(state, input, policy);
+    const receipts: SummaryReceipt[] = (await runSummaryRequestsList(client, runId)).map((r) => ({ ...r }));
+    return {
+      request: await materialize(client, runId, fitted),
+      report: {
+        runId,
+        thresholdBytes: policy.thresholdBytes,
+        targetBytes: policy.targetBytes,
+        bytes: fitted.bytes,
+        fits: fitted.bytes <= policy.thresholdBytes,
+        needsCompaction: fitted.bytes > policy.thresholdBytes,
+        steps: fitted.steps,
+        references: fitted.references,
+        catalog: fitted.catalog,
+        checkpointsUsed: projection.usedCheckpoints,
+        brokenCheckpoints: projection.brokenCheckpoints,
+        receipts,
+        inFlight: receipts.filter((r) => r.status === 'dispatched').map((r) => r.id),
+        expiredReceipts: expired,
+      },
+    };
+  });
+}

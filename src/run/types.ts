@@ -1,0 +1,299 @@
+/**
+ * Run compaction (DESIGN.md "System 2: run compaction").
+ *
+ * Terminology
+ * - Run history: the ordered, append-only record of one Run: the initial user
+ *   request, user corrections (revision 1, 2, ...), model turns (text and tool
+ *   proposals) and tool units. `seq` orders it.
+ * - Protected originals: the initial request and every correction. Carried
+ *   verbatim and in order into every request; never summarizer material.
+ * - Tool unit: a tool proposal with its dispatch and its result, one record.
+ *   Settlement: `settled` (a result), `failed`, `unknown` (the effect may or
+ *   may not have happened). Before that it is `proposed` or `dispatched`.
+ * - Work group: a model turn and all its tool units; the unit of compaction.
+ * - Result store: versioned, immutable bodies the model rereads by id and
+ *   exact version, or a byte or line range of one.
+ * - Reversible fitting: making the request smaller without losing anything:
+ *   a shorter result catalog, older tool result bodies replaced by references
+ *   to the result store.
+ * - Semantic compaction: one lossy, non-authoritative model summary of older
+ *   settled work groups, committed as a checkpoint.
+ * - Checkpoint: the immutable record of one compaction: which turns it
+ *   replaced (and their source hashes), the summary, the summary request that
+ *   produced it, the predecessor checkpoint. Checkpoints never overlap.
+ * - Summary request receipt: written and committed before the summary model
+ *   call; settled once with the outcome. Recovery reads receipts, never
+ *   guesses.
+ * - Pressure: the serialized request's UTF-8 bytes plus the response reserve,
+ *   compared with the threshold (compaction trigger) and the target (what
+ *   fitting and compaction aim for).
+ */
+import type { OutcomeKind } from '../gateway/types.ts';
+
+export type Settlement = 'settled' | 'failed' | 'unknown';
+export type ToolUnitStatus = 'proposed' | 'dispatched' | Settlement;
+
+/** A tool call the model proposed in a turn. */
+export interface ToolProposal {
+  /** The model's id for it (e.g. Anthropic `tool_use.id`); unique within the Run. */
+  id: string;
+  name: string;
+  /** JSON input. Stored as jsonb: key order is normalized. */
+  input: unknown;
+}
+
+/** An exact version of a stored result. */
+export interface ResultRef {
+  resultId: string;
+  version: number;
+}
+
+/** What the store knows about a result version. */
+export interface ResultMeta extends ResultRef {
+  bytes: number;
+  lines: number;
+  sha256: string;
+  label: string | null;
+}
+
+// ---------------------------------------------------------------------------
+// The request prepareRunRequest builds
+
+export interface UserRequestItem {
+  kind: 'user_request';
+  seq: number;
+  /** Verbatim. */
+  text: string;
+}
+
+export interface CorrectionItem {
+  kind: 'correction';
+  seq: number;
+  revision: number;
+  /** Verbatim. */
+  text: string;
+}
+
+export interface CheckpointSummaryItem {
+  kind: 'checkpoint_summary';
+  checkpointId: string;
+  segment: number;
+  fromSeq: number;
+  toSeq: number;
+  /** Always false: a summary describes work; it is not a record of what happened. */
+  authoritative: false;
+  note: string;
+  text: string;
+  /** The tool units the summary replaced, with the results the model can reread. */
+  toolResults: { proposalId: string; tool: string; settlement: Settlement; resultId: string | null; version: number | null }[];
+}
+
+export interface ModelTurnItem {
+  kind: 'model_turn';
+  seq: number;
+  text: string;
+  toolCalls: ToolProposal[];
+}
+
+export interface ToolResultItem {
+  kind: 'tool_result';
+  /** The seq of the model turn that proposed the call. */
+  seq: number;
+  proposalId: string;
+  tool: string;
+  dispatchId: string | null;
+  status: ToolUnitStatus;
+  error?: string;
+  /** The result body, when shown inline. */
+  body?: string;
+  /** The result in the store, when shown as a reference (externalized, or replaced by fitting). */
+  reference?: ResultMeta & { note: string };
+}
+
+export type RunRequestItem = UserRequestItem | CorrectionItem | CheckpointSummaryItem | ModelTurnItem | ToolResultItem;
+
+/** A catalog entry: an externalized result the model can reread. */
+export interface CatalogEntry {
+  resultId: string;
+  version: number;
+  bytes: number;
+  lines: number;
+  sha256?: string;
+  label?: string | null;
+}
+
+/** The complete next model request. Its size is `Buffer.byteLength(JSON.stringify(request)) + responseReserveBytes`. */
+export interface RunRequest {
+  model: string;
+  system: string;
+  tools: readonly unknown[];
+  messages: RunRequestItem[];
+  resultCatalog: CatalogEntry[];
+  responseReserveBytes: number;
+}
+
+// ---------------------------------------------------------------------------
+// Options
+
+/** Every knob of run compaction; DEFAULT_RUN_POLICY has the defaults. */
+export interface RunCompactionPolicy {
+  /** New checkpoints may be made; committed ones are used either way. (Default: true) */
+  enabled: boolean;
+  /** Semantic compaction is considered above this many bytes. (Default: 262144, 256 KiB) */
+  thresholdBytes: number;
+  /** Reversible fitting starts above, and compaction must reach, this many bytes. (Default: 229376, 224 KiB) */
+  targetBytes: number;
+  /** A checkpoint must save at least this many bytes. (Default: 4096) */
+  minSavingBytes: number;
+  /** Largest accepted summary in UTF-8 bytes. (Default: 6000) */
+  summaryCapBytes: number;
+  /** A summary smaller than this is not worth a model request: no call when less room is left. (Default: 256) */
+  minSummaryBytes: number;
+  /** The newest work groups never compacted nor fitted. (Default: 3) */
+  keepRecentGroups: number;
+  /** Bytes reserved for the response, added to the measured request. (Default: 16384) */
+  responseReserveBytes: number;
+  /** Deadline of one summary request in milliseconds. (Default: 120000) */
+  summaryDeadlineMs: number;
+  /** How long after its deadline an unsettled summary request is presumed lost (then settled unknown). (Default: 30000) */
+  leaseGraceMs: number;
+  /** Spent dispatches per candidate identity, 1 or 2 (the database allows at most 2). (Default: 2) */
+  maxAttempts: number;
+  /** Largest summarizer input in bytes; fewer groups are taken when more would not fit. (Default: 262144) */
+  maxSummaryInputBytes: number;
+  /** Bytes of a model turn's text given to the summarizer. (Default: 8192) */
+  turnExcerptBytes: number;
+  /** Bytes of a tool's input and of its result given to the summarizer. (Default: 1024) */
+  toolExcerptBytes: number;
+}
+
+/** The Run's resources kept for finalization, and the size of a summary's reservation. */
+export interface SummaryBudgetOptions {
+  /** Model requests that must stay available after a summary request. (Default: 1) */
+  finalizationRequests?: number;
+  /** Tokens that must stay available after a summary request's reservation. (Default: 0) */
+  finalizationTokens?: number;
+  /** Tokens reserved for one summary request. (Default: input bytes / 3 + the summary allowance + 512) */
+  summaryTokens?: number;
+}
+
+/** The Run's budget as stored; null limits mean no limit. */
+export interface RunBudget {
+  requestsLimit: number | null;
+  tokensLimit: number | null;
+  requestsUsed: number;
+  tokensUsed: number;
+  requestsReserved: number;
+  tokensReserved: number;
+}
+
+// ---------------------------------------------------------------------------
+// Reports
+
+export type FitStepName = 'measure' | 'shrink_catalog' | 'reference_results' | 'compaction';
+
+export interface FitStep {
+  step: FitStepName;
+  bytesBefore: number;
+  bytesAfter: number;
+}
+
+/** A tool result body the request shows as a reference instead. */
+export interface ReferenceMade {
+  proposalId: string;
+  resultId: string;
+  version: number;
+  savedBytes: number;
+}
+
+export type CompactionDecision =
+  /** Hooks only (onBeforeCompaction): the receipt is committed and the summary request is about to be sent. */
+  | 'pending'
+  /** At or under the threshold after reversible fitting. */
+  | 'not_needed'
+  /** policy.enabled is false. */
+  | 'disabled'
+  /** No summary request was made (see reason). */
+  | 'skipped'
+  /** A checkpoint was committed (see checkpointId). */
+  | 'committed'
+  /** The summary came back but failed the net-benefit gate; the original history stays. */
+  | 'rejected'
+  /** The summary request did not produce a summary (see outcome and reason). */
+  | 'failed';
+
+export interface CandidateReport {
+  fromSeq: number;
+  toSeq: number;
+  /** The model turns whose groups the candidate covers. */
+  seqs: number[];
+  toolUnits: number;
+  sourceHash: string;
+  identityKey: string;
+  /** Bytes the candidate's groups take in the current request. */
+  requestBytes: number;
+  /** Bytes of summarizer input. */
+  inputBytes: number;
+}
+
+export interface CompactionReport {
+  decision: CompactionDecision;
+  reason: string | null;
+  candidate: CandidateReport | null;
+  summaryRequestId: string | null;
+  attempt: number | null;
+  outcome: OutcomeKind | null;
+  /** The summary text came from an earlier ok receipt of the same identity: no model call. */
+  reusedSummary: boolean;
+  /** The allowance given to the summarizer (maxChars). */
+  summaryAllowance: number | null;
+  summaryBytes: number | null;
+  /** The full next request's bytes with the summary, after fitting. */
+  bytesWithSummary: number | null;
+  checkpointId: string | null;
+}
+
+export interface PrepareReport {
+  runId: string;
+  thresholdBytes: number;
+  targetBytes: number;
+  /** Bytes before and after each step, in order. */
+  steps: FitStep[];
+  /** References made by fitting in the final request. */
+  references: ReferenceMade[];
+  catalog: 'full' | 'compact';
+  /** Checkpoints the final request uses, oldest first. */
+  checkpointsUsed: string[];
+  /** Checkpoints whose sources no longer hash the same: their originals are shown instead. */
+  brokenCheckpoints: string[];
+  compaction: CompactionReport;
+  /** Summary requests found unsettled past their lease and settled as unknown by this call. */
+  expiredReceipts: string[];
+  /** Measured size of the final request (serialized bytes + response reserve). */
+  bytes: number;
+  /** Whether the final request is at or under the threshold. */
+  fits: boolean;
+  /** Why it does not fit, when it does not. */
+  reason: string | null;
+  /** Errors thrown by hooks (they change nothing). */
+  hookErrors: string[];
+}
+
+/** What hooks observe: a deep-frozen copy. */
+export interface CompactionObservation {
+  phase: 'before' | 'after';
+  runId: string;
+  scope: string;
+  bytesBefore: number;
+  compaction: CompactionReport;
+}
+
+export type DeepReadonly<T> = T extends (infer U)[] ? readonly DeepReadonly<U>[] : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
+
+/** Observers of compaction. Awaited; a throw or a mutation changes nothing. */
+export interface RunCompactionHooks {
+  /** Before the summary request is dispatched (its receipt is already committed). */
+  onBeforeCompaction?: (observation: DeepReadonly<CompactionObservation>) => void | Promise<void>;
+  /** After the decision is settled and committed (committed, rejected or failed), also when a stored summary was re-judged without a call. */
+  onAfterCompaction?: (observation: DeepReadonly<CompactionObservation>) => void | Promise<void>;
+}

@@ -1,0 +1,38 @@
+/**
+ * A process that is SIGKILLed by test/run/crash.test.ts at a chosen point of
+ * prepareRunRequest. It announces the point on stdout (one JSON line) and
+ * then waits forever, so the kill always lands exactly there.
+ *   mode `in-call`:      the summary request was sent (receipt committed), no answer yet.
+ *   mode `after-commit`: the checkpoint is committed, prepareRunRequest has not returned.
+ */
+import pg from 'pg';
+import { prepareRunRequest } from '../../../src/run/index.ts';
+import { INPUT, ok, SMALL_POLICY } from './fixtures.ts';
+
+const [url, runId, scope, mode] = process.argv.slice(2) as [string, string, string, 'in-call' | 'after-commit'];
+const pool = new pg.Pool({ connectionString: url, max: 2 });
+pool.on('error', () => {});
+// Nothing below resolves: keep the event loop alive until the kill.
+setInterval(() => {}, 1 << 30);
+const announce = (event: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(event)}\n`);
+
+await prepareRunRequest({
+  pool, runId, scope, ...INPUT, policy: SMALL_POLICY,
+  summarizer: {
+    model: 'test/recorder@1',
+    summarize: async (request) => {
+      if (mode === 'in-call') {
+        announce({ event: 'sent', items: request.items.length });
+        return new Promise(() => {});
+      }
+      return ok('summary written by the child');
+    },
+  },
+  hooks: {
+    onAfterCompaction: (o) => {
+      announce({ event: 'committed', checkpointId: o.compaction.checkpointId, decision: o.compaction.decision });
+      return new Promise(() => {});
+    },
+  },
+});
+announce({ event: 'returned' });
