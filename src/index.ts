@@ -24,4 +24,11 @@ export { sourceHash, SOURCE_HASH_VERSION } from './hash.ts';
 export { createGateway, createAnthropicSummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
 export type { Outcome, Summarizer, SummaryRequest } from './gateway/types.ts';
 
+export {
+  startRun, recordCorrection, recordModelTurn, recordModelRequest, recordToolCall, recordToolResult, readRunBudget,
+  storeResult, readResult, prepareRunRequest, recoverRunContext, toAnthropicRequest, DEFAULT_RUN_POLICY,
+  RunCompactionError, RunNotFoundError, RunHistoryError, ResultNotFoundError, RunPolicyError,
+} from './run/index.ts';
+export type { PreparedRunRequest, PrepareRunRequestOptions, RecoveryReport } from './run/index.ts';
+
 export * as schema from './db/schema/index.ts';

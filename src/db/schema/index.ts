@@ -1,1 +1,2 @@
 export * from './conversations.ts';
+export * from './runs-history.ts';
