@@ -1,0 +1,103 @@
+import type pg from 'pg';
+import type { BenchContext } from './lib/context.ts';
+import type { BenchResult } from './lib/report.ts';
+import { benchClient } from './lib/server.ts';
+import { roundRatios, sidesInRound, spread } from './lib/stats.ts';
+import { textAt } from './lib/data.ts';
+import { createConversations, pairTransaction } from './lib/writes.ts';
+
+/**
+ * P1 write overhead: completed-pair writes per second on the sourcebound
+ * schema with its triggers (pair index maintenance, enqueue on crossings)
+ * versus the same schema, created the same way, with the user triggers of
+ * runs and messages disabled. Several clients write at once, each to its own
+ * conversations (one live run per conversation, as in an application).
+ *
+ * Two loads: conversations kept below the 30-pair threshold (no job is ever
+ * added), and conversations written to 45 pairs (each crosses 30 and 40, so
+ * the trigger adds a compact_conversation job, then dedupes into it).
+ * No worker runs: jobs the triggers add wait in graphile_worker's table and are
+ * deleted between rounds, so a growing, never-drained job table does not tax
+ * later rounds; the baseline adds none (that is the point of the comparison).
+ */
+export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
+  const clients = 4;
+  // Many short rounds rather than a few long ones: other processes on the
+  // machine (tests of other engineers) come and go within seconds, and a
+  // slice of a second, A then B then B then A, sees nearly the same machine.
+  const rounds = ctx.full ? 40 : 16;
+  const loads = [
+    { key: 'below', label: 'below threshold (25 pairs/conversation)', pairsEach: 25, convsPerClient: ctx.full ? 6 : 3 },
+    { key: 'crossing', label: 'crossing (45 pairs/conversation)', pairsEach: 45, convsPerClient: ctx.full ? 4 : 2 },
+  ];
+
+  const urlT = await ctx.server.freshDatabase('p1_triggers');
+  const urlB = await ctx.server.freshDatabase('p1_baseline');
+  const admin = { T: await benchClient(urlT), B: await benchClient(urlB) };
+  await admin.B.query('alter table sourcebound.runs disable trigger user');
+  await admin.B.query('alter table sourcebound.messages disable trigger user');
+  const writers = {
+    T: await Promise.all(Array.from({ length: clients }, () => benchClient(urlT))),
+    B: await Promise.all(Array.from({ length: clients }, () => benchClient(urlB))),
+  };
+
+  let textOffset = 0;
+  /** One measurement: every client writes its share, conversation after conversation. Pairs per second. */
+  const measure = async (side: 'T' | 'B', pairsEach: number, convsPerClient: number): Promise<{ rate: number; jobs: number }> => {
+    const conversations = await createConversations(admin[side], clients * convsPerClient);
+    const offset = textOffset;
+    textOffset += clients * convsPerClient * pairsEach;
+    const start = performance.now();
+    await Promise.all(writers[side].map(async (client: pg.Client, c) => {
+      for (let k = 0; k < convsPerClient; k++) {
+        const conversationId = conversations[c * convsPerClient + k]!;
+        for (let p = 0; p < pairsEach; p++) await pairTransaction(client, conversationId, textAt(offset + (c * convsPerClient + k) * pairsEach + p));
+      }
+    }));
+    const seconds = (performance.now() - start) / 1000;
+    const { rows } = await admin[side].query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs');
+    await admin[side].query('delete from graphile_worker._private_jobs');
+    return { rate: (clients * convsPerClient * pairsEach) / seconds, jobs: rows[0]!.n };
+  };
+
+  const result: BenchResult = {
+    id: 'P1', title: 'write overhead of the triggers', status: 'ok', seconds: 0,
+    params: {
+      clients, rounds, unit: '5 statements in 1 transaction per pair',
+      pairsPerRoundAndSide: Object.fromEntries(loads.map((l) => [l.key, clients * l.convsPerClient * l.pairsEach])),
+    },
+    figures: [], headlines: [], notes: [],
+  };
+  try {
+    for (const load of loads) {
+      ctx.log(`P1 ${load.key}: warm-up`);
+      await measure('T', load.pairsEach, load.convsPerClient);
+      await measure('B', load.pairsEach, load.convsPerClient);
+      const rates = { T: [] as number[], B: [] as number[] };
+      const jobs: number[] = [];
+      for (let i = 0; i < rounds; i++) {
+        for (const side of sidesInRound(i, 'T' as const, 'B' as const)) {
+          const m = await measure(side, load.pairsEach, load.convsPerClient);
+          rates[side].push(m.rate);
+          if (side === 'T') jobs.push(m.jobs);
+        }
+      }
+      ctx.log(`P1 ${load.key}: with triggers ${spread(rates.T).median.toFixed(0)}/s, baseline ${spread(rates.B).median.toFixed(0)}/s (medians of ${rounds})`);
+      result.figures.push(
+        { label: `${load.key}: with triggers`, unit: 'pairs/s', value: spread(rates.T) },
+        { label: `${load.key}: triggers disabled`, unit: 'pairs/s', value: spread(rates.B) },
+      );
+      result.headlines.push({
+        label: load.key === 'below' ? 'P1 below threshold: triggers / baseline' : 'P1 overall (crossing): triggers / baseline',
+        ratio: spread(roundRatios(rates.T, rates.B)),
+        goal: { op: '>=', target: load.key === 'below' ? 0.9 : 0.8 },
+      });
+      result.notes.push(`${load.label}: compact_conversation jobs the triggers added per round: ${spread(jobs).median} (baseline: none; deleted between rounds).`);
+    }
+    const pairs = async (c: pg.Client) => (await c.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs')).rows[0]!.n;
+    result.notes.push(`Sanity: pairs indexed with triggers ${await pairs(admin.T)}, with triggers disabled ${await pairs(admin.B)} (expected 0).`);
+  } finally {
+    for (const c of [...writers.T, ...writers.B, admin.T, admin.B]) await c.end().catch(() => {});
+  }
+  return result;
+}

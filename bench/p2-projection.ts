@@ -1,0 +1,130 @@
+import type pg from 'pg';
+import { projectConversationHistory, type ConversationProjection } from '../src/projection/index.ts';
+import { extractiveSummary } from '../src/gateway/offline.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../src/gateway/prompts.ts';
+import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds } from '../src/hash.ts';
+import { plannableRanges } from '../src/plan.ts';
+import { pairsRangeRead } from '../src/db/queries/summaries.ts';
+import type { BenchContext } from './lib/context.ts';
+import type { BenchResult } from './lib/report.ts';
+import { benchPool } from './lib/server.ts';
+import { p50p99, roundRatios, spread } from './lib/stats.ts';
+import { bulkPairs, createConversations } from './lib/writes.ts';
+
+/**
+ * P2 projection: latency of projectConversationHistory (64 KiB budget) on
+ * conversations of 100, 1,000 and 10,000 pairs (and 100,000 with --full),
+ * every plannable range carrying a completed, source-bound summary. The
+ * design says cost grows with the budget, not the length: the headline is
+ * p50(10,000) / p50(100), measured in the same rounds, sizes interleaved.
+ *
+ * Fixtures: pairs are written set-based (one statement per chunk; the pair
+ * triggers still index them); summary records are inserted directly with the
+ * ids and source hash computed by src/hash.ts, and an extractive digest of
+ * about 1,200 characters as their text (a realistic weight in the budget; the
+ * offline summarizer's output, cut shorter).
+ */
+export const BUDGET = 64 * 1024;
+const SUMMARY_CHARS = 1200;
+const CHUNK = 5000;
+
+export async function benchProjection(ctx: BenchContext): Promise<BenchResult> {
+  const sizes = ctx.full ? [100, 1000, 10_000, 100_000] : [100, 1000, 10_000];
+  const rounds = ctx.full ? 9 : 5;
+  const perRound = ctx.full ? 200 : 40;
+  const url = await ctx.server.freshDatabase('p2_projection');
+  const pool = benchPool(url, 4);
+  const result: BenchResult = {
+    id: 'P2', title: 'projection latency versus conversation length', status: 'ok', seconds: 0,
+    params: { budgetBytes: BUDGET, sizes, rounds, callsPerRoundAndSize: perRound, summaryChars: SUMMARY_CHARS },
+    figures: [], headlines: [], notes: [],
+  };
+  try {
+    const conversations = await createConversations(pool, sizes.length);
+    let offset = 0;
+    for (const [i, size] of sizes.entries()) {
+      const t0 = performance.now();
+      for (let done = 0; done < size; done += CHUNK) {
+        await bulkPairs(pool, [conversations[i]!], Math.min(CHUNK, size - done), offset);
+        offset += Math.min(CHUNK, size - done);
+      }
+      const ranges = await summarizeAll(pool, conversations[i]!, size);
+      ctx.log(`P2: ${size} pairs and ${ranges} summaries written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    }
+    // Nothing waits on the jobs the triggers added; keep the tables the reads see tidy.
+    await pool.query('delete from graphile_worker._private_jobs');
+    await pool.query('vacuum analyze');
+
+    const project = async (conversationId: string): Promise<{ ms: number; projection: ConversationProjection }> => {
+      const t0 = performance.now();
+      const projection = await projectConversationHistory({ pool, conversationId, scope: 'bench', budgetBytes: BUDGET });
+      return { ms: performance.now() - t0, projection };
+    };
+
+    for (const [i, size] of sizes.entries()) {
+      const { projection: p } = await project(conversations[i]!);
+      const summaries = p.items.filter((it) => it.kind === 'summary').length;
+      const raw = p.items.filter((it) => it.kind === 'pair').length;
+      const unusable = p.summaryNotUsed.filter((s) => s.reason !== 'does_not_fit' && s.reason !== 'incomplete_range' && !(s.reason === 'not_yet_summarized' && s.fromPair >= size - 20));
+      const covers = p.omitted.length === 0 ? 'all pairs' : `pairs ${p.omitted[0]!.toPair + 1}..${p.pairCount - 1}`;
+      result.notes.push(`${size} pairs: the projection (${p.bytes} bytes) holds ${summaries} summarized ranges and ${raw} raw pairs, covering ${covers}; summaries unusable for a reason other than the budget: ${unusable.length}.`);
+      for (let w = 0; w < 10; w++) await project(conversations[i]!);
+    }
+
+    const p50 = sizes.map(() => [] as number[]);
+    const p99 = sizes.map(() => [] as number[]);
+    for (let r = 0; r < rounds; r++) {
+      const samples = sizes.map(() => [] as number[]);
+      for (let j = 0; j < perRound; j++) {
+        // Rotate which size goes first, so none always follows the same one.
+        for (let s = 0; s < sizes.length; s++) {
+          const k = (s + j) % sizes.length;
+          samples[k]!.push((await project(conversations[k]!)).ms);
+        }
+      }
+      samples.forEach((x, k) => {
+        const q = p50p99(x);
+        p50[k]!.push(q.p50);
+        p99[k]!.push(q.p99);
+      });
+      ctx.log(`P2 round ${r + 1}/${rounds}: p50 ${sizes.map((s, k) => `${s}: ${p50[k]!.at(-1)!.toFixed(2)} ms`).join(', ')}`);
+    }
+    for (const [k, size] of sizes.entries()) {
+      result.figures.push({ label: `p50 at ${size.toLocaleString('en-US')} pairs`, unit: 'ms', value: spread(p50[k]!) });
+      result.figures.push({ label: `p99 at ${size.toLocaleString('en-US')} pairs`, unit: 'ms', value: spread(p99[k]!) });
+    }
+    const at = (n: number) => sizes.indexOf(n);
+    result.headlines.push({ label: 'P2 p50(10,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50[at(10_000)]!, p50[at(100)]!)), goal: { op: '<=', target: 1.5 } });
+    if (sizes.includes(100_000)) {
+      result.headlines.push({ label: 'P2 p50(100,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50[at(100_000)]!, p50[at(100)]!)), goal: null });
+    }
+  } finally {
+    await pool.end();
+  }
+  return result;
+}
+
+/** A completed summary record for every plannable range, bound to the range's current ids and hash. Returns how many. */
+export async function summarizeAll(pool: pg.Pool, conversationId: string, pairCount: number): Promise<number> {
+  const records: { from_pair: number; to_pair: number; ids: string[]; hash: string; summary: string }[] = [];
+  for (const range of plannableRanges(pairCount)) {
+    const pairs = await pairsRangeRead(pool, conversationId, range.fromPair, range.toPair);
+    records.push({
+      from_pair: range.fromPair, to_pair: range.toPair, ids: sourceMessageIds(pairs), hash: sourceHash(pairs, SOURCE_HASH_VERSION),
+      summary: extractiveSummary(pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })), SUMMARY_CHARS) ?? 'summary',
+    });
+  }
+  for (let i = 0; i < records.length; i += 1000) {
+    await pool.query(
+      `insert into sourcebound.conversation_summaries
+         (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version,
+          status, summary, attempts_spent, completed_at)
+       select $1, c.scope, x.from_pair, x.to_pair, x.ids, x.hash, $3, 'bench/direct', $4, 'completed', x.summary, 1, now()
+       from sourcebound.conversations c,
+            json_to_recordset($2::json) as x(from_pair int, to_pair int, ids uuid[], hash text, summary text)
+       where c.id = $1`,
+      [conversationId, JSON.stringify(records.slice(i, i + 1000)), SOURCE_HASH_VERSION, CONVERSATION_PROMPT_VERSION],
+    );
+  }
+  return records.length;
+}
