@@ -16,10 +16,26 @@ import { sweepCompactionTask } from '../tasks/sweep_compaction.ts';
  */
 export const CRONTAB = '* * * * * sweep_compaction ?max=1&jobKey=sourcebound:sweep&jobKeyMode=replace';
 
+/**
+ * graphile-worker stopped by itself: its worker pool fails when it cannot mark
+ * a job complete or failed (PostgreSQL restarted mid-job, for one), and its
+ * runner then stops and *resolves* its promise. The process must not look like
+ * it stopped cleanly: a process manager has to start it again.
+ */
+export class WorkerRunnerStoppedError extends Error {
+  override name = 'WorkerRunnerStoppedError';
+  /** The CLI prints the message alone (no stack) and exits 1. */
+  readonly exitQuietly = true;
+}
+
 export interface WorkerHandle {
   workerId: string;
+  /** graphile-worker's runner, except that `promise` rejects with WorkerRunnerStoppedError when it stopped without `stop()`. */
   runner: Runner;
-  /** Stops taking jobs, lets running ones finish (up to the shutdown deadline, then aborts them), releases everything. */
+  /**
+   * Stops taking jobs, lets running ones finish (up to the shutdown deadline, then aborts them), releases everything.
+   * @throws WorkerRunnerStoppedError (after releasing everything) when the runner had already stopped on its own.
+   */
   stop(): Promise<void>;
 }
 
@@ -75,14 +91,27 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model }, 'worker started');
 
   let stopping: Promise<void> | null = null;
+  let died: WorkerRunnerStoppedError | null = null;
+  const promise = runner.promise.then(() => {
+    if (stopping === null) {
+      died = new WorkerRunnerStoppedError('graphile-worker stopped on its own (see its "Runner stopping" log line); start the worker again');
+      throw died;
+    }
+  });
+  // Marked handled here: a caller that never looks at runner.promise must not crash on it.
+  promise.catch(() => {});
   const stop = () => {
     stopping ??= (async () => {
       logger.info({ workerId }, 'worker stopping: no new jobs, waiting for running ones');
-      await runner.stop();
+      // A runner that already stopped itself rejects a second stop; there is nothing left to stop.
+      await runner.stop().catch((error: unknown) => {
+        if (!(error instanceof Error && error.message === 'Runner is already stopped')) throw error;
+      });
       await configured?.close();
       logger.info({ workerId }, 'worker stopped');
+      if (died) throw died;
     })();
     return stopping;
   };
-  return { workerId, runner, stop };
+  return { workerId, runner: { ...runner, promise }, stop };
 }

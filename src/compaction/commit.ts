@@ -64,6 +64,10 @@ async function commitInTransaction(
   // Gone with its conversation, or taken over after our lease expired (that
   // worker already counted our attempt as spent).
   if (record === null || record.status !== 'running' || record.leaseOwner !== claim.workerId) return { kind: 'lease_lost' };
+  // The lease owner is the worker process, shared by its jobs: a takeover by
+  // another job of the same process leaves it unchanged but settles our
+  // attempt. The record is locked, so this read cannot race a takeover.
+  if (!(await q.attemptOpenRead(db, claim.attemptId))) return { kind: 'lease_lost' };
 
   const settle = (o: string, spent: boolean, reason: string | null, extra: { requestId?: string | null; usage?: unknown } = {}) =>
     q.attemptsSettleUpdate(db, record.id, { outcome: o, spent, reason, ...extra }, claim.attemptId);

@@ -174,6 +174,12 @@ export async function attemptOpenInsert(db: Queryable, summaryId: string, worker
   return Number(rows[0]!.id);
 }
 
+/** Whether an attempt is still open (not settled by its own commit nor by a takeover). */
+export async function attemptOpenRead(db: Queryable, attemptId: number): Promise<boolean> {
+  const { rows } = await db.query('select 1 from sourcebound.conversation_summary_attempts where id = $1 and outcome is null', [attemptId]);
+  return rows.length > 0;
+}
+
 /** Settles every open attempt of a record (normally one) with an outcome. */
 export async function attemptsSettleUpdate(
   db: Queryable,
