@@ -4,7 +4,7 @@
  * three produce byte-identical requests from the same records.
  */
 import { runResultBodies, type Queryable, type RunState } from '../db/queries/run.ts';
-import type { Candidate } from './candidate.ts';
+import type { Chunk } from './candidate.ts';
 import { RunPolicyError } from './errors.ts';
 import { fillBodies, fit, project, type Fitted, type ProjectedCheckpoint, type Projection, type RequestInput } from './project.ts';
 import type { RunCompactionPolicy, RunRequest } from './types.ts';
@@ -15,14 +15,14 @@ export interface Evaluated {
   fitted: Fitted;
 }
 
-/** Projection and fitting of `state`, with `extra` as a checkpoint under evaluation. */
-export function evaluate(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint): Evaluated {
+/** Projection and fitting of `state`, with `extra` as checkpoints under evaluation (after the stored ones). */
+export function evaluate(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[]): Evaluated {
   const projection = project(state, input, policy, extra);
   return { projection, fitted: fit(projection, policy) };
 }
 
-/** The checkpoint a candidate would become, for measuring before it exists. */
-export function hypothetical(candidate: Candidate, summary: string, id: string): ProjectedCheckpoint {
+/** The checkpoint a candidate (or a later chunk of a plan) would become, for measuring before it exists. */
+export function hypothetical(candidate: Chunk, summary: string, id: string): ProjectedCheckpoint {
   return {
     id, segment: candidate.segment, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
     summary, toolResultRefs: candidate.toolResultRefs,

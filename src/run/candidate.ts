@@ -1,8 +1,12 @@
 import type { RunState, ToolResultRefRow, UnitRow } from '../db/queries/run.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem } from '../gateway/types.ts';
+import type { Evaluated } from './assemble.ts';
 import { identityKeyOf, sourceHashOf } from './hash.ts';
-import { cutBytes, hashGroup, isSettled, type Group, type Projection } from './project.ts';
+import {
+  cutBytes, floorOf, hashGroup, isSettled, jsonBytes, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
+  type Projection, type RequestInput,
+} from './project.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**
@@ -14,47 +18,104 @@ import type { RunCompactionPolicy } from './types.ts';
  *   oldest first and contiguously: the first group that is not settled ends
  *   the candidate (a pending effect is never summarized, nor skipped over).
  * - Never the newest `keepRecentGroups` groups.
+ * - At most `maxSummaryInputBytes` of summarizer input (at least one group),
+ *   unless it would then save less than `minSavingBytes` even with the
+ *   smallest summary worth a request (`minSummaryBytes`): then it takes the
+ *   next groups too, until it would (a chunk is never closed small in the
+ *   request just because the next group's material is large).
  * - The material is model text, tool proposals, settlements and result
  *   excerpts. Never the user's request or corrections, never an earlier
  *   summary. A failed or unknown effect is labelled so, never "completed".
  */
-export interface Candidate {
+
+/** Consecutive work groups one summary covers (a checkpoint to be), without its identity. */
+export interface Chunk {
   groups: Group[];
   seqs: number[];
   fromSeq: number;
   toSeq: number;
-  groupHashes: string[];
-  sourceHash: string;
-  identityKey: string;
-  predecessorId: string | null;
+  /** The checkpoint segment it would become. */
   segment: number;
   /** Upper estimate of the summarizer input (excerpts at their cap); exact once the material is built. */
   inputBytes: number;
   toolResultRefs: ToolResultRefRow[];
 }
 
-export type Selection = { ok: true; candidate: Candidate } | { ok: false; reason: string };
+/** The chunk a summary is requested for now: bound to its sources and its predecessor. */
+export interface Candidate extends Chunk {
+  groupHashes: string[];
+  sourceHash: string;
+  identityKey: string;
+  predecessorId: string | null;
+}
 
-/** The largest candidate the policy allows now, or why there is none. */
-export function selectCandidate(state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>, model: string): Selection {
+export type Selection =
+  | { ok: true; candidate: Candidate; /** Every compactable group now (the candidate's first), oldest first. */ compactable: Group[] }
+  | { ok: false; reason: string };
+
+/** Summarizer input sizes by model turn seq (a group's material never changes: settled work is final). */
+export type MaterialSizes = Map<number, number>;
+
+/** The largest candidate the policy allows now, or why there is none. `floor` is the projection's (floorOf). */
+export function selectCandidate(
+  state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>, model: string,
+  sizes: MaterialSizes = new Map(), floor: Floor = floorOf(projection, policy),
+): Selection {
+  const open = compactableGroups(state, projection, policy);
+  if (!open.ok) return open;
+  const [first] = cut(open.groups, policy, sizes, floor, (state.checkpoints.at(-1)?.segment ?? 0) + 1);
+  return { ok: true, candidate: build(state, first!.groups, first!.inputBytes, model), compactable: open.groups };
+}
+
+/**
+ * The settled groups a checkpoint may cover now, oldest first: after the
+ * newest checkpoint, before the newest `keepRecentGroups`, up to the first
+ * group with a pending effect.
+ */
+function compactableGroups(state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>): { ok: true; groups: Group[] } | { ok: false; reason: string } {
   if (projection.brokenCheckpoints.length > 0) return { ok: false, reason: 'broken_checkpoint' };
   const after = state.checkpoints.at(-1)?.toSeq ?? 0;
   const open = projection.visibleGroups.filter((g) => g.seq > after);
   const eligible = open.length - policy.keepRecentGroups;
   if (eligible <= 0) return { ok: false, reason: 'only_recent_work' };
-  const chosen: Group[] = [];
-  let inputBytes = 0;
+  const groups: Group[] = [];
   for (const g of open.slice(0, eligible)) {
-    if (!isSettled(g)) {
-      if (chosen.length === 0) return { ok: false, reason: `unsettled_work:${g.seq}` };
-      break;
-    }
-    const bytes = materialBytes(materialOf(g, policy, null));
-    if (chosen.length > 0 && inputBytes + bytes > policy.maxSummaryInputBytes) break;
-    chosen.push(g);
-    inputBytes += bytes;
+    if (!isSettled(g)) break;
+    groups.push(g);
   }
-  return { ok: true, candidate: build(state, chosen, inputBytes, model) };
+  if (groups.length === 0) return { ok: false, reason: `unsettled_work:${open[0]!.seq}` };
+  return { ok: true, groups };
+}
+
+/**
+ * `groups` cut oldest first into chunks of at most `maxSummaryInputBytes` of
+ * input (at least one group each), a chunk going on past that bound while it
+ * would save less than `minSavingBytes` at the floor with a summary of
+ * `minSummaryBytes` (its allowance keeps its own saving at the minimum, see
+ * Plan.allowance, so a chunk that cannot would never be sent).
+ */
+function cut(groups: readonly Group[], policy: Readonly<RunCompactionPolicy>, sizes: MaterialSizes, floor: Floor, segment: number): Chunk[] {
+  const chunks: Chunk[] = [];
+  let current: { groups: Group[]; inputBytes: number; floorBytes: number } | null = null;
+  const savesEnough = (c: NonNullable<typeof current>) =>
+    c.floorBytes - (jsonBytes(summaryItem(bare(chunk(c.groups, c.inputBytes, segment + chunks.length), 0))) + 1) - policy.minSummaryBytes >= policy.minSavingBytes;
+  for (const g of groups) {
+    let bytes = sizes.get(g.seq);
+    if (bytes === undefined) {
+      bytes = materialBytes(materialOf(g, policy, null));
+      sizes.set(g.seq, bytes);
+    }
+    if (current !== null && current.inputBytes + bytes > policy.maxSummaryInputBytes && savesEnough(current)) {
+      chunks.push(chunk(current.groups, current.inputBytes, segment + chunks.length));
+      current = null;
+    }
+    current ??= { groups: [], inputBytes: 0, floorBytes: 0 };
+    current.groups.push(g);
+    current.inputBytes += bytes;
+    current.floorBytes += floor.groupBytes.get(g.seq) ?? 0;
+  }
+  if (current !== null) chunks.push(chunk(current.groups, current.inputBytes, segment + chunks.length));
+  return chunks;
 }
 
 /**
@@ -77,26 +138,90 @@ export function candidateOver(state: RunState, projection: Projection, policy: R
   return build(state, chosen, inputBytes, model);
 }
 
+function chunk(groups: Group[], inputBytes: number, segment: number): Chunk {
+  const seqs = groups.map((g) => g.seq);
+  return { groups, seqs, fromSeq: seqs[0]!, toSeq: seqs[seqs.length - 1]!, segment, inputBytes, toolResultRefs: groups.flatMap((g) => g.units.map(refOf)) };
+}
+
 function build(state: RunState, groups: Group[], inputBytes: number, model: string): Candidate {
   const last = state.checkpoints.at(-1) ?? null;
-  const seqs = groups.map((g) => g.seq);
+  const base = chunk(groups, inputBytes, (last?.segment ?? 0) + 1);
   const groupHashes = groups.map(hashGroup);
   const sourceHash = sourceHashOf(groupHashes);
-  const fromSeq = seqs[0]!;
-  const toSeq = seqs[seqs.length - 1]!;
   const predecessorId = last?.id ?? null;
   return {
-    groups,
-    seqs,
-    fromSeq,
-    toSeq,
+    ...base,
     groupHashes,
     sourceHash,
-    identityKey: identityKeyOf({ runId: state.run.id, predecessorId, fromSeq, toSeq, sourceHash, model, promptVersion: RUN_PROMPT_VERSION }),
+    identityKey: identityKeyOf({ runId: state.run.id, predecessorId, fromSeq: base.fromSeq, toSeq: base.toSeq, sourceHash, model, promptVersion: RUN_PROMPT_VERSION }),
     predecessorId,
-    segment: (last?.segment ?? 0) + 1,
-    inputBytes,
-    toolResultRefs: groups.flatMap((g) => g.units.map(refOf)),
+  };
+}
+
+// ---------------------------------------------------------------------------
+// The compaction plan
+
+/**
+ * How the request gets to the target: the candidate first, then the next
+ * chunks of compactable work, each its own checkpoint (oldest first, each
+ * summarizer input bounded), as few as reach the target.
+ */
+export interface Plan {
+  /** The chunks, the candidate first. When the target is out of reach: every compactable chunk. */
+  chunks: Chunk[];
+  /** The floor (exact) with every chunk of the plan in place under an empty summary. */
+  floor: Floor;
+  /** floor.bytes plus the summaries' minimum room is at or under the target. */
+  reachable: boolean;
+  /**
+   * The candidate's summary allowance in bytes: an equal share of the room the
+   * plan leaves under the target, at most the cap, and no more than keeps the
+   * candidate's own saving at the minimum.
+   */
+  allowance: number;
+}
+
+const UUID_ZERO = '00000000-0000-4000-8000-';
+
+/**
+ * The plan from `first` (the candidate: selected, or pinned by an unknown
+ * outcome) over the compactable groups after it. Sizes come from the floor of
+ * the current projection (reversible fitting taken all the way, since the
+ * summaries' room may be made by referencing more bodies): each chunk removes
+ * its groups' floor bytes and adds its summary item. The chosen plan's floor
+ * is then measured exactly on a projection with the chunks in place.
+ */
+export function planCompaction(
+  state: RunState, current: Evaluated, input: RequestInput, policy: Readonly<RunCompactionPolicy>,
+  first: Candidate, compactable: readonly Group[], sizes: MaterialSizes, base: Floor = floorOf(current.projection, policy),
+): Plan {
+  const chunks: Chunk[] = [first, ...cut(compactable.filter((g) => g.seq > first.toSeq), policy, sizes, base, first.segment + 1)];
+  const share = (floorBytes: number, k: number) => Math.min(policy.summaryCapBytes, Math.floor((policy.targetBytes - floorBytes) / k));
+  const exact = (k: number) => floorOf(project(state, input, policy, chunks.slice(0, k).map(bare)), policy);
+  const firstSaving = (floorBytes: number) => current.fitted.bytes - policy.minSavingBytes - floorBytes;
+
+  let estimate = base.bytes;
+  let firstFloor = 0;
+  for (let k = 1; k <= chunks.length; k++) {
+    const c = chunks[k - 1]!;
+    let groupBytes = 0;
+    for (const seq of c.seqs) groupBytes += base.groupBytes.get(seq) ?? 0;
+    estimate += jsonBytes(summaryItem(bare(c, k - 1))) + 1 - groupBytes;
+    if (k === 1) firstFloor = estimate;
+    if (share(estimate, k) < policy.minSummaryBytes) continue;
+    const floor = exact(k);
+    if (share(floor.bytes, k) < policy.minSummaryBytes) continue;
+    return { chunks: chunks.slice(0, k), floor, reachable: true, allowance: Math.min(share(floor.bytes, k), firstSaving(k === 1 ? floor.bytes : firstFloor)) };
+  }
+  const floor = exact(chunks.length);
+  return { chunks, floor, reachable: false, allowance: Math.min(share(floor.bytes, chunks.length), firstSaving(firstFloor)) };
+}
+
+/** A chunk as a checkpoint with an empty summary (ids of the same length as real ones: the same bytes). */
+function bare(c: Chunk, i: number): ProjectedCheckpoint {
+  return {
+    id: `${UUID_ZERO}${String(i).padStart(12, '0')}`, segment: c.segment, fromSeq: c.fromSeq, toSeq: c.toSeq,
+    compactedSeqs: c.seqs, summary: '', toolResultRefs: c.toolResultRefs,
   };
 }
 

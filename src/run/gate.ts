@@ -1,22 +1,34 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { runCheckpointInsert, type ReceiptRow, type RunState } from '../db/queries/run.ts';
+import { runCheckpointInsert, type CheckpointRow, type ReceiptRow, type RunState } from '../db/queries/run.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { evaluate, hypothetical, type Evaluated } from './assemble.ts';
 import type { Candidate } from './candidate.ts';
 import { isUniqueViolation } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
-import type { RequestInput } from './project.ts';
+import { jsonBytes, type RequestInput } from './project.ts';
 import { rollbackTo, savepoint } from './tx.ts';
 import type { CompactionReport, RunCompactionPolicy } from './types.ts';
 
 export type GateReport = Pick<CompactionReport, 'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'>;
 
+/** Where the candidate stands in its plan (see planCompaction). */
+export interface StepGoal {
+  /** Checkpoints the plan still needs after this one; 0: this one must bring the request to the target. */
+  remaining: number;
+  /** The request's floor with this candidate and the remaining chunks in place under empty summaries. */
+  planFloorBytes: number;
+}
+
 /**
  * The net-benefit gate, then the checkpoint. The full next request is
- * re-assembled with the summary in place (and fitted as any request is); the
- * checkpoint is committed only if that request is at or under the target and
- * saves at least the minimum. Otherwise the original history stays.
+ * re-assembled with the summary in place (and fitted as any request is). The
+ * checkpoint is committed only if that request saves at least the minimum
+ * and, for the last checkpoint of the plan, is at or under the target; for an
+ * earlier one, if the rest of the plan can still reach the target with this
+ * summary in place (its floor plus this summary plus the minimum room of each
+ * remaining summary is at or under the target). Otherwise the original
+ * history stays.
  */
 export async function gateAndCommit(
   client: pg.PoolClient,
@@ -28,39 +40,49 @@ export async function gateAndCommit(
   receipt: Pick<ReceiptRow, 'id' | 'attempt'>,
   text: string,
   answerModel: string,
-): Promise<{ final: Evaluated; compaction: GateReport }> {
+  goal: StepGoal,
+): Promise<{ final: Evaluated; compaction: GateReport; checkpoint: CheckpointRow | null }> {
   const summaryBytes = Buffer.byteLength(text, 'utf8');
   const base = { decision: 'rejected' as const, reason: null, summaryRequestId: receipt.id, attempt: receipt.attempt, summaryBytes, bytesWithSummary: null, checkpointId: null };
   if (summaryBytes > policy.summaryCapBytes) {
-    return { final: before, compaction: { ...base, reason: `summary_over_cap:${summaryBytes}>${policy.summaryCapBytes}` } };
+    return { final: before, checkpoint: null, compaction: { ...base, reason: `summary_over_cap:${summaryBytes}>${policy.summaryCapBytes}` } };
   }
   const checkpointId = randomUUID();
   const after = evaluate(state, input, policy, hypothetical(candidate, text, checkpointId));
   const bytesWithSummary = after.fitted.bytes;
   const saved = before.fitted.bytes - bytesWithSummary;
-  if (bytesWithSummary > policy.targetBytes) {
-    return { final: before, compaction: { ...base, bytesWithSummary, reason: `over_target:${bytesWithSummary}>${policy.targetBytes}` } };
+  if (goal.remaining === 0 && bytesWithSummary > policy.targetBytes) {
+    return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_target:${bytesWithSummary}>${policy.targetBytes}` } };
+  }
+  if (goal.remaining > 0) {
+    // The summary's bytes in the request (JSON-escaped), on top of the plan's floor.
+    const reachable = goal.planFloorBytes + jsonBytes(text) - 2 + goal.remaining * policy.minSummaryBytes;
+    if (reachable > policy.targetBytes) {
+      return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_plan:${reachable}>${policy.targetBytes}` } };
+    }
   }
   if (saved < policy.minSavingBytes) {
-    return { final: before, compaction: { ...base, bytesWithSummary, reason: `insufficient_saving:${saved}<${policy.minSavingBytes}` } };
+    return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `insufficient_saving:${saved}<${policy.minSavingBytes}` } };
   }
+  const row: CheckpointRow = {
+    id: checkpointId, segment: candidate.segment, predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq,
+    toSeq: candidate.toSeq, compactedSeqs: candidate.seqs, sourceHashes: candidate.groupHashes, sourceHash: candidate.sourceHash,
+    hashVersion: RUN_HASH_VERSION, toolResultRefs: candidate.toolResultRefs, summary: text, summaryRequestId: receipt.id,
+    correctionRevision: newestRevision(state),
+  };
   await savepoint(client, 'checkpoint');
   try {
     await runCheckpointInsert(client, {
-      id: checkpointId, runId: state.run.id, conversationId: state.run.conversationId, scope: state.run.scope,
-      segment: candidate.segment, predecessorId: candidate.predecessorId, correctionRevision: newestRevision(state),
-      modelRoute: input.model, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
-      sourceHashes: candidate.groupHashes, sourceHash: candidate.sourceHash, hashVersion: RUN_HASH_VERSION,
-      toolResultRefs: candidate.toolResultRefs, summaryRequestId: receipt.id, summaryModel: answerModel,
-      promptVersion: RUN_PROMPT_VERSION, summary: text,
+      ...row, runId: state.run.id, conversationId: state.run.conversationId, scope: state.run.scope,
+      modelRoute: input.model, summaryModel: answerModel, promptVersion: RUN_PROMPT_VERSION,
     });
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code !== '23000' && !isUniqueViolation(error)) throw error;
     await rollbackTo(client, 'checkpoint');
-    return { final: before, compaction: { ...base, bytesWithSummary, reason: `stale_candidate:${(error as Error).message}` } };
+    return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `stale_candidate:${(error as Error).message}` } };
   }
-  return { final: after, compaction: { ...base, decision: 'committed', bytesWithSummary, checkpointId } };
+  return { final: after, checkpoint: row, compaction: { ...base, decision: 'committed', bytesWithSummary, checkpointId } };
 }
 
 function newestRevision(state: RunState): number {

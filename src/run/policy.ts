@@ -19,6 +19,8 @@ export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({
   leaseGraceMs: 30_000,
   maxAttempts: 2,
   maxSummaryInputBytes: 256 * 1024,
+  // A plan of several checkpoints is carried out in one call, up to this many summaries.
+  maxSummariesPerPrepare: 16,
   turnExcerptBytes: 8 * 1024,
   toolExcerptBytes: 1024,
 });
@@ -35,7 +37,7 @@ export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefine
   const integers: (keyof RunCompactionPolicy)[] = [
     'thresholdBytes', 'targetBytes', 'minSavingBytes', 'summaryCapBytes', 'minSummaryBytes', 'keepRecentGroups',
     'responseReserveBytes', 'summaryDeadlineMs', 'leaseGraceMs', 'maxAttempts', 'maxSummaryInputBytes',
-    'turnExcerptBytes', 'toolExcerptBytes',
+    'maxSummariesPerPrepare', 'turnExcerptBytes', 'toolExcerptBytes',
   ];
   for (const key of integers) {
     const v = policy[key];
@@ -45,6 +47,7 @@ export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefine
   if (policy.targetBytes > policy.thresholdBytes) throw new RunPolicyError(`policy.targetBytes (${policy.targetBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
   if (policy.maxAttempts < 1 || policy.maxAttempts > 2) throw new RunPolicyError('policy.maxAttempts must be 1 or 2 (the database allows at most 2 per identity)');
   if (policy.summaryCapBytes < 1) throw new RunPolicyError('policy.summaryCapBytes must be at least 1');
+  if (policy.maxSummariesPerPrepare < 1) throw new RunPolicyError('policy.maxSummariesPerPrepare must be at least 1');
   if (policy.summaryDeadlineMs < 1) throw new RunPolicyError('policy.summaryDeadlineMs must be at least 1');
   return Object.freeze(policy);
 }

@@ -1,23 +1,24 @@
-import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import {
   runBudgetEnsure, runBudgetReserve, runLockTry, runLockWait, runResultExcerpts, runStateLoad, runSummaryRequestInsert,
-  runSummaryRequestSettle, runSummaryRequestsExpire, type RunState,
+  runSummaryRequestSettle, runSummaryRequestsExpire, type CheckpointRow, type RunState,
 } from '../db/queries/run.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Summarizer } from '../gateway/types.ts';
-import { candidateOver, excerptRefs, selectCandidate, summaryMaterial, type Candidate } from './candidate.ts';
+import {
+  candidateOver, excerptRefs, planCompaction, selectCandidate, summaryMaterial, type Candidate, type MaterialSizes, type Plan,
+} from './candidate.ts';
 import { isUniqueViolation, RunNotFoundError, RunPolicyError } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
 import { observe } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
-import { evaluate, hypothetical, materialize, requestInput, type Evaluated } from './assemble.ts';
-import { gateAndCommit } from './gate.ts';
-import type { Fitted, RequestInput } from './project.ts';
+import { evaluate, materialize, requestInput, type Evaluated } from './assemble.ts';
+import { gateAndCommit, type StepGoal } from './gate.ts';
+import { floorOf, type Fitted, type RequestInput } from './project.ts';
 import { settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from './tx.ts';
 import type {
-  CandidateReport, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
+  CandidateReport, CompactionPlanReport, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
   SummaryBudgetOptions,
 } from './types.ts';
 
@@ -43,15 +44,18 @@ export interface PreparedRunRequest {
 }
 
 
-interface Done {
-  kind: 'done';
-  final: Evaluated;
-  compaction: CompactionReport;
+/** The records as this call knows them (the snapshot it loaded, plus the checkpoints it committed since) and their request. */
+interface Cursor {
+  state: RunState;
+  current: Evaluated;
 }
 
+/** A summary request whose receipt is written (committed with the transaction that wrote it) and is to be sent. */
 interface Dispatch {
   kind: 'dispatch';
+  cursor: Cursor;
   candidate: Candidate;
+  goal: StepGoal;
   items: MaterialItem[];
   receiptId: string;
   attempt: number;
@@ -60,11 +64,41 @@ interface Dispatch {
   compaction: CompactionReport;
 }
 
-interface Phase1 {
-  state: RunState;
-  before: Evaluated;
-  expired: string[];
-  plan: Done | Dispatch;
+/** Nothing more to do in this call: `cursor` is where it ended. */
+interface Stop {
+  kind: 'stop';
+  cursor: Cursor;
+}
+
+/** A stored summary re-judged without a model call. */
+interface Reused {
+  kind: 'reused';
+  compaction: CompactionReport;
+  checkpoint: CheckpointRow | null;
+  final: Evaluated;
+}
+
+/** One compaction decision of this call, in order. */
+interface Decision {
+  compaction: CompactionReport;
+  bytesBefore: number;
+  /** The request after a committed checkpoint. */
+  bytesAfter: number | null;
+  /** Observed by onAfterCompaction (a summary came back, or a stored one was re-judged). */
+  observed: boolean;
+}
+
+/** What one call carries from step to step. */
+interface Context {
+  input: RequestInput;
+  policy: Readonly<RunCompactionPolicy>;
+  summarizer: Summarizer;
+  budget: ReturnType<typeof budgetOptions>;
+  signal: AbortSignal | undefined;
+  clock: () => number;
+  sizes: MaterialSizes;
+  /** Summaries requested or re-judged so far. */
+  summaries: number;
 }
 
 /**
@@ -73,15 +107,26 @@ interface Phase1 {
  * 1. Measure the full request (system, tools, history, catalog, reserve).
  * 2. Above the target: reversible fitting (compact catalog, older rereadable
  *    tool bodies as references).
- * 3. Still above the threshold: at most one semantic compaction: a candidate
- *    of older settled work, a summary request (receipt committed first, budget
- *    reserved, deadline, cancellation, no transaction open during the call),
- *    the net-benefit gate, then an immutable checkpoint.
+ * 3. Still above the threshold: semantic compaction along a plan: the fewest
+ *    chunks of older settled work (oldest first, each summarizer input at
+ *    most `maxSummaryInputBytes`) whose checkpoints bring the request to the
+ *    target. Nothing is sent unless the plan reaches the target. Then one
+ *    summary after another, each for its own checkpoint: a summary request
+ *    (receipt committed first, budget reserved with the rest of the plan and
+ *    the finalization reserve kept, deadline, cancellation, no transaction
+ *    open during the call), the net-benefit gate, then an immutable
+ *    checkpoint. It stops at the target, at the first summary that is not
+ *    committed (committed ones stay: each saved at least the minimum and kept
+ *    the rest of the plan reachable), or after `maxSummariesPerPrepare`
+ *    summaries (the next call goes on).
  *
  * Preparers of one Run are serialized by a transaction-scoped advisory lock;
  * one that does not get it still returns a request (from committed records)
- * and reports `busy`. Never sends a summary for a candidate whose earlier
- * outcome is unknown under any other identity.
+ * and reports `busy`. Between two summaries of one call, the settlement, the
+ * checkpoint and the next receipt are written in one transaction under the
+ * lock, so no other preparer starts a summary in between. Never sends a
+ * summary for a candidate whose earlier outcome is unknown under any other
+ * identity.
  * @throws RunNotFoundError when the Run is not in `scope`; RunPolicyError for an unusable policy.
  */
 export async function prepareRunRequest(options: PrepareRunRequestOptions): Promise<PreparedRunRequest> {
@@ -91,123 +136,88 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const clock = options.clock ?? Date.now;
   const budget = budgetOptions(options.budget);
   const hookErrors: string[] = [];
+  const decisions: Decision[] = [];
+  const emit = async (made: readonly Decision[]) => {
+    for (const d of made) {
+      decisions.push(d);
+      if (d.observed) await observe(hooks, 'onAfterCompaction', { phase: 'after', runId, scope, bytesBefore: d.bytesBefore, compaction: d.compaction }, hookErrors);
+    }
+  };
 
-  const phase1 = await inTransaction(pool, async (client): Promise<Phase1> => {
+  const phase1 = await inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
     const state = await runStateLoad(client, runId, scope);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const before = evaluate(state, input, policy);
-    const done = (decision: CompactionReport['decision'], reason: string | null, extra: Partial<CompactionReport> = {}): Phase1 =>
-      ({ state, before, expired, plan: { kind: 'done', final: before, compaction: { ...emptyCompaction(decision, reason), ...extra } } });
+    const cursor: Cursor = { state, current: before };
+    const made: Decision[] = [];
+    const done = (decision: CompactionReport['decision'], reason: string | null) => {
+      made.push(unobserved(emptyCompaction(decision, reason), before));
+      return { expired, before, made, context: undefined as Context | undefined, next: { kind: 'stop', cursor } as Dispatch | Stop };
+    };
 
     if (before.fitted.bytes <= policy.thresholdBytes) return done('not_needed', null);
     if (!policy.enabled) return done('disabled', 'policy.enabled is false');
     if (!summarizer) return done('skipped', 'no_summarizer');
     if (!locked) return done('skipped', 'busy: another preparer holds the run');
-    if (signal?.aborted) return done('skipped', 'cancelled');
-
-    const selection = selectCandidate(state, before.projection, policy, summarizer.model);
-    if (!selection.ok) return done('skipped', selection.reason);
-    let candidate = selection.candidate;
-    if (state.receipts.some((r) => r.status === 'dispatched')) return done('skipped', 'summary_in_flight', { candidate: candidateReport(candidate, before.fitted) });
-
-    // An unknown outcome pins its identity: the same material is never sent again under another one.
-    const lastSpent = findLast(state.receipts, (r) => r.spent === true);
-    if (lastSpent?.status === 'unknown' && lastSpent.identityKey !== candidate.identityKey) {
-      const pinned = lastSpent.model === summarizer.model
-        ? candidateOver(state, before.projection, policy, summarizer.model, lastSpent.compactedSeqs) : null;
-      if (!pinned || pinned.identityKey !== lastSpent.identityKey) {
-        return done('skipped', `unknown_outcome_pinned:${lastSpent.id}`, { candidate: candidateReport(candidate, before.fitted) });
-      }
-      candidate = pinned;
-    }
-    const report = candidateReport(candidate, before.fitted);
-    const same = state.receipts.filter((r) => r.identityKey === candidate.identityKey);
-
-    // A summary of exactly this material already came back (and was not committed): re-judge it, no new call.
-    const reusable = findLast(same, (r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null);
-    if (reusable) {
-      const gated = await gateAndCommit(client, state, input, policy, before, candidate, reusable, reusable.summary!, reusable.answerModel ?? reusable.model);
-      return { state, before, expired, plan: { kind: 'done', final: gated.final, compaction: { ...emptyCompaction('rejected', null), ...gated.compaction, candidate: report, reusedSummary: true, outcome: 'ok' } } };
-    }
-    if (same.filter((r) => r.spent === true).length >= policy.maxAttempts) {
-      return done('skipped', same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report });
-    }
-    const waiting = findLast(same, (r) => r.status === 'deferred' && r.notBefore !== null && Date.parse(r.notBefore) > clock());
-    if (waiting) return done('skipped', `deferred_until:${waiting.notBefore}`, { candidate: report });
-
-    // Room for the summary: what keeps the request at the target and saves enough. An unknown
-    // summary size is never taken as zero: the summarizer is held to this allowance.
-    const bare = evaluate(state, input, policy, hypothetical(candidate, '', randomUUID()));
-    const allowance = Math.min(policy.summaryCapBytes, policy.targetBytes - bare.fitted.bytes, before.fitted.bytes - policy.minSavingBytes - bare.fitted.bytes);
-    if (allowance < policy.minSummaryBytes) return done('skipped', `insufficient_room:${allowance}`, { candidate: report });
-
-    const material = summaryMaterial(candidate, policy, await runResultExcerpts(client, runId, excerptRefs(candidate), policy.toolExcerptBytes));
-    await runBudgetEnsure(client, runId, null, null);
-    const reservedTokens = budget.summaryTokens ?? Math.ceil(material.inputBytes / 3) + allowance + 512;
-    await savepoint(client, 'dispatch');
-    if (!(await runBudgetReserve(client, runId, 1, reservedTokens, budget.finalizationRequests, budget.finalizationTokens))) {
-      await rollbackTo(client, 'dispatch');
-      return done('skipped', 'finalization_reserve', { candidate: report });
-    }
-    let receipt: { id: string; attempt: number };
-    try {
-      receipt = await runSummaryRequestInsert(client, {
-        runId, conversationId: state.run.conversationId, scope: state.run.scope, identityKey: candidate.identityKey,
-        predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
-        sourceHash: candidate.sourceHash, hashVersion: RUN_HASH_VERSION, model: summarizer.model, promptVersion: RUN_PROMPT_VERSION,
-        maxChars: allowance, inputBytes: material.inputBytes, reservedRequests: 1, reservedTokens,
-        leaseExpiresAt: new Date(clock() + policy.summaryDeadlineMs + policy.leaseGraceMs),
-      });
-    } catch (error) {
-      const code = (error as { code?: string }).code;
-      if (code !== '23000' && !isUniqueViolation(error)) throw error;
-      await rollbackTo(client, 'dispatch');
-      return done('skipped', isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report });
-    }
-    return {
-      state, before, expired,
-      plan: {
-        kind: 'dispatch', candidate, items: material.items, receiptId: receipt.id, attempt: receipt.attempt, allowance, reservedTokens,
-        compaction: { ...emptyCompaction('pending', null), candidate: { ...report, inputBytes: material.inputBytes }, summaryRequestId: receipt.id, attempt: receipt.attempt, summaryAllowance: allowance },
-      },
-    };
+    const context: Context = { input, policy, summarizer, budget, signal, clock, sizes: new Map(), summaries: 0 };
+    return { expired, before, made, context, next: await advance(client, cursor, context, made) };
   });
 
-  const { state, before, expired } = phase1;
-  let final: Evaluated;
-  let compaction: CompactionReport;
-  if (phase1.plan.kind === 'done') {
-    ({ final, compaction } = phase1.plan);
-    // A stored summary re-judged without a model call is still a compaction decision: observed.
-    if (compaction.reusedSummary) {
-      await observe(hooks, 'onAfterCompaction', { phase: 'after', runId, scope, bytesBefore: before.fitted.bytes, compaction }, hookErrors);
-    }
-  } else {
-    const plan = phase1.plan;
-    await observe(hooks, 'onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore: before.fitted.bytes, compaction: plan.compaction }, hookErrors);
+  await emit(phase1.made);
+  let next = phase1.next;
+  while (next.kind === 'dispatch') {
+    const step = next;
+    const context = phase1.context!;
+    const bytesBefore = step.cursor.current.fitted.bytes;
+    await observe(hooks, 'onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore, compaction: step.compaction }, hookErrors);
     // No transaction is open during the model call: the receipt is already committed.
-    const outcome = await summaryCall(summarizer!, plan.items, plan.allowance, policy.summaryDeadlineMs, signal);
-    const settled = await inTransaction(pool, async (client) => {
+    const outcome = await summaryCall(summarizer!, step.items, step.allowance, policy.summaryDeadlineMs, signal);
+    const leg = await inTransaction(pool, async (client) => {
       await runLockWait(client, runId);
-      const settlement = settlementOf(outcome, plan.reservedTokens, clock());
-      if (!(await runSummaryRequestSettle(client, plan.receiptId, settlement))) {
-        return { final: before, compaction: { ...plan.compaction, decision: 'failed' as const, outcome: outcome.kind, reason: 'lease_lost: the receipt was settled as unknown before this call returned' } };
+      const made: Decision[] = [];
+      const stop = (compaction: CompactionReport, cursor = step.cursor, bytesAfter: number | null = null) => {
+        made.push({ compaction, bytesBefore, bytesAfter, observed: true });
+        return { made, next: { kind: 'stop', cursor } as Dispatch | Stop, error: undefined as unknown };
+      };
+      const settlement = settlementOf(outcome, step.reservedTokens, clock());
+      if (!(await runSummaryRequestSettle(client, step.receiptId, settlement))) {
+        return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: 'lease_lost: the receipt was settled as unknown before this call returned' });
       }
-      if (outcome.kind !== 'ok') {
-        return { final: before, compaction: { ...plan.compaction, decision: 'failed' as const, outcome: outcome.kind, reason: outcome.reason } };
+      if (outcome.kind !== 'ok') return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: outcome.reason });
+      const receipt = { id: step.receiptId, attempt: step.attempt };
+      const gated = await gateAndCommit(client, step.cursor.state, input, policy, step.cursor.current, step.candidate, receipt, outcome.text, outcome.model, step.goal);
+      const compaction: CompactionReport = { ...step.compaction, ...gated.compaction, outcome: 'ok' };
+      if (!gated.checkpoint) return stop(compaction);
+      const cursor = following(step.cursor, gated.checkpoint, gated.final);
+      const result = stop(compaction, cursor, gated.final.fitted.bytes);
+      if (gated.final.fitted.bytes <= policy.targetBytes) return result;
+      // The plan's next summary, in this same transaction: between two summaries of this call
+      // the Run is never without its lock or an in-flight receipt.
+      await savepoint(client, 'next_step');
+      try {
+        result.next = await advance(client, cursor, context, made);
+      } catch (error) {
+        // The settlement and the checkpoint stand; the error is thrown once they are committed.
+        await rollbackTo(client, 'next_step');
+        made.splice(1);
+        result.error = error ?? new Error('unknown error');
       }
-      const receipt = { id: plan.receiptId, attempt: plan.attempt };
-      const gated = await gateAndCommit(client, state, input, policy, before, plan.candidate, receipt, outcome.text, outcome.model);
-      return { final: gated.final, compaction: { ...plan.compaction, ...gated.compaction, outcome: 'ok' as const } };
+      return result;
     });
-    ({ final, compaction } = settled);
-    await observe(hooks, 'onAfterCompaction', { phase: 'after', runId, scope, bytesBefore: before.fitted.bytes, compaction }, hookErrors);
+    await emit(leg.made);
+    if (leg.error !== undefined) throw leg.error;
+    next = leg.next;
   }
 
+  const final = next.cursor.current;
+  const { before, expired } = phase1;
   const steps = [...before.fitted.steps];
-  if (compaction.decision === 'committed') steps.push({ step: 'compaction', bytesBefore: before.fitted.bytes, bytesAfter: final.fitted.bytes });
+  for (const d of decisions) if (d.bytesAfter !== null) steps.push({ step: 'compaction', bytesBefore: d.bytesBefore, bytesAfter: d.bytesAfter });
+  const compactions = decisions.map((d) => d.compaction);
+  const compaction = compactions.at(-1)!;
+  const committed = compactions.filter((c) => c.decision === 'committed').length;
   const fits = final.fitted.bytes <= policy.thresholdBytes;
   return {
     request: await materialize(pool, runId, final.fitted),
@@ -221,13 +231,154 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
       checkpointsUsed: final.projection.usedCheckpoints,
       brokenCheckpoints: final.projection.brokenCheckpoints,
       compaction,
+      compactions,
       expiredReceipts: expired,
       bytes: final.fitted.bytes,
       fits,
-      reason: fits ? null : `over the threshold after reversible fitting (${final.fitted.bytes} > ${policy.thresholdBytes} bytes); compaction ${compaction.decision}${compaction.reason ? `: ${compaction.reason}` : ''}`,
+      reason: fits ? null : `over the threshold after reversible fitting${committed > 0 ? ` and ${committed} new checkpoint(s)` : ''} (${final.fitted.bytes} > ${policy.thresholdBytes} bytes); compaction ${compaction.decision}${compaction.reason ? `: ${compaction.reason}` : ''}`,
       hookErrors,
     },
   };
+}
+
+/**
+ * From `cursor`, in a transaction holding the Run's lock: the plan's next
+ * summary to send, or a stop. A stored summary is re-judged in place (no
+ * call), and after it is committed the plan goes on. Decisions are appended
+ * to `made`.
+ */
+async function advance(client: pg.PoolClient, cursor: Cursor, context: Context, made: Decision[]): Promise<Dispatch | Stop> {
+  const { policy } = context;
+  for (;;) {
+    const stop = (reason: string): Stop => {
+      made.push(unobserved(emptyCompaction('skipped', reason), cursor.current));
+      return { kind: 'stop', cursor };
+    };
+    if (context.summaries >= policy.maxSummariesPerPrepare) return stop(`summary_limit:${policy.maxSummariesPerPrepare}: the next call goes on with the plan`);
+    if (context.signal?.aborted) return stop('cancelled');
+    const step = await nextStep(client, cursor, context, made);
+    if (step.kind !== 'reused') return step;
+    context.summaries++;
+    made.push({ compaction: step.compaction, bytesBefore: cursor.current.fitted.bytes, bytesAfter: step.checkpoint ? step.final.fitted.bytes : null, observed: true });
+    if (!step.checkpoint) return { kind: 'stop', cursor };
+    cursor = following(cursor, step.checkpoint, step.final);
+    if (cursor.current.fitted.bytes <= policy.targetBytes) return { kind: 'stop', cursor };
+  }
+}
+
+/** The candidate and its plan; then a receipt (dispatch), a stored summary re-judged (reused), or why not (stop). */
+async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context, made: Decision[]): Promise<Dispatch | Stop | Reused> {
+  const { state, current } = cursor;
+  const { policy, summarizer, budget, input } = context;
+  const runId = state.run.id;
+  const stop = (reason: string, extra: Partial<CompactionReport> = {}): Stop => {
+    made.push(unobserved({ ...emptyCompaction('skipped', reason), ...extra }, current));
+    return { kind: 'stop', cursor };
+  };
+
+  const floor = floorOf(current.projection, policy);
+  const selection = selectCandidate(state, current.projection, policy, summarizer.model, context.sizes, floor);
+  if (!selection.ok) return stop(selection.reason);
+  let candidate = selection.candidate;
+  if (state.receipts.some((r) => r.status === 'dispatched')) return stop('summary_in_flight', { candidate: candidateReport(candidate, current.fitted) });
+
+  // An unknown outcome pins its identity: the same material is never sent again under another one.
+  const lastSpent = findLast(state.receipts, (r) => r.spent === true);
+  if (lastSpent?.status === 'unknown' && lastSpent.identityKey !== candidate.identityKey) {
+    const pinned = lastSpent.model === summarizer.model
+      ? candidateOver(state, current.projection, policy, summarizer.model, lastSpent.compactedSeqs) : null;
+    if (!pinned || pinned.identityKey !== lastSpent.identityKey) {
+      return stop(`unknown_outcome_pinned:${lastSpent.id}`, { candidate: candidateReport(candidate, current.fitted) });
+    }
+    candidate = pinned;
+  }
+  const report = candidateReport(candidate, current.fitted);
+  const same = state.receipts.filter((r) => r.identityKey === candidate.identityKey);
+  // A summary of exactly this material already came back (and was not committed): re-judged below, no new call.
+  const reusable = findLast(same, (r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null);
+  if (!reusable) {
+    if (same.filter((r) => r.spent === true).length >= policy.maxAttempts) {
+      return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report });
+    }
+    const waiting = findLast(same, (r) => r.status === 'deferred' && r.notBefore !== null && Date.parse(r.notBefore) > context.clock());
+    if (waiting) return stop(`deferred_until:${waiting.notBefore}`, { candidate: report });
+  }
+
+  // The plan: nothing is summarized unless its checkpoints reach the target. An unknown
+  // summary size is never taken as zero: each summarizer is held to its allowance.
+  const plan = planCompaction(state, current, input, policy, candidate, selection.compactable, context.sizes, floor);
+  const planned = planReport(plan);
+  if (!plan.reachable) return stop(insufficientRoom(plan, policy), { candidate: report, plan: planned });
+  const goal: StepGoal = { remaining: plan.chunks.length - 1, planFloorBytes: plan.floor.bytes };
+  if (reusable) {
+    const gated = await gateAndCommit(client, state, input, policy, current, candidate, reusable, reusable.summary!, reusable.answerModel ?? reusable.model, goal);
+    return {
+      kind: 'reused', checkpoint: gated.checkpoint, final: gated.final,
+      compaction: { ...emptyCompaction('rejected', null), ...gated.compaction, candidate: report, plan: planned, reusedSummary: true, outcome: 'ok' },
+    };
+  }
+  const allowance = plan.allowance;
+  if (allowance < policy.minSummaryBytes) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned });
+
+  const material = summaryMaterial(candidate, policy, await runResultExcerpts(client, runId, excerptRefs(candidate), policy.toolExcerptBytes));
+  await runBudgetEnsure(client, runId, null, null);
+  const tokensFor = (inputBytes: number) => budget.summaryTokens ?? Math.ceil(inputBytes / 3) + allowance + 512;
+  const reservedTokens = tokensFor(material.inputBytes);
+  // The rest of the plan is kept available too: summaries that cannot all be paid for are not started.
+  const rest = plan.chunks.slice(1);
+  let restTokens = 0;
+  for (const c of rest) restTokens += tokensFor(c.inputBytes);
+  await savepoint(client, 'dispatch');
+  if (!(await runBudgetReserve(client, runId, 1, reservedTokens, budget.finalizationRequests + rest.length, budget.finalizationTokens + restTokens))) {
+    await rollbackTo(client, 'dispatch');
+    return stop('finalization_reserve', { candidate: report, plan: planned });
+  }
+  let receipt: { id: string; attempt: number };
+  try {
+    receipt = await runSummaryRequestInsert(client, {
+      runId, conversationId: state.run.conversationId, scope: state.run.scope, identityKey: candidate.identityKey,
+      predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
+      sourceHash: candidate.sourceHash, hashVersion: RUN_HASH_VERSION, model: summarizer.model, promptVersion: RUN_PROMPT_VERSION,
+      maxChars: allowance, inputBytes: material.inputBytes, reservedRequests: 1, reservedTokens,
+      leaseExpiresAt: new Date(context.clock() + policy.summaryDeadlineMs + policy.leaseGraceMs),
+    });
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code !== '23000' && !isUniqueViolation(error)) throw error;
+    await rollbackTo(client, 'dispatch');
+    return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report, plan: planned });
+  }
+  context.summaries++;
+  return {
+    kind: 'dispatch', cursor, candidate, goal, items: material.items, receiptId: receipt.id, attempt: receipt.attempt, allowance, reservedTokens,
+    compaction: {
+      ...emptyCompaction('pending', null), candidate: { ...report, inputBytes: material.inputBytes }, plan: planned,
+      summaryRequestId: receipt.id, attempt: receipt.attempt, summaryAllowance: allowance,
+    },
+  };
+}
+
+/** The cursor after `checkpoint` was committed: the same snapshot with it as the newest checkpoint (no receipts on it yet). */
+function following(cursor: Cursor, checkpoint: CheckpointRow, final: Evaluated): Cursor {
+  return { state: { ...cursor.state, checkpoints: [...cursor.state.checkpoints, checkpoint], receipts: [] }, current: final };
+}
+
+function unobserved(compaction: CompactionReport, at: Evaluated): Decision {
+  return { compaction, bytesBefore: at.fitted.bytes, bytesAfter: null, observed: false };
+}
+
+function planReport(plan: Plan): CompactionPlanReport {
+  const { bytes, envelope, protected: protectedBytes, summaries, work } = plan.floor;
+  return { checkpoints: plan.chunks.length, floorBytes: bytes, reachable: plan.reachable, floor: { envelope, protected: protectedBytes, summaries, work } };
+}
+
+/** Why no plan reaches the target, with what the floor consists of. */
+function insufficientRoom(plan: Plan, policy: Readonly<RunCompactionPolicy>): string {
+  const f = plan.floor;
+  const groups = plan.chunks.reduce((n, c) => n + c.seqs.length, 0);
+  return `insufficient_room: with all ${groups} compactable group(s) summarized in ${plan.chunks.length} checkpoint(s), the request is at least ` +
+    `${f.bytes} bytes plus ${plan.chunks.length} x ${policy.minSummaryBytes} for the summaries, over the target ${policy.targetBytes} ` +
+    `(envelope and reserve ${f.envelope}, protected originals ${f.protected}, summary items without text ${f.summaries}, work that cannot be compacted now ${f.work})`;
 }
 
 function candidateReport(c: Candidate, fitted: Fitted): CandidateReport {
@@ -241,7 +392,7 @@ function candidateReport(c: Candidate, fitted: Fitted): CandidateReport {
 
 export function emptyCompaction(decision: CompactionReport['decision'], reason: string | null): CompactionReport {
   return {
-    decision, reason, candidate: null, summaryRequestId: null, attempt: null, outcome: null, reusedSummary: false,
+    decision, reason, candidate: null, plan: null, summaryRequestId: null, attempt: null, outcome: null, reusedSummary: false,
     summaryAllowance: null, summaryBytes: null, bytesWithSummary: null, checkpointId: null,
   };
 }

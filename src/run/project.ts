@@ -143,9 +143,10 @@ function checkpointHolds(cp: CheckpointRow, groups: Map<number, Group>): boolean
 /**
  * Assembles the projection: protected originals in place, each usable
  * checkpoint's summary where its first replaced turn was, the other groups in
- * full. `extra` is a checkpoint under evaluation (trusted: built from these records).
+ * full. `extra` is one or more checkpoints under evaluation, oldest first,
+ * after the stored ones (trusted: built from these records).
  */
-export function project(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint): Projection {
+export function project(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[]): Projection {
   const groups = groupsOf(state.turns, state.units);
   const compactedBy = new Map<number, ProjectedCheckpoint>();
   const usedCheckpoints: string[] = [];
@@ -158,9 +159,9 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
     usedCheckpoints.push(cp.id);
     for (const seq of cp.compactedSeqs) compactedBy.set(seq, cp);
   }
-  if (extra) {
-    usedCheckpoints.push(extra.id);
-    for (const seq of extra.compactedSeqs) compactedBy.set(seq, extra);
+  for (const cp of extra === undefined ? [] : Array.isArray(extra) ? extra : [extra as ProjectedCheckpoint]) {
+    usedCheckpoints.push(cp.id);
+    for (const seq of cp.compactedSeqs) compactedBy.set(seq, cp);
   }
 
   const visibleGroups: Group[] = [];
@@ -263,6 +264,54 @@ function listBytes(items: readonly unknown[]): number {
   let total = 0;
   for (const item of items) total += jsonBytes(item);
   return total + Math.max(0, items.length - 1);
+}
+
+/** The smallest request reversible fitting can make of a projection, and what it consists of. */
+export interface Floor {
+  /** Serialized bytes + response reserve with the compact catalog (when smaller) and every older rereadable body by reference. */
+  bytes: number;
+  /** Envelope (model, system, tools), the smaller catalog and the response reserve. */
+  envelope: number;
+  /** The initial request and every correction (never compacted). */
+  protected: number;
+  /** Checkpoint summary items (text, note, ids and tool-result references). */
+  summaries: number;
+  /** Model turns and tool units still shown (the newest groups always, the rest until compacted). */
+  work: number;
+  /** Bytes each visible group takes at the floor (model turn and its units, one comma each), by model turn seq. */
+  groupBytes: Map<number, number>;
+}
+
+/**
+ * The floor of a projection: what `fit` reaches when it has to go all the way
+ * (compact catalog if smaller, every older body it may replace by its
+ * reference). A fitted request with `extra` bytes more is at or under the
+ * target exactly when `floor.bytes + extra <= targetBytes`, because fitting
+ * only ever stops early once it is at or under the target. Every item counts
+ * one comma (the first one's is the envelope's missing one), so the parts add
+ * up to `bytes`.
+ */
+export function floorOf(p: Projection, policy: Readonly<RunCompactionPolicy>): Floor {
+  const olderThan = p.visibleGroups.length - policy.keepRecentGroups;
+  const envelope = p.envelopeBytes + Math.min(p.catalogFullBytes, p.catalogCompactBytes) + p.responseReserveBytes - (p.slots.length > 0 ? 1 : 0);
+  let protectedBytes = 0;
+  let summaries = 0;
+  let work = 0;
+  const groupBytes = new Map<number, number>();
+  for (const s of p.slots) {
+    let bytes: number;
+    if (s.kind === 'fixed') {
+      bytes = s.bytes + 1;
+      if (s.item.kind === 'user_request' || s.item.kind === 'correction') protectedBytes += bytes;
+      else if (s.item.kind === 'checkpoint_summary') summaries += bytes;
+      else work += bytes;
+    } else {
+      bytes = (s.groupIndex < olderThan && s.reference !== null ? Math.min(s.inlineBytes, s.referenceBytes) : s.inlineBytes) + 1;
+      work += bytes;
+    }
+    if (s.groupSeq !== null) groupBytes.set(s.groupSeq, (groupBytes.get(s.groupSeq) ?? 0) + bytes);
+  }
+  return { bytes: envelope + protectedBytes + summaries + work, envelope, protected: protectedBytes, summaries, work, groupBytes };
 }
 
 /**

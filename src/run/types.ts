@@ -16,9 +16,22 @@
  * - Reversible fitting: making the request smaller without losing anything:
  *   a shorter result catalog, older tool result bodies replaced by references
  *   to the result store.
- * - Semantic compaction: one lossy, non-authoritative model summary of older
- *   settled work groups, committed as a checkpoint.
- * - Checkpoint: the immutable record of one compaction: which turns it
+ * - Semantic compaction: lossy, non-authoritative model summaries of older
+ *   settled work groups, each committed as a checkpoint.
+ * - Chunk: consecutive compactable work groups one summary covers, oldest
+ *   first: at most `maxSummaryInputBytes` of summarizer input (at least one
+ *   group), unless it would then not save `minSavingBytes` even with a
+ *   summary of `minSummaryBytes` (then it takes the next groups too, until it
+ *   would).
+ * - Floor: the smallest request reversible fitting can make (compact catalog,
+ *   every older rereadable body by reference). A summary's room is measured
+ *   against the floor: fitting references more bodies to make room for it.
+ * - Compaction plan: the fewest chunks, the candidate first, whose
+ *   checkpoints bring the request to the target: the plan's floor (its chunks
+ *   in place under empty summaries) plus `minSummaryBytes` per summary is at
+ *   or under the target. Each summary is allowed an equal share of that room,
+ *   at most the cap.
+ * - Checkpoint: the immutable record of one summary: which turns it
  *   replaced (and their source hashes), the summary, the summary request that
  *   produced it, the predecessor checkpoint. Checkpoints never overlap.
  * - Summary request receipt: written and committed before the summary model
@@ -27,6 +40,26 @@
  * - Pressure: the serialized request's UTF-8 bytes plus the response reserve,
  *   compared with the threshold (compaction trigger) and the target (what
  *   fitting and compaction aim for).
+ *
+ * The compaction rule (prepareRunRequest, gate.ts)
+ * 1. Only above the threshold after reversible fitting, and only if a plan
+ *    reaches the target: otherwise nothing is sent (`insufficient_room`, with
+ *    what the floor consists of). What no plan can remove: the envelope and
+ *    the reserve, the protected originals, the newest groups, work after a
+ *    pending effect, and the summary items themselves (about 440 bytes of
+ *    note and ids each, plus a rereadable reference of some 100-160 bytes per
+ *    compacted tool unit, which every later request carries).
+ * 2. The plan is carried out one summary at a time, each a separate request
+ *    with its own receipt and reservation (which keeps the rest of the plan
+ *    and the finalization reserve available), each its own immutable
+ *    checkpoint after the one before.
+ * 3. Each checkpoint is committed only if the re-assembled request saves at
+ *    least `minSavingBytes`, and, for the plan's last one, is at or under the
+ *    target; for an earlier one, if the rest of the plan still reaches the
+ *    target with this summary in place (`over_plan` otherwise).
+ * 4. It stops at the target, at the first summary not committed (the
+ *    committed ones stay: each made progress, and the next call plans again
+ *    from them), or after `maxSummariesPerPrepare` summaries.
  */
 import type { OutcomeKind } from '../gateway/types.ts';
 
@@ -161,6 +194,13 @@ export interface RunCompactionPolicy {
   maxAttempts: number;
   /** Largest summarizer input in bytes; fewer groups are taken when more would not fit. (Default: 262144) */
   maxSummaryInputBytes: number;
+  /**
+   * Most summaries one prepareRunRequest requests or re-judges, each for its
+   * own checkpoint, one after another (a plan of more is finished by the next
+   * calls). With `summaryDeadlineMs`, it bounds the time one call may spend in
+   * summary requests. At least 1. (Default: 16)
+   */
+  maxSummariesPerPrepare: number;
   /** Bytes of a model turn's text given to the summarizer. (Default: 8192) */
   turnExcerptBytes: number;
   /** Bytes of a tool's input and of its result given to the summarizer. (Default: 1024) */
@@ -236,10 +276,33 @@ export interface CandidateReport {
   inputBytes: number;
 }
 
+/** The compaction plan a summary belongs to (see the Terminology). */
+export interface CompactionPlanReport {
+  /** Checkpoints the plan needs, this candidate's first; when the target is out of reach, every compactable chunk. */
+  checkpoints: number;
+  /** The request's floor with all of them in place under empty summaries. */
+  floorBytes: number;
+  /** Whether floorBytes plus minSummaryBytes per summary is at or under the target. */
+  reachable: boolean;
+  /** What the floor consists of (the parts add up to floorBytes). */
+  floor: {
+    /** Model, system prompt, tool schemas, the result catalog and the response reserve. */
+    envelope: number;
+    /** The initial request and every correction, verbatim. */
+    protected: number;
+    /** Checkpoint summary items: the committed ones as shown, the planned ones without text (note, ids, tool-result references). */
+    summaries: number;
+    /** Work still shown: the newest groups, work after a pending effect, and anything the plan leaves. */
+    work: number;
+  };
+}
+
 export interface CompactionReport {
   decision: CompactionDecision;
   reason: string | null;
   candidate: CandidateReport | null;
+  /** The plan the candidate belongs to; null when no plan was made. */
+  plan: CompactionPlanReport | null;
   summaryRequestId: string | null;
   attempt: number | null;
   outcome: OutcomeKind | null;
@@ -266,7 +329,16 @@ export interface PrepareReport {
   checkpointsUsed: string[];
   /** Checkpoints whose sources no longer hash the same: their originals are shown instead. */
   brokenCheckpoints: string[];
+  /** The last compaction decision of this call: why it stopped (or `committed` when its last summary reached the target). */
   compaction: CompactionReport;
+  /**
+   * Every compaction decision of this call, in order; `compaction` is the
+   * last. One per summary requested or re-judged (each its own checkpoint when
+   * committed), then a `skipped` one when the plan stopped short of the target
+   * for another reason (budget, limit, cancellation...). With no summary: the
+   * one decision (`not_needed`, `disabled` or `skipped`).
+   */
+  compactions: CompactionReport[];
   /** Summary requests found unsettled past their lease and settled as unknown by this call. */
   expiredReceipts: string[];
   /** Measured size of the final request (serialized bytes + response reserve). */
@@ -292,8 +364,8 @@ export type DeepReadonly<T> = T extends (infer U)[] ? readonly DeepReadonly<U>[]
 
 /** Observers of compaction. Awaited; a throw or a mutation changes nothing. */
 export interface RunCompactionHooks {
-  /** Before the summary request is dispatched (its receipt is already committed). */
+  /** Before each summary request is dispatched (its receipt is already committed). */
   onBeforeCompaction?: (observation: DeepReadonly<CompactionObservation>) => void | Promise<void>;
-  /** After the decision is settled and committed (committed, rejected or failed), also when a stored summary was re-judged without a call. */
+  /** After each summary's decision is settled and committed (committed, rejected or failed), also when a stored summary was re-judged without a call. */
   onAfterCompaction?: (observation: DeepReadonly<CompactionObservation>) => void | Promise<void>;
 }

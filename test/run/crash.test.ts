@@ -16,8 +16,9 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
  * Runs the child until it announces `event`, then SIGKILLs it and waits for
  * its exit. Event-driven: no sleeps.
  */
-async function killAt(runId: string, mode: 'in-call' | 'after-commit', event: string): Promise<Record<string, unknown>> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CHILD, db.url, runId, scope, mode], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+async function killAt(runId: string, mode: 'in-call' | 'after-commit' | 'in-second-call', event: string, policy?: object): Promise<Record<string, unknown>> {
+  const args = [CHILD, db.url, runId, scope, mode, ...(policy ? [JSON.stringify(policy)] : [])];
+  const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));
   const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
@@ -97,6 +98,47 @@ describe('a process killed during run compaction', () => {
     expect(forbidden.calls).toBe(0);
     expect(await rows('run_summary_requests', runId)).toHaveLength(1);
     expect(await rows('run_checkpoints', runId)).toHaveLength(1);
+  });
+});
+
+describe('a process killed between two summaries of one plan', () => {
+  it('keeps the first checkpoint, leaves the second request unknown, and the next calls finish the plan under the same identity', async () => {
+    // Several times over the threshold, with a summarizer input that covers a few groups: a plan of several checkpoints.
+    const policy = { ...SMALL_POLICY, thresholdBytes: 48 * 1024, targetBytes: 40 * 1024, maxSummaryInputBytes: 24 * 1024 };
+    const { runId } = await buildRun(pool, { groups: 60, turnBytes: 2500, resultBytes: 3000 });
+    const sent = await killAt(runId, 'in-second-call', 'sent', policy);
+    expect(sent.event).toBe('sent');
+
+    const [first] = await rows('run_checkpoints', runId);
+    const receipts = await rows('run_summary_requests', runId);
+    expect(receipts.map((r) => r.status).sort()).toEqual(['dispatched', 'ok']);
+    const second = receipts.find((r) => r.status === 'dispatched');
+    // The second request was made on top of the first checkpoint.
+    expect(second.predecessor_id).toBe(first.id);
+    expect(await rows('run_checkpoints', runId)).toHaveLength(1);
+
+    // Recovery: the request with the first checkpoint, nothing sent; while the lease runs nobody sends another summary.
+    const forbidden = forbiddenSummarizer();
+    const recovered = await recoverRunContext({ pool, runId, scope, ...INPUT, policy, summarizer: forbidden });
+    expect(recovered.report.checkpointsUsed).toEqual([first.id]);
+    expect(recovered.report.inFlight).toEqual([second.id]);
+    expect(recovered.request.messages[1]).toMatchObject({ kind: 'checkpoint_summary', checkpointId: first.id });
+    const during = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy, summarizer: forbidden });
+    expect(during.report.compaction).toMatchObject({ decision: 'skipped', reason: 'summary_in_flight' });
+    expect(during.request).toEqual(recovered.request);
+    expect(forbidden.calls).toBe(0);
+
+    // Past the lease: unknown, retried once under its identity, and the plan is finished.
+    const later = () => Date.now() + SMALL_POLICY_LEASE_MS + 1000;
+    const retry = recordingSummarizer();
+    const next = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy, summarizer: retry, clock: later });
+    expect(next.report.expiredReceipts).toEqual([second.id]);
+    expect(next.report.compactions[0]).toMatchObject({ decision: 'committed', attempt: 2 });
+    expect(next.report.compactions[0]!.candidate!.identityKey).toBe(second.identity_key);
+    expect(next.report.fits).toBe(true);
+    const all = await rows('run_summary_requests', runId);
+    expect(all.filter((r) => r.identity_key === second.identity_key).map((r) => [r.status, r.attempt]).sort()).toEqual([['ok', 2], ['unknown', 1]]);
+    expect((await recoverRunContext({ pool, runId, scope, ...INPUT, policy, clock: later })).request).toEqual(next.request);
   });
 });
 

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { Outcome, SummaryRequest } from '../../src/gateway/types.ts';
 import {
-  measureRequest, prepareRunRequest, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, startRun,
+  measureRequest, prepareRunRequest, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, startRun,
   storeResult, SUMMARY_NOTE, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -18,6 +18,7 @@ import { createConversation, filler, INPUT, ok, prng, recordingSummarizer, SMALL
  * into summarizer input is visible.
  */
 const SEEDS = Number(process.env.RUN_PROPERTY_SEEDS ?? 200);
+const CHUNKED_SEEDS = Math.max(8, Math.round(SEEDS / 2));
 const PARALLEL = 8;
 
 const db = await createTestDatabase();
@@ -25,11 +26,18 @@ const pool = db.pool;
 const scope = 'prop';
 
 type Behaviour = 'reliable' | 'flaky';
+/**
+ * `one`: SMALL_POLICY, whose summarizer input is never the limit (one summary covers any candidate).
+ * `chunked`: a small summarizer input, so one summary covers a few groups and a call may make several
+ * checkpoints along a plan (the flaky summarizer also with a small per-call limit).
+ */
+type Variant = 'one' | 'chunked';
 
 interface Model {
   seed: number;
   runId: string;
-  policy: Omit<typeof SMALL_POLICY, 'keepRecentGroups'> & { keepRecentGroups: number };
+  variant: Variant;
+  policy: Omit<typeof SMALL_POLICY, 'keepRecentGroups' | 'maxSummaryInputBytes'> & { keepRecentGroups: number; maxSummaryInputBytes: number; maxSummariesPerPrepare?: number };
   protectedTexts: string[];
   /** proposal id -> settlement status now */
   units: Map<string, 'dispatched' | 'settled' | 'failed' | 'unknown'>;
@@ -37,15 +45,22 @@ interface Model {
   calls: { request: SummaryRequest; pending: Set<string> }[];
   externals: ResultMeta[];
   failures: string[];
+  /** The last prepared request (nothing is recorded after it): recovery must rebuild it. */
+  last: PreparedRunRequest | null;
 }
 
-async function generate(seed: number, behaviour: Behaviour): Promise<Model> {
-  const r = prng(seed * 1_000_003 + (behaviour === 'flaky' ? 17 : 0));
-  const policy = { ...SMALL_POLICY, keepRecentGroups: r.int(1, 3) };
+async function generate(seed: number, behaviour: Behaviour, variant: Variant = 'one'): Promise<Model> {
+  const r = prng(seed * 1_000_003 + (behaviour === 'flaky' ? 17 : 0) + (variant === 'chunked' ? 31 : 0));
+  const policy: Model['policy'] = { ...SMALL_POLICY, keepRecentGroups: r.int(1, 3) };
+  if (variant === 'chunked') {
+    policy.maxSummaryInputBytes = r.int(3, 12) * 1024;
+    // The reliable runs must finish their plans in one call (the oracle below expects it).
+    policy.maxSummariesPerPrepare = behaviour === 'reliable' ? 64 : r.int(1, 4);
+  }
   const conversationId = await createConversation(pool, scope);
   const requestText = filler(r, r.int(20, 1500), `USER-CANARY-REQ-${seed}`);
   const { runId } = await startRun({ pool, scope, conversationId, request: requestText });
-  const m: Model = { seed, runId, policy, protectedTexts: [requestText], units: new Map(), modelSeqs: [], calls: [], externals: [], failures: [] };
+  const m: Model = { seed, runId, variant, policy, protectedTexts: [requestText], units: new Map(), modelSeqs: [], calls: [], externals: [], failures: [], last: null };
   const summarizer = recordingSummarizer((request, n) => {
     m.calls.push({ request, pending: new Set([...m.units].filter(([, s]) => s === 'dispatched').map(([id]) => id)) });
     return reply(behaviour, r, request, seed, n);
@@ -80,6 +95,7 @@ async function generate(seed: number, behaviour: Behaviour): Promise<Model> {
     if (r.chance(0.35) || g === groups - 1) {
       const prepared = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy, summarizer, budget: { finalizationRequests: 0 } });
       await check(m, prepared, behaviour);
+      m.last = prepared;
     }
   }
   await checkFinal(m, behaviour);
@@ -163,6 +179,15 @@ async function check(m: Model, { request, report }: PreparedRunRequest, behaviou
     }
   }
 
+  // Every checkpoint made by this call saved at least the minimum; the report lists each decision.
+  for (const s of report.steps) {
+    if (s.step === 'compaction' && s.bytesBefore - s.bytesAfter < policy.minSavingBytes) fail(`a checkpoint saved ${s.bytesBefore - s.bytesAfter} bytes`);
+  }
+  if (report.compaction !== report.compactions.at(-1)) fail('report.compaction is not the last decision');
+  const committedNow = report.compactions.filter((c) => c.decision === 'committed').length;
+  if (report.steps.filter((s) => s.step === 'compaction').length !== committedNow) fail('compaction steps differ from committed decisions');
+  if (report.compactions.filter((c) => c.summaryRequestId !== null && !c.reusedSummary).length > (policy.maxSummariesPerPrepare ?? 16)) fail('more summaries than the per-call limit');
+
   // Fits, or says why not; and when a fitting solution exists, it fits.
   if (report.fits !== report.bytes <= policy.thresholdBytes) fail('fits flag disagrees with bytes');
   if (!report.fits && !report.reason) fail('does not fit and gives no reason');
@@ -171,7 +196,7 @@ async function check(m: Model, { request, report }: PreparedRunRequest, behaviou
   if (report.compaction.decision === 'committed') STATS.committed++;
   if (report.references.length > 0) STATS.referenced++;
   if (behaviour === 'reliable' && !report.fits) {
-    const bound = feasibleUpperBound(request, m, cps.at(-1)?.t ?? 0);
+    const bound = feasibleUpperBound(request, m, cps.at(-1)?.t ?? 0, m.variant === 'chunked');
     STATS.oracleChecked++;
     if (process.env.RUN_PROPERTY_DEBUG) console.log(m.seed, report.bytes, bound, report.reason);
     if (bound.plain <= policy.thresholdBytes) fail(`a fitting request without compaction exists (<= ${bound.plain}) but got ${report.bytes}: ${report.reason}`);
@@ -184,9 +209,11 @@ async function check(m: Model, { request, report }: PreparedRunRequest, behaviou
  * the newest groups and every protected item as they are, every older body
  * replaced by a reference (at most 500 bytes plus its error), and (for
  * `compacted`) the contiguous settled prefix after the newest checkpoint
- * replaced by one summary of at most 100 bytes of text.
+ * replaced by one summary of at most 100 bytes of text; with `perGroup` (a
+ * bounded summarizer input, so several summaries), by one such summary per
+ * group (the most summaries any cut of the prefix can need).
  */
-function feasibleUpperBound(request: RunRequest, m: Model, afterSeq: number) {
+function feasibleUpperBound(request: RunRequest, m: Model, afterSeq: number, perGroup = false) {
   const envelope = b({ ...request, messages: [], resultCatalog: [] }) + b(request.resultCatalog) - 2 + request.responseReserveBytes;
   const groups: { seq: number; items: RunRequestItem[]; settled: boolean }[] = [];
   let fixed = 0;
@@ -230,18 +257,22 @@ function feasibleUpperBound(request: RunRequest, m: Model, afterSeq: number) {
     rest += referenced(g);
     restCount += g.items.length;
   }
-  const units = older.slice(0, prefix).flatMap((g) => g.items.filter((i) => i.kind === 'tool_result'));
-  const summary: CheckpointSummaryItem = {
+  const summaryOf = (gs: typeof groups): CheckpointSummaryItem => ({
     kind: 'checkpoint_summary', checkpointId: randomUUID(), segment: 99, fromSeq: 10 ** 9, toSeq: 10 ** 9, authoritative: false,
     note: SUMMARY_NOTE, text: 'w'.repeat(100),
-    toolResults: units.map((u) => ({ proposalId: u.kind === 'tool_result' ? u.proposalId : '', tool: 'search', settlement: 'unknown' as const, resultId: randomUUID(), version: 99 })),
-  };
-  const compacted = envelope + fixed + rest + b(summary) + Math.max(0, count + restCount);
+    toolResults: gs.flatMap((g) => g.items.filter((i) => i.kind === 'tool_result'))
+      .map((u) => ({ proposalId: u.kind === 'tool_result' ? u.proposalId : '', tool: 'search', settlement: 'unknown' as const, resultId: randomUUID(), version: 99 })),
+  });
+  const summarized = perGroup ? older.slice(0, prefix).map((g) => summaryOf([g])) : [summaryOf(older.slice(0, prefix))];
+  const compacted = envelope + fixed + rest + summarized.reduce((n, x) => n + b(x), 0) + Math.max(0, count + restCount + summarized.length - 1);
   return { plain, compacted };
 }
 
 async function checkFinal(m: Model, behaviour: Behaviour) {
   const fail = (what: string) => m.failures.push(`seed ${m.seed} (${behaviour}): ${what}`);
+  // Cold recovery rebuilds exactly the last request (nothing was recorded after it).
+  const recovered = await recoverRunContext({ pool, runId: m.runId, scope, ...INPUT, policy: m.policy });
+  if (JSON.stringify(recovered.request) !== JSON.stringify(m.last!.request)) fail('recovery rebuilds a different request');
   // No summarizer input ever held user text, an earlier summary, or a pending effect; failed
   // and unknown effects are labelled so.
   for (const { request, pending } of m.calls) {
@@ -279,21 +310,25 @@ async function checkFinal(m: Model, behaviour: Behaviour) {
   if (behaviour === 'reliable' && rs.some((r) => r.status !== 'ok')) fail('reliable summarizer produced a non-ok receipt');
 }
 
-async function runSeeds(behaviour: Behaviour, seeds: number): Promise<{ failures: string[]; calls: number; checkpoints: number; nonFitting: number }> {
+async function runSeeds(behaviour: Behaviour, seeds: number, variant: Variant = 'one'): Promise<{ failures: string[]; calls: number; checkpoints: number; chains: number }> {
   const failures: string[] = [];
   let calls = 0;
   let next = 0;
+  const runIds: string[] = [];
   const worker = async () => {
     while (next < seeds) {
       const seed = next++;
-      const m = await generate(seed, behaviour);
+      const m = await generate(seed, behaviour, variant);
       failures.push(...m.failures);
       calls += m.calls.length;
+      runIds.push(m.runId);
     }
   };
   await Promise.all(Array.from({ length: PARALLEL }, worker));
-  const { rows } = await pool.query(`select count(*)::int as n from sourcebound.run_checkpoints k join sourcebound.run_summary_requests s on s.id = k.summary_request_id where s.scope = $1`, [scope]);
-  return { failures, calls, checkpoints: rows[0].n, nonFitting: 0 };
+  const { rows } = await pool.query(
+    `select count(*)::int as n, count(distinct k.run_id) filter (where k.segment > 1)::int as chains
+     from sourcebound.run_checkpoints k where k.run_id = any($1::uuid[])`, [runIds]);
+  return { failures, calls, checkpoints: rows[0].n, chains: rows[0].chains };
 }
 
 describe('generated run histories', () => {
@@ -310,5 +345,19 @@ describe('generated run histories', () => {
     const result = await runSeeds('flaky', SEEDS);
     expect(result.failures).toEqual([]);
     expect(result.calls).toBeGreaterThan(SEEDS / 4);
+  }, 600_000);
+
+  it(`hold every invariant over ${CHUNKED_SEEDS} seeds with a bounded summarizer input (several checkpoints a call), reliable summarizer`, async () => {
+    const result = await runSeeds('reliable', CHUNKED_SEEDS, 'chunked');
+    expect(result.failures).toEqual([]);
+    expect(result.checkpoints).toBeGreaterThan(CHUNKED_SEEDS / 2);
+    // The generator does exercise chains of checkpoints.
+    expect(result.chains).toBeGreaterThan(CHUNKED_SEEDS / 8);
+  }, 600_000);
+
+  it(`hold every invariant over ${CHUNKED_SEEDS} seeds with a bounded summarizer input and a per-call limit, flaky summarizer`, async () => {
+    const result = await runSeeds('flaky', CHUNKED_SEEDS, 'chunked');
+    expect(result.failures).toEqual([]);
+    expect(result.calls).toBeGreaterThan(CHUNKED_SEEDS / 4);
   }, 600_000);
 });
