@@ -39,6 +39,12 @@ describe('the conversation store', () => {
     await expect(db.pool.query(`update sourcebound.messages set conversation_id = $1 where id = $2`, [b, p!.userMessageId])).rejects.toThrow(/messages_run_same_conversation_fk/);
   });
 
+  it('refuses TRUNCATE of the tables that keep immutable records', async () => {
+    for (const table of ['conversation_summaries', 'conversation_summary_attempts', 'run_checkpoints', 'run_turns']) {
+      await expect(db.pool.query(`truncate sourcebound.${table} cascade`), table).rejects.toThrow(/cannot be truncated/);
+    }
+  });
+
   it('deleting a conversation deletes its runs, messages and pairs', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 35);
@@ -71,6 +77,10 @@ describe('eligibility', () => {
     ['completed', '', 'a', 'completed', false],
     ['completed', 'q', '', 'completed', false],
     ['completed', ' \n\t', 'a', 'completed', false],
+    // Whitespace is what JavaScript's trim removes, whatever the server's locale.
+    ['completed', 'q', '\u00a0\ufeff\u3000\u2028', 'completed', false],
+    ['completed', '\u200a\u202f', 'a', 'completed', false],
+    ['completed', 'q', '\u200b', 'completed', true],
   ])('run %s, user %j, assistant %j (%s) -> eligible: %s', async (runStatus, user, assistant, assistantStatus, eligible) => {
     const c = await createConversation(db.pool);
     await singleRun(c, runStatus, user, assistant, assistantStatus);

@@ -53,4 +53,6 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
-process.exitCode = await main(process.argv.slice(2));
+const code = await main(process.argv.slice(2));
+// A command may already have set a failure code (a worker whose runner died): never overwrite it with success.
+process.exitCode = Math.max(code, Number(process.exitCode ?? 0));
