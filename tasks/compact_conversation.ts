@@ -1,7 +1,7 @@
 import type { Task } from 'graphile-worker';
 import { z } from 'zod';
 import { compactConversation, SummarizerConfigError, type CompactionContext } from '../src/compaction/compact.ts';
-import { compactionJobAtAdd, conversationScopeRead } from '../src/db/queries/summaries.ts';
+import { compactionJobAtAdd, conversationStateRead } from '../src/db/queries/summaries.ts';
 
 const Payload = z.object({ conversationId: z.uuid() });
 
@@ -21,12 +21,13 @@ export function compactConversationTask(ctx: Omit<CompactionContext, 'logger'> &
     }
     const { conversationId } = parsed.data;
     const logger = ctx.logger.child({ ...base, conversationId });
-    if ((await conversationScopeRead(ctx.pool, conversationId)) === null) {
+    const state = await conversationStateRead(ctx.pool, conversationId);
+    if (state === null) {
       logger.warn('conversation does not exist (deleted?): job dropped');
       return;
     }
     try {
-      const report = await compactConversation({ ...ctx, logger }, conversationId, helpers.abortSignal);
+      const report = await compactConversation({ ...ctx, logger }, conversationId, helpers.abortSignal, state.pairCount);
       if (report.rescheduleAt) await compactionJobAtAdd(ctx.pool, conversationId, report.rescheduleAt);
       logger.info({ pairCount: report.pairCount, ranges: report.ranges.map((r) => `${r.fromPair}-${r.toPair}:${r.result}`), rescheduleAt: report.rescheduleAt }, 'compaction pass done');
     } catch (error) {

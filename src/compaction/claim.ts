@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds } from '../hash.ts';
 import { plannableRangeCount, type PairRange } from '../plan.ts';
 import * as q from '../db/queries/summaries.ts';
+import { inTransaction } from '../db/transaction.ts';
 
 /**
  * Claim (DESIGN.md "Job identity and claim"): one transaction on one client
@@ -33,29 +34,16 @@ export interface ClaimRequest {
   leaseMs: number;
 }
 
-export async function claimRange(pool: pg.Pool, request: ClaimRequest): Promise<ClaimResult> {
-  const client = await pool.connect();
-  try {
-    await client.query('begin');
-    const result = await claimInTransaction(client, request);
-    await client.query('commit');
-    return result;
-  } catch (error) {
-    await client.query('rollback').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
-  }
+export function claimRange(pool: pg.Pool, request: ClaimRequest): Promise<ClaimResult> {
+  return inTransaction(pool, (client) => claimInTransaction(client, request));
 }
 
 async function claimInTransaction(db: pg.PoolClient, request: ClaimRequest): Promise<ClaimResult> {
   const { conversationId, range } = request;
-  if (!(await q.rangeClaimLockTry(db, conversationId, range.fromPair))) return { kind: 'busy', until: null };
-
-  const scope = await q.conversationScopeRead(db, conversationId);
-  if (scope === null) return { kind: 'gone' };
-  const count = await q.pairCountRead(db, conversationId);
-  if (range.toPair >= plannableRangeCount(count) * 10) return { kind: 'gone' };
+  const { locked, state } = await q.rangeClaimLockTry(db, conversationId, range.fromPair);
+  if (!locked) return { kind: 'busy', until: null };
+  if (state === null || range.toPair >= plannableRangeCount(state.pairCount) * 10) return { kind: 'gone' };
+  const { scope } = state;
 
   const pairs = await q.pairsRangeRead(db, conversationId, range.fromPair, range.toPair);
   if (pairs.length !== range.toPair - range.fromPair + 1) return { kind: 'gone' };
@@ -75,10 +63,8 @@ async function claimInTransaction(db: pg.PoolClient, request: ClaimRequest): Pro
 
   let record = await q.summaryByIdentityLock(db, identity);
   if (record === null) {
-    const leaseOwner = `${request.workerId}`;
-    record = await q.summaryClaimedInsert(db, identity, leaseOwner, request.leaseMs);
-    const attemptId = await q.attemptOpenInsert(db, record.id, request.workerId, inputChars);
-    return { kind: 'claimed', record, attemptId, pairs };
+    const claimed = await q.summaryClaimedInsert(db, identity, request.workerId, request.leaseMs, inputChars);
+    return { kind: 'claimed', ...claimed, pairs };
   }
 
   switch (record.status) {
@@ -106,9 +92,8 @@ async function claimInTransaction(db: pg.PoolClient, request: ClaimRequest): Pro
       break;
     }
   }
-  record = await q.summaryReclaimUpdate(db, record.id, request.workerId, request.leaseMs);
-  const attemptId = await q.attemptOpenInsert(db, record.id, request.workerId, inputChars);
-  return { kind: 'claimed', record, attemptId, pairs };
+  const claimed = await q.summaryReclaimUpdate(db, record.id, request.workerId, request.leaseMs, inputChars);
+  return { kind: 'claimed', ...claimed, pairs };
 }
 
 /** Lease times are the database's, so workers with skewed clocks agree. */

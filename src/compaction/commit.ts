@@ -2,6 +2,7 @@ import type pg from 'pg';
 import type { Outcome } from '../gateway/types.ts';
 import { sourceHash, sourceMessageIds } from '../hash.ts';
 import * as q from '../db/queries/summaries.ts';
+import { inTransaction } from '../db/transaction.ts';
 
 /** At most two attempts per identity (DESIGN.md "Attempts, failure, immutability"). */
 export const MAX_ATTEMPTS = 2;
@@ -34,24 +35,13 @@ export const DEFAULT_RETRY_DELAYS: Readonly<RetryDelays> = Object.freeze({ defer
  * `ok` summary is committed only after re-reading the source and re-checking
  * its hash.
  */
-export async function commitOutcome(
+export function commitOutcome(
   pool: pg.Pool,
   claim: { record: q.SummaryRow; attemptId: number; workerId: string },
   outcome: Outcome,
   delays: Readonly<RetryDelays> = DEFAULT_RETRY_DELAYS,
 ): Promise<CommitResult> {
-  const client = await pool.connect();
-  try {
-    await client.query('begin');
-    const result = await commitInTransaction(client, claim, outcome, delays);
-    await client.query('commit');
-    return result;
-  } catch (error) {
-    await client.query('rollback').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
-  }
+  return inTransaction(pool, (client) => commitInTransaction(client, claim, outcome, delays));
 }
 
 async function commitInTransaction(
@@ -60,14 +50,14 @@ async function commitInTransaction(
   outcome: Outcome,
   delays: Readonly<RetryDelays>,
 ): Promise<CommitResult> {
-  const record = await q.summaryByIdLock(db, claim.record.id);
+  const record = await q.summaryByIdLock(db, claim.record.id, claim.attemptId);
   // Gone with its conversation, or taken over after our lease expired (that
   // worker already counted our attempt as spent).
   if (record === null || record.status !== 'running' || record.leaseOwner !== claim.workerId) return { kind: 'lease_lost' };
   // The lease owner is the worker process, shared by its jobs: a takeover by
   // another job of the same process leaves it unchanged but settles our
   // attempt. The record is locked, so this read cannot race a takeover.
-  if (!(await q.attemptOpenRead(db, claim.attemptId))) return { kind: 'lease_lost' };
+  if (!record.attemptOpen) return { kind: 'lease_lost' };
 
   const settle = (o: string, spent: boolean, reason: string | null, extra: { requestId?: string | null; usage?: unknown } = {}) =>
     q.attemptsSettleUpdate(db, record.id, { outcome: o, spent, reason, ...extra }, claim.attemptId);

@@ -42,9 +42,10 @@ export interface CompactionReport {
  * ends.
  * @throws SummarizerConfigError after recording a `config` outcome.
  */
-export async function compactConversation(ctx: CompactionContext, conversationId: string, signal?: AbortSignal): Promise<CompactionReport> {
+export async function compactConversation(ctx: CompactionContext, conversationId: string, signal?: AbortSignal, knownPairCount?: number): Promise<CompactionReport> {
   const promptVersion = ctx.promptVersion ?? CONVERSATION_PROMPT_VERSION;
-  const pairCount = await q.pairCountRead(ctx.pool, conversationId);
+  // Each claim re-checks the count under its lock; this one only plans the walk.
+  const pairCount = knownPairCount ?? await q.pairCountRead(ctx.pool, conversationId);
   const report: CompactionReport = { conversationId, pairCount, ranges: [], rescheduleAt: null };
   const later = (at: Date | null) => {
     if (at !== null && (report.rescheduleAt === null || at < report.rescheduleAt)) report.rescheduleAt = at;

@@ -7,7 +7,7 @@ import type { Candidate } from './candidate.ts';
 import { isUniqueViolation } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
 import { jsonBytes, type RequestInput } from './project.ts';
-import { rollbackTo, savepoint } from './tx.ts';
+import { rollbackTo, savepoint } from '../db/transaction.ts';
 import type { CompactionReport, RunCompactionPolicy } from './types.ts';
 
 export type GateReport = Pick<CompactionReport, 'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'>;

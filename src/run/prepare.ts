@@ -16,7 +16,7 @@ import { evaluate, materialize, requestInput, type Evaluated } from './assemble.
 import { gateAndCommit, type StepGoal } from './gate.ts';
 import { floorOf, type Fitted, type RequestInput } from './project.ts';
 import { settlementOf, summaryCall } from './summarize.ts';
-import { inTransaction, rollbackTo, savepoint } from './tx.ts';
+import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type {
   CandidateReport, CompactionPlanReport, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
   SummaryBudgetOptions,

@@ -6,7 +6,7 @@ import {
   runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState,
 } from '../db/queries/run.ts';
 import { historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
-import { inTransaction, rollbackTo, savepoint } from './tx.ts';
+import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ToolProposal } from './types.ts';
 
 /**

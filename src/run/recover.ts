@@ -5,7 +5,7 @@ import { RunNotFoundError } from './errors.ts';
 import { resolvePolicy } from './policy.ts';
 import { evaluate, materialize, requestInput } from './assemble.ts';
 import type { RequestInput } from './project.ts';
-import { inTransaction } from './tx.ts';
+import { inTransaction } from '../db/transaction.ts';
 import type { FitStep, ReferenceMade, RunCompactionPolicy, RunRequest } from './types.ts';
 
 export interface RecoverRunContextOptions extends RequestInput {

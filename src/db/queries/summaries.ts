@@ -50,6 +50,38 @@ export async function conversationScopeRead(db: Queryable, conversationId: strin
   return rows[0]?.scope ?? null;
 }
 
+export interface ConversationState {
+  scope: string;
+  pairCount: number;
+}
+
+/** The conversation's scope and eligible-pair count in one round trip, or null when it does not exist. */
+export async function conversationStateRead(db: Queryable, conversationId: string): Promise<ConversationState | null> {
+  const { rows } = await db.query<ConversationState>(
+    `select c.scope, (select coalesce(max(p.pair_index) + 1, 0)::int from sourcebound.pairs p where p.conversation_id = c.id) as "pairCount"
+     from sourcebound.conversations c where c.id = $1`,
+    [conversationId],
+  );
+  return rows[0] ?? null;
+}
+
+/**
+ * Takes the claim lock of one range for this transaction and, in the same
+ * round trip, reads the conversation's state. `locked` false: another worker
+ * holds the range. `state` null: the conversation is gone.
+ */
+export async function rangeClaimLockTry(db: Queryable, conversationId: string, fromPair: number): Promise<{ locked: boolean; state: ConversationState | null }> {
+  const { rows } = await db.query<{ locked: boolean; scope: string | null; pairCount: number | null }>(
+    `select l.locked, c.scope,
+            (select coalesce(max(p.pair_index) + 1, 0)::int from sourcebound.pairs p where p.conversation_id = c.id) as "pairCount"
+     from (select pg_try_advisory_xact_lock($1, hashtext($2)) as locked) l
+     left join sourcebound.conversations c on l.locked and c.id = $3`,
+    [LOCK_NS.summaryClaim, `${conversationId}:${fromPair}`, conversationId],
+  );
+  const row = rows[0]!;
+  return { locked: row.locked, state: row.scope === null ? null : { scope: row.scope, pairCount: row.pairCount! } };
+}
+
 /** Number of eligible pairs: an index lookup, not a count. */
 export async function pairCountRead(db: Queryable, conversationId: string): Promise<number> {
   const { rows } = await db.query<{ n: number }>(
@@ -81,15 +113,6 @@ export async function summariesOfConversationRead(db: Queryable, conversationId:
   return rows;
 }
 
-/** Takes the claim lock of one range for this transaction; false when another worker holds it. */
-export async function rangeClaimLockTry(db: Queryable, conversationId: string, fromPair: number): Promise<boolean> {
-  const { rows } = await db.query<{ ok: boolean }>(
-    'select pg_try_advisory_xact_lock($1, hashtext($2)) as ok',
-    [LOCK_NS.summaryClaim, `${conversationId}:${fromPair}`],
-  );
-  return rows[0]!.ok;
-}
-
 export interface SummaryIdentity {
   conversationId: string;
   scope: string;
@@ -113,34 +136,63 @@ export async function summaryByIdentityLock(db: Queryable, id: SummaryIdentity):
   return rows[0] ?? null;
 }
 
-/** A record by id, locked for this transaction. */
-export async function summaryByIdLock(db: Queryable, summaryId: string): Promise<SummaryRow | null> {
-  const { rows } = await db.query<SummaryRow>(`select ${SUMMARY_COLUMNS} from sourcebound.conversation_summaries where id = $1 for update`, [summaryId]);
+/**
+ * A record by id, locked for this transaction, with whether one of its
+ * attempts is still open (not settled by its own commit nor by a takeover).
+ */
+export async function summaryByIdLock(db: Queryable, summaryId: string, attemptId: number): Promise<(SummaryRow & { attemptOpen: boolean }) | null> {
+  const { rows } = await db.query<SummaryRow & { attemptOpen: boolean }>(
+    `select ${SUMMARY_COLUMNS},
+            exists (select 1 from sourcebound.conversation_summary_attempts a where a.id = $2 and a.summary_id = s.id and a.outcome is null) as "attemptOpen"
+     from sourcebound.conversation_summaries s where id = $1 for update`,
+    [summaryId, attemptId],
+  );
   return rows[0] ?? null;
 }
 
-/** A new record for an identity, claimed (running) under a lease. */
-export async function summaryClaimedInsert(db: Queryable, id: SummaryIdentity, leaseOwner: string, leaseMs: number): Promise<SummaryRow> {
-  const { rows } = await db.query<SummaryRow>(
-    `insert into sourcebound.conversation_summaries
-       (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version,
-        status, lease_owner, lease_expires_at)
-     values ($1, $2, $3, $4, $5::uuid[], $6, $7, $8, $9, 'running', $10, now() + make_interval(secs => $11::double precision / 1000))
-     returning ${SUMMARY_COLUMNS}`,
-    [id.conversationId, id.scope, id.fromPair, id.toPair, id.sourceMessageIds, id.sourceHash, id.hashVersion, id.model, id.promptVersion, leaseOwner, leaseMs],
-  );
-  return rows[0]!;
+export interface Claimed {
+  record: SummaryRow;
+  attemptId: number;
 }
 
-/** Re-claims an open (pending, stale or lease-expired) record under a new lease. */
-export async function summaryReclaimUpdate(db: Queryable, summaryId: string, leaseOwner: string, leaseMs: number): Promise<SummaryRow> {
-  const { rows } = await db.query<SummaryRow>(
-    `update sourcebound.conversation_summaries
-     set status = 'running', lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3::double precision / 1000), not_before = null
-     where id = $1 returning ${SUMMARY_COLUMNS}`,
-    [summaryId, leaseOwner, leaseMs],
+const LEASE_UNTIL = "now() + make_interval(secs => $LEASE::double precision / 1000)";
+
+/** A new record for an identity, claimed (running) under a lease, with its first attempt opened: one statement. */
+export async function summaryClaimedInsert(db: Queryable, id: SummaryIdentity, workerId: string, leaseMs: number, inputChars: number): Promise<Claimed> {
+  const { rows } = await db.query<SummaryRow & { attemptId: string }>(
+    `with s as (
+       insert into sourcebound.conversation_summaries
+         (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version,
+          status, lease_owner, lease_expires_at)
+       values ($1, $2, $3, $4, $5::uuid[], $6, $7, $8, $9, 'running', $10, ${LEASE_UNTIL.replace('$LEASE', '$11')})
+       returning *
+     ), a as (
+       insert into sourcebound.conversation_summary_attempts (summary_id, worker_id, input_chars)
+       select id, $10, $12 from s returning id
+     )
+     select ${SUMMARY_COLUMNS}, (select id from a) as "attemptId" from s`,
+    [id.conversationId, id.scope, id.fromPair, id.toPair, id.sourceMessageIds, id.sourceHash, id.hashVersion, id.model, id.promptVersion, workerId, leaseMs, inputChars],
   );
-  return rows[0]!;
+  const { attemptId, ...record } = rows[0]!;
+  return { record, attemptId: Number(attemptId) };
+}
+
+/** Re-claims an open (pending, stale or lease-expired) record under a new lease and opens its next attempt: one statement. */
+export async function summaryReclaimUpdate(db: Queryable, summaryId: string, workerId: string, leaseMs: number, inputChars: number): Promise<Claimed> {
+  const { rows } = await db.query<SummaryRow & { attemptId: string }>(
+    `with s as (
+       update sourcebound.conversation_summaries
+       set status = 'running', lease_owner = $2, lease_expires_at = ${LEASE_UNTIL.replace('$LEASE', '$3')}, not_before = null
+       where id = $1 returning *
+     ), a as (
+       insert into sourcebound.conversation_summary_attempts (summary_id, worker_id, input_chars)
+       select id, $2, $4 from s returning id
+     )
+     select ${SUMMARY_COLUMNS}, (select id from a) as "attemptId" from s`,
+    [summaryId, workerId, leaseMs, inputChars],
+  );
+  const { attemptId, ...record } = rows[0]!;
+  return { record, attemptId: Number(attemptId) };
 }
 
 /** Settles a record after an attempt: spends it or not, and moves it to its next status. */
@@ -163,21 +215,6 @@ export async function summarySettleUpdate(
     [summaryId, change.status, change.spend, change.failureReason ?? null, change.notBeforeMs ?? null, change.summary ?? null],
   );
   return rows[0]!;
-}
-
-/** Opens an attempt row for a dispatch that is about to happen. */
-export async function attemptOpenInsert(db: Queryable, summaryId: string, workerId: string, inputChars: number): Promise<number> {
-  const { rows } = await db.query<{ id: number }>(
-    `insert into sourcebound.conversation_summary_attempts (summary_id, worker_id, input_chars) values ($1, $2, $3) returning id`,
-    [summaryId, workerId, inputChars],
-  );
-  return Number(rows[0]!.id);
-}
-
-/** Whether an attempt is still open (not settled by its own commit nor by a takeover). */
-export async function attemptOpenRead(db: Queryable, attemptId: number): Promise<boolean> {
-  const { rows } = await db.query('select 1 from sourcebound.conversation_summary_attempts where id = $1 and outcome is null', [attemptId]);
-  return rows.length > 0;
 }
 
 /** Settles every open attempt of a record (normally one) with an outcome. */
