@@ -17,7 +17,7 @@ import {
  * - odd Unicode written through the driver: lone surrogates, RTL marks and
  *   overrides, zero-width characters, BOM, combining marks, ZWJ emoji, line
  *   separators; and a NUL, which PostgreSQL refuses at write time; and
- *   replies of only NBSP or BOM, eligible for PostgreSQL but blank for the summarizer;
+ *   replies of only NBSP or BOM: blank for the summarizer, so never pairs (0013);
  * - prompt injection in assistant replies: fake fences and fake reply tags,
  *   "ignore previous instructions", requests for another tenant's data, whose
  *   canary lives only in that tenant's conversations;
@@ -86,8 +86,8 @@ describe('fault scenario 7: hostile input', () => {
     const { rows: [stored] } = await pool.query<{ n: number }>(
       `select count(*)::int as n from sourcebound.messages where conversation_id = $1 and strpos(content, U&'\\FFFD') > 0`, [odd]);
 
-    // Replies of only NBSP or BOM: PostgreSQL's \S (C.UTF-8) calls them text, so the pairs are eligible,
-    // while the summarizer (JS trim) sees nothing: range 0's ten replies are all such.
+    // Replies of only NBSP or BOM: blank by JavaScript's trim, and since 0013 blank for eligibility too,
+    // whatever the server's locale: those ten runs are not pairs (before, the range failed twice on empty_input).
     const blank = await createConversation(pool, 'tenant-a');
     await addPairs(pool, blank, 45, (i) => ({ user: `question ${i}`, assistant: i < 10 ? (i % 2 ? '\u00A0\u00A0' : '\uFEFF') : `answer ${i} [${canaries['tenant-a']}]` }));
 
@@ -160,6 +160,7 @@ describe('fault scenario 7: hostile input', () => {
     const { rows: [tooLarge] } = await pool.query<{ n: number; status: string }>(
       `select count(*)::int as n, max(s.status) as status from sourcebound.conversation_summary_attempts a
        join sourcebound.conversation_summaries s on s.id = a.summary_id where a.reason = 'input_too_large' and s.conversation_id = $1`, [huge]);
+    const { rows: [blankPairs] } = await pool.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs where conversation_id = $1', [blank]);
     const { rows: blankRanges } = await pool.query<{ fromPair: number; status: string; reasons: string[] }>(
       `select s.from_pair as "fromPair", s.status, array_agg(coalesce(a.reason, a.outcome) order by a.id) as reasons
        from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
@@ -190,7 +191,7 @@ describe('fault scenario 7: hostile input', () => {
       notes: [
         `10 MB assistant reply: ${tooLarge!.n} attempts refused before sending (input_too_large), range ${tooLarge!.status}`,
         `payload jobs: ${invalidPayloadLogs} dropped as invalid, ${missingLogs} dropped as unknown/deleted conversation; none retried`,
-        `ten NBSP/BOM-only replies (eligible for PostgreSQL's \\S, blank for the summarizer): range ${blankRanges.map((r) => `${r.fromPair} ${r.status} (${r.reasons.join(', ')})`).join('; ')}`,
+        `ten NBSP/BOM-only replies: ${blankPairs!.n} of 45 runs are pairs; ranges ${blankRanges.map((r) => `${r.fromPair} ${r.status} (${r.reasons.join(', ')})`).join('; ')}`,
       ],
     });
 
@@ -200,7 +201,9 @@ describe('fault scenario 7: hostile input', () => {
     expect(orphans!.n).toBe(0);
     expect(nulRejected).toBe(1);
     expect(tooLarge).toMatchObject({ n: 2, status: 'failed' });
-    expect(blankRanges[0]).toMatchObject({ fromPair: 0, status: 'failed', reasons: ['empty_input', 'empty_input'] });
+    // The blank replies are not pairs: 35 pairs remain, range 0-9 is made of real answers and completes.
+    expect(blankPairs!.n).toBe(35);
+    expect(blankRanges.map((r) => [r.fromPair, r.status])).toEqual([[0, 'completed']]);
     expect(figures.unexpectedExits).toBe(0);
     expect(figures.completedRanges + figures.failedRanges).toBe(figures.ranges);
   });
