@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createPool } from '../../src/db/database.ts';
 import { silentLogger } from '../../src/logger.ts';
+import { withDatabase } from '../../src/db/database.ts';
 
 /**
  * The PostgreSQL the benchmarks run on: DATABASE_URL, else an embedded server
@@ -97,19 +97,4 @@ export async function benchClient(url: string): Promise<pg.Client> {
   return client;
 }
 
-export function withDatabase(url: string, database: string): string {
-  const parsed = new URL(url);
-  parsed.pathname = `/${database}`;
-  return parsed.toString();
-}
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}

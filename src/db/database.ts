@@ -66,3 +66,10 @@ export function redact(connectionString: string): string {
     return '(unparseable connection string)';
   }
 }
+
+/** The same server's connection string for another database. */
+export function withDatabase(connectionString: string, database: string): string {
+  const url = new URL(connectionString);
+  url.pathname = `/${database}`;
+  return url.toString();
+}

@@ -3,6 +3,7 @@ import { mkdir, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { userInfo } from 'node:os';
 import type { ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
 import pg from 'pg';
 import type { Logger } from '../logger.ts';
 
@@ -140,4 +141,16 @@ async function assertReachableByOthers(folder: string): Promise<void> {
     if (parent === current) return;
     current = parent;
   }
+}
+
+/** A TCP port free on 127.0.0.1 right now (for a temporary embedded server). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
 }

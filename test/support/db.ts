@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, inject } from 'vitest';
-import { withDatabase } from './global-setup.ts';
+import { withDatabase } from '../../src/db/database.ts';
 
 export interface TestDatabase {
   /** Connection string of this file's own database. */

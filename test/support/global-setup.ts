@@ -1,13 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { MIGRATIONS_FOLDER, migrateDatabase } from '../../src/db/migrate.ts';
 import { silentLogger } from '../../src/logger.ts';
+import { withDatabase } from '../../src/db/database.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -98,19 +98,4 @@ async function dropDatabases(adminUrl: string, prefix: string): Promise<void> {
   }
 }
 
-export function withDatabase(url: string, database: string): string {
-  const parsed = new URL(url);
-  parsed.pathname = `/${database}`;
-  return parsed.toString();
-}
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}

@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { withDatabase } from '../support/global-setup.ts';
+import { withDatabase } from '../../src/db/database.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { spawnSourcebound, until, type WorkerProcess } from '../support/processes.ts';
