@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { runLockTry, runStateLoad, runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptStatus } from '../db/queries/run.ts';
+import { runLockTry, runStateLoad, runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptListRow } from '../db/queries/run.ts';
 import type { Summarizer } from '../gateway/types.ts';
 import { RunNotFoundError } from './errors.ts';
 import { resolvePolicy } from './policy.ts';
@@ -23,25 +23,12 @@ export interface RecoverRunContextOptions extends RequestInput {
   summarizer?: Summarizer;
 }
 
-/** A summary request receipt as recovery reports it. */
-export interface SummaryReceipt {
-  id: string;
-  attempt: number;
-  identityKey: string;
-  status: ReceiptStatus;
-  /** Whether it counted as an attempt; null while in flight. */
-  spent: boolean | null;
-  reason: string | null;
-  fromSeq: number;
-  toSeq: number;
-  predecessorId: string | null;
-  model: string;
-  dispatchedAt: Date;
-  settledAt: Date | null;
-  leaseExpiresAt: Date;
-  /** The checkpoint this request produced, when one was committed (even if its acknowledgement was lost). */
-  checkpointId: string | null;
-}
+/**
+ * A summary request receipt as recovery reports it: `spent` is null while in
+ * flight; `checkpointId` is the checkpoint it produced, when one was committed
+ * (even if its acknowledgement was lost).
+ */
+export type SummaryReceipt = ReceiptListRow;
 
 export interface RecoveryReport {
   runId: string;

@@ -16,17 +16,8 @@ export interface PairRow {
   assistantText: string;
 }
 
-export interface SummaryRow {
+export interface SummaryRow extends SummaryIdentity {
   id: string;
-  conversationId: string;
-  scope: string;
-  fromPair: number;
-  toPair: number;
-  sourceMessageIds: string[];
-  sourceHash: string;
-  hashVersion: number;
-  model: string;
-  promptVersion: string;
   status: 'running' | 'pending' | 'completed' | 'failed' | 'stale';
   summary: string | null;
   attemptsSpent: number;
