@@ -24,6 +24,7 @@ import { benchThroughput } from './p3-throughput.ts';
 import { benchLatency } from './p4-latency.ts';
 import { benchSavings } from './p5-savings.ts';
 import { benchRunCompaction } from './p6-run.ts';
+import { benchCache } from './p8-cache.ts';
 
 const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promise<BenchResult> }[] = [
   { id: 'P1', title: 'write overhead of the triggers', run: benchWrite },
@@ -32,6 +33,7 @@ const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promi
   { id: 'P4', title: 'crossing-to-summarizer latency versus graphile-worker pickup', run: benchLatency },
   { id: 'P5', title: 'savings on real conversations', run: benchSavings },
   { id: 'P6', title: 'run compaction (prepareRunRequest)', run: benchRunCompaction },
+  { id: 'P8', title: 'cache economics with prompt caching on', run: benchCache },
 ];
 
 const RESULTS_DIR = fileURLToPath(new URL('./results', import.meta.url));

@@ -4,18 +4,20 @@ import { conversationIdArg, parseCommandArgs, UsageError, withSession, type Comm
 export const projectCliCommand: Command = {
   name: 'project',
   summary: 'print the history the next model request would carry within a byte budget',
-  usage: 'usage: sourcebound project <conversationId> --scope <scope> --budget <bytes> [--json]',
+  usage: 'usage: sourcebound project <conversationId> --scope <scope> --budget <bytes> [--layout stable|newest-first] [--json]',
   async run(argv) {
-    const { values, positionals } = parseCommandArgs(argv, { scope: { type: 'string' }, budget: { type: 'string' }, json: { type: 'boolean' } }, 1);
+    const { values, positionals } = parseCommandArgs(argv, { scope: { type: 'string' }, budget: { type: 'string' }, layout: { type: 'string' }, json: { type: 'boolean' } }, 1);
     const conversationId = conversationIdArg(positionals[0]);
     if (!values.scope) throw new UsageError('missing --scope');
     if (values.budget === undefined) throw new UsageError('missing --budget');
     const budgetBytes = Number(values.budget);
     if (!Number.isInteger(budgetBytes) || budgetBytes < 0) throw new UsageError(`--budget must be a whole number of bytes, got ${values.budget}`);
+    const layout = values.layout ?? 'stable';
+    if (layout !== 'stable' && layout !== 'newest-first') throw new UsageError(`--layout must be stable or newest-first, got ${layout}`);
     const scope = values.scope;
     await withSession(async ({ database }) => {
       try {
-        await projectCommand({ pool: database.pool, conversationId, scope, budgetBytes, json: values.json === true, out: (line) => process.stdout.write(`${line}\n`) });
+        await projectCommand({ pool: database.pool, conversationId, scope, budgetBytes, layout, json: values.json === true, out: (line) => process.stdout.write(`${line}\n`) });
       } catch (error) {
         if ((error as Error).name === 'ConversationNotFoundError') throw Object.assign(error as Error, { exitQuietly: true });
         throw error;

@@ -9,6 +9,8 @@ export interface ProjectCommandArgs {
   conversationId: string;
   scope: string;
   budgetBytes: number;
+  /** The projection's layout (Default: 'stable'); the command never writes one. */
+  layout?: 'stable' | 'newest-first';
   /** Print the projection object as one JSON line instead of the map. */
   json: boolean;
   out: (line: string) => void;
@@ -18,11 +20,13 @@ export interface ProjectCommandArgs {
  * `sourcebound project`: what the next request would carry. JSON mode prints
  * the projection object; the default prints a map, one line per range of ten
  * (raw, summarized, partial or omitted, and why a summary was not used), the
- * leading run of fully omitted ranges folded into one line, then the totals.
+ * leading run of fully omitted ranges folded into one line, then the totals
+ * and the prompt-cache line. It shows what the application's next call would
+ * get, but never stores a layout (it is an observer).
  * @throws ConversationNotFoundError when no conversation has this id in this scope.
  */
 export async function projectCommand(args: ProjectCommandArgs): Promise<void> {
-  const projection = await projectConversationHistory(args);
+  const projection = await projectConversationHistory({ ...args, persistLayout: false });
   if (args.json) {
     args.out(JSON.stringify(projection));
     return;
@@ -68,6 +72,13 @@ export function projectionMap(p: ConversationProjection): string[] {
   const summarizedPairs = [...summarized.values()].reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
   const omittedCount = p.omitted.reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
   lines.push(`total: ${p.bytes}/${p.budgetBytes} bytes; ${rawCount} pairs raw, ${summarizedPairs} summarized in ${summarized.size} ranges, ${omittedCount} omitted`);
+  const c = p.cache;
+  lines.push(c.mode === 'newest-first'
+    ? 'cache: newest-first layout (filled anew on every call)'
+    : c.rewrite === null
+      ? `cache: stable layout kept; the history extends the previous request's (rewrite at ${p.budgetBytes} bytes, down to ${c.lowWaterBytes})`
+      : `cache: stable layout ${c.rewrite === 'first' ? 'made' : `rewritten (${c.rewrite})`}, down to ${c.lowWaterBytes} bytes when the history does not fit`);
+  for (const problem of p.problems) lines.push(`problem: ${problem.message}`);
   return lines;
 }
 

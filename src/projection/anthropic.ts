@@ -16,6 +16,10 @@ import { omittedNote } from './wording.ts';
  *   assistant [the label, the summary]
  * - omitted history: a note text block in front of the first user turn's
  *   blocks (never merged into a user message's text).
+ * - prompt caching: by default the last block of the last turn carries a
+ *   `cache_control` breakpoint, so the whole history is cached and the next
+ *   request, whose history extends this one (src/projection/layout.ts), reads
+ *   it from the cache. `{ cacheBreakpoint: false }` leaves it out.
  *
  * Use: `messages: [...toAnthropicMessages(projection), { role: 'user', content: next }]`.
  * The caller's new user message goes after the last (assistant) turn.
@@ -27,7 +31,8 @@ import { omittedNote } from './wording.ts';
  * counted, one comma needed), so it is conservative.
  * With n items and M = 2n messages m1..mM:
  *   JSON = "[" m1 "," m2 ... "]" = 2 + sum|mi| + (M - 1) = 1 + sum(itemBytes)
- * and a note adds |noteBlock| + 1 (its block and a comma) inside the first turn.
+ * and a note adds |noteBlock| + 1 (its block and a comma) inside the first turn,
+ * and the breakpoint adds BREAKPOINT_BYTES to the last block.
  */
 
 export type MessageParam = Anthropic.MessageParam;
@@ -74,6 +79,16 @@ export function messagesBytes(messages: readonly MessageParam[]): number {
   return messages.length === 0 ? 0 : jsonBytes(messages);
 }
 
+const BREAKPOINT: Anthropic.CacheControlEphemeral = { type: 'ephemeral' };
+
+/** Bytes the cache breakpoint adds to the last block: `,"cache_control":{"type":"ephemeral"}`. */
+export const BREAKPOINT_BYTES = jsonBytes({ ...textBlock(''), cache_control: BREAKPOINT }) - jsonBytes(textBlock(''));
+
+export interface AdapterOptions {
+  /** Mark the end of the history with a `cache_control` breakpoint (Default: true). */
+  cacheBreakpoint?: boolean;
+}
+
 /** Pairs not in the projection (the N of the note). */
 export function omittedPairCount(projection: Pick<ConversationProjection, 'omitted'>): number {
   return projection.omitted.reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
@@ -85,12 +100,22 @@ export function omittedPairCount(projection: Pick<ConversationProjection, 'omitt
  * the omitted history can be said without breaking alternation: read
  * `projection.omitted`).
  */
-export function toAnthropicMessages(projection: Pick<ConversationProjection, 'items' | 'omitted'>): MessageParam[] {
+export function toAnthropicMessages(
+  projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: AdapterOptions = {},
+): MessageParam[] {
   const messages = projection.items.flatMap((item) => itemMessages(item));
   const omitted = omittedPairCount(projection);
   const first = messages[0];
   if (first !== undefined && omitted > 0 && Array.isArray(first.content)) {
     messages[0] = { role: 'user', content: [noteBlock(omitted), ...first.content] };
+  }
+  const last = messages.at(-1);
+  if ((options.cacheBreakpoint ?? true) && last !== undefined && Array.isArray(last.content)) {
+    const blocks = last.content as TextBlockParam[];
+    messages[messages.length - 1] = {
+      role: last.role,
+      content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: BREAKPOINT }],
+    };
   }
   return messages;
 }

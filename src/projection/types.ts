@@ -14,6 +14,10 @@
  *   binding (the 20 message ids and the source hash) all hold now.
  * - Budget: the UTF-8 bytes of the JSON the adapter produces
  *   (`messagesBytes(toAnthropicMessages(projection))`), never exceeded.
+ * - Layout: where the history starts and which ranges it shows as summaries.
+ *   In the default `stable` mode it is kept between calls, so each request's
+ *   history extends the previous one's (prompt caching), and laid out anew
+ *   (a rewrite) only when it must change or a change pays for itself.
  */
 
 /** One pair, carried verbatim. */
@@ -55,8 +59,10 @@ export type ProjectionItem = PairItem | SummaryItem;
 
 /** Why pairs are not in the request. */
 export type OmittedReason =
-  /** The budget was spent before the walk reached them. */
-  'budget';
+  /** The budget was spent before the walk reached them (or, in stable mode, the layout starts after them). */
+  | 'budget'
+  /** The stored pair index could not be proven consistent from here on (see `problems`). */
+  | 'inconsistent';
 
 /** A span of pairs that is not in the request. */
 export interface OmittedSpan {
@@ -82,7 +88,13 @@ export type SummaryNotUsedReason =
   /** A completed record whose 20 message ids or source hash no longer match the current pairs (Case B). */
   | 'binding_changed'
   /** A usable summary whose candidate (ten user messages + summary) did not fit the budget left (Case C). */
-  | 'does_not_fit';
+  | 'does_not_fit'
+  /** A usable summary whose candidate is not smaller than the range's ten original pairs: the originals say more for less. */
+  | 'larger_than_original'
+  /** A usable summary that became ready after the layout was made: the raw pairs stay until the next rewrite (prompt cache). */
+  | 'kept_raw_for_cache'
+  /** The range is not plannable for the current pair count (inside the newest 20 again): its summary may not be used. */
+  | 'not_plannable';
 
 export interface SummaryNotUsed {
   fromPair: number;
@@ -90,6 +102,31 @@ export interface SummaryNotUsed {
   reason: SummaryNotUsedReason;
   /** The record the reason is about, when there is one. */
   recordId?: string;
+}
+
+/** A stored state the projection could not prove consistent; it projected what it could and says what to do. */
+export interface ProjectionProblem {
+  kind: 'pair_index_gap' | 'pairs_changed_during_read';
+  /** The first pair the problem concerns; it and everything older are omitted. */
+  atPair: number;
+  message: string;
+}
+
+/** How the history relates to the previous request's (prompt caching). */
+export interface ProjectionCacheInfo {
+  /** `stable` (default): keep the layout between calls; `newest-first`: fill the budget anew every call. */
+  mode: 'stable' | 'newest-first';
+  /**
+   * null: the history is the stored layout with new pairs appended (its prefix
+   * is byte-identical to the previous request's history). Otherwise why it was
+   * laid out anew: no layout yet, the budget was reached, something in the
+   * prefix changed, or usable summaries made a rewrite pay for itself.
+   */
+  rewrite: null | 'first' | 'budget' | 'changed' | 'summaries';
+  /** Where a rewrite lays the history out (bytes): the next rewrite is about budget - lowWater bytes of new exchanges away. */
+  lowWaterBytes: number;
+  /** Whether the layout was written (false in newest-first mode, with persistLayout off, or when the write failed). */
+  layoutSaved: boolean;
 }
 
 export interface ConversationProjection {
@@ -106,4 +143,8 @@ export interface ConversationProjection {
   budgetBytes: number;
   /** Eligible pairs in the conversation. */
   pairCount: number;
+  /** Prompt-cache layout: whether this history extends the previous one, or why it was laid out anew. */
+  cache: ProjectionCacheInfo;
+  /** Stored inconsistencies met (empty normally): the projection degraded instead of failing. */
+  problems: ProjectionProblem[];
 }

@@ -1,7 +1,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
-  itemBytes, messagesBytes, noteBytes, projectConversationHistory, toAnthropicMessages,
+  BREAKPOINT_BYTES, itemBytes, messagesBytes, noteBytes, projectConversationHistory, toAnthropicMessages,
   type ConversationProjection, type MessageParam,
 } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -19,11 +19,11 @@ async function projectionWithEverything(): Promise<ConversationProjection> {
   await addPairs(db.pool, id, 45, (i) => ({ user: `Frage ${i}: 数据? 🚀`, assistant: `Antwort ${i} ${'…'.repeat(20)}` }));
   await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Summary of replies 0-9.' });
   await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: 'Summary of replies 10-19.' });
-  const full = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 1_000_000 });
+  const full = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 1_000_000, layout: 'newest-first' });
   const first = full.items[0]!;
   // Just too small for the oldest summary item: everything from range 10-19 on fits.
   const budget = full.bytes - itemBytes(first) + noteBytes(10);
-  const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: budget });
+  const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: budget, layout: 'newest-first' });
   expect(p.items.map((i) => i.kind)).toEqual(['summary', ...Array(25).fill('pair')]);
   expect(p.omitted).toEqual([{ fromPair: 0, toPair: 9, reason: 'budget' }]);
   return p;
@@ -64,6 +64,20 @@ describe('toAnthropicMessages', () => {
     // Raw pairs: one block each, verbatim.
     expect(texts(messages[2]!)).toEqual(['Frage 20: 数据? 🚀']);
     expect(texts(messages[3]!)).toEqual([`Antwort 20 ${'…'.repeat(20)}`]);
+  });
+
+  it('marks the end of the history with one cache breakpoint, counted in the bytes; off on request', async () => {
+    const p = await projectionWithEverything();
+    const messages = toAnthropicMessages(p);
+    const blocks = messages.flatMap((m) => (Array.isArray(m.content) ? m.content : []));
+    const marked = blocks.filter((b) => 'cache_control' in b && b.cache_control !== undefined);
+    expect(marked).toHaveLength(1);
+    expect(marked[0]).toBe(blocks.at(-1));
+    expect(marked[0]).toMatchObject({ cache_control: { type: 'ephemeral' } });
+    const plain = toAnthropicMessages(p, { cacheBreakpoint: false });
+    expect(JSON.stringify(plain)).not.toContain('cache_control');
+    expect(messagesBytes(plain)).toBe(p.bytes - BREAKPOINT_BYTES);
+    expect(BREAKPOINT_BYTES).toBe(Buffer.byteLength(',"cache_control":{"type":"ephemeral"}'));
   });
 
   it('has no note when nothing was left out, and no messages when nothing fitted', async () => {

@@ -9,7 +9,7 @@ const db = await createTestDatabase();
 
 async function run(conversationId: string, budgetBytes: number, json: boolean, scope = 'tenant-a'): Promise<string[]> {
   const lines: string[] = [];
-  await projectCommand({ pool: db.pool, conversationId, scope, budgetBytes, json, out: (line) => lines.push(line) });
+  await projectCommand({ pool: db.pool, conversationId, scope, budgetBytes, layout: 'newest-first', json, out: (line) => lines.push(line) });
   return lines;
 }
 
@@ -20,7 +20,7 @@ describe('sourcebound project', () => {
     await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
     const lines = await run(id, 3000, true);
     expect(lines).toHaveLength(1);
-    expect(JSON.parse(lines[0]!)).toEqual(await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000 }));
+    expect(JSON.parse(lines[0]!)).toEqual(await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000, layout: 'newest-first' }));
   });
 
   it('prints one line per range: summarized, raw, partial, omitted, with totals', async () => {
@@ -29,27 +29,28 @@ describe('sourcebound project', () => {
     const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
     const all = await run(id, 1_000_000, false);
     expect(all[0]).toBe(`conversation ${id} (scope tenant-a): 35 pairs`);
-    expect(all.slice(1, -1)).toEqual([
+    expect(all.slice(1, -2)).toEqual([
       `pairs 0-9  summarized (record ${recordId}, conversation-compaction@3)`,
       'pairs 10-19  raw; summary not used: not_yet_summarized',
       'pairs 20-29  raw; summary not used: not_yet_summarized',
       'pairs 30-34  raw; summary not used: incomplete_range',
     ]);
-    expect(all.at(-1)).toMatch(/^total: \d+\/1000000 bytes; 25 pairs raw, 10 summarized in 1 ranges, 0 omitted$/);
+    expect(all.at(-2)).toMatch(/^total: \d+\/1000000 bytes; 25 pairs raw, 10 summarized in 1 ranges, 0 omitted$/);
 
     // A budget that reaches into range 10-19 only partly: 0-9 is never reached.
-    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000 });
+    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000, layout: 'newest-first' });
     const oldest = Math.min(...p.items.map((i) => (i.kind === 'pair' ? i.pairIndex : i.fromPair)));
     expect(oldest).toBeGreaterThan(10);
     expect(oldest).toBeLessThan(20);
     const some = await run(id, 3000, false);
-    expect(some.slice(1, -1)).toEqual([
+    expect(some.slice(1, -2)).toEqual([
       'pairs 0-9  omitted (budget)',
       `pairs 10-19  partial: pairs ${oldest}-19 raw, ${oldest === 11 ? 'pair 10' : `pairs 10-${oldest - 1}`} omitted (budget); summary not used: not_yet_summarized`,
       'pairs 20-29  raw; summary not used: not_yet_summarized',
       'pairs 30-34  raw; summary not used: incomplete_range',
     ]);
-    expect(some.at(-1)).toBe(`total: ${p.bytes}/3000 bytes; ${35 - oldest} pairs raw, 0 summarized in 0 ranges, ${oldest} omitted`);
+    expect(some.at(-1)).toBe('cache: newest-first layout (filled anew on every call)');
+    expect(some.at(-2)).toBe(`total: ${p.bytes}/3000 bytes; ${35 - oldest} pairs raw, 0 summarized in 0 ranges, ${oldest} omitted`);
   });
 
   it('folds the ranges the walk never reached into one line', async () => {
@@ -58,6 +59,18 @@ describe('sourcebound project', () => {
     const lines = await run(id, 1500, false);
     expect(lines[1]).toMatch(/^pairs 0-\d+  omitted \(budget\) \[\d+ ranges\]$/);
     expect(lines.length).toBeLessThan(8);
+  });
+
+  it('shows the stable layout the next call would get, without storing one', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 60);
+    const lines: string[] = [];
+    await projectCommand({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, json: false, out: (line) => lines.push(line) });
+    expect(lines.at(-1)).toBe('cache: stable layout made, down to 2000 bytes when the history does not fit');
+    const stored = await db.pool.query('select 1 from sourcebound.projection_layouts where conversation_id = $1', [id]);
+    expect(stored.rowCount).toBe(0);
+    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, persistLayout: false });
+    expect(lines.at(-2)).toBe(`total: ${p.bytes}/4000 bytes; ${p.items.length} pairs raw, 0 summarized in 0 ranges, ${60 - p.items.length} omitted`);
   });
 
   it('a conversation of another scope is not found', async () => {

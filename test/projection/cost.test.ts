@@ -38,7 +38,7 @@ describe('cost grows with the budget, not the conversation', () => {
   ])('a 2,000-pair conversation with a 16 KiB budget reads what fits plus at most one page (%s)', async (_, summarized) => {
     const id = await longConversation(summarized);
     const reads: ReadEvent[] = [];
-    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: BUDGET, onRead: (e) => reads.push(e) });
+    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: BUDGET, layout: 'newest-first', onRead: (e) => reads.push(e) });
     expect(p.pairCount).toBe(PAIRS);
     expect(p.bytes).toBeLessThanOrEqual(BUDGET);
     if (summarized) expect(p.items.some((i) => i.kind === 'summary')).toBe(true);

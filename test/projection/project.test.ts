@@ -10,8 +10,10 @@ import { insertSummary, rangeSource, sized } from './support.ts';
 const db = await createTestDatabase();
 const LARGE = 10_000_000;
 
+// These tests are about the walk (what a budget holds, laid out anew): the newest-first layout.
+// The cache-stable layout, which rewrites with this walk, has its own tests (stable.test.ts).
 const project = (conversationId: string, budgetBytes = LARGE, scope = 'tenant-a') =>
-  projectConversationHistory({ pool: db.pool, conversationId, scope, budgetBytes });
+  projectConversationHistory({ pool: db.pool, conversationId, scope, budgetBytes, layout: 'newest-first' });
 
 async function conversation(pairs: number, text?: (i: number) => { user: string; assistant: string }) {
   const id = await createConversation(db.pool);
@@ -239,9 +241,9 @@ describe('projectConversationHistory', () => {
   });
 
   describe('seed case C: a stored summary that the next request cannot fit', () => {
-    // Range 0-9 has a long summary and short pairs; everything newer is short too.
+    // Range 0-9 has long replies and a long summary (smaller than the replies); everything newer is short.
     async function setup() {
-      const { id } = await conversation(30);
+      const { id } = await conversation(30, (i) => ({ user: `question ${i}`, assistant: i < 10 ? sized(1000, 'r') : `answer ${i}` }));
       const raw = await project(id);
       const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: sized(4000, 's') });
       const withSummary = await project(id);
@@ -284,16 +286,26 @@ describe('projectConversationHistory', () => {
       expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'does_not_fit', recordId });
     });
 
-    it('takes all ten pairs raw and goes on when they fit though the summary did not', async () => {
+    it('never uses a summary larger than its ten original pairs: more budget never carries fewer pairs', async () => {
+      // Short replies and a verbose (valid) summary: the candidate costs more than the originals.
       const { id } = await conversation(40);
       const raw = await project(id);
-      await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: sized(4000, 's') });
-      // Room for every pair raw, not for pairs 20-39 raw + the summary of 10-19.
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: sized(4000, 's') });
       const p = await project(id, raw.bytes);
       checkInvariants(p);
       expect(summaries(p)).toEqual([]);
       expect(pairIndexes(p)).toEqual(range(0, 39));
-      expect(p.summaryNotUsed.find((s) => s.fromPair === 10)?.reason).toBe('does_not_fit');
+      expect(p.summaryNotUsed.find((s) => s.fromPair === 10)).toEqual({ fromPair: 10, toPair: 19, reason: 'larger_than_original', recordId });
+      // Unlimited budget: the originals, never the bigger, lossy summary.
+      expect((await project(id)).bytes).toBe(raw.bytes);
+      // Pairs carried never fall as the budget grows (issue 11 item 8: 8,798 carried 40, 8,851 carried 30).
+      let carried = 0;
+      for (let budget = 0; budget <= raw.bytes + 200; budget += 97) {
+        const q = await project(id, budget);
+        const n = q.pairCount - q.omitted.reduce((m, s) => m + s.toPair - s.fromPair + 1, 0);
+        expect(n, `budget ${budget}`).toBeGreaterThanOrEqual(carried);
+        carried = n;
+      }
     });
   });
 
@@ -308,7 +320,7 @@ describe('projectConversationHistory', () => {
   it('a budget smaller than the newest pair omits everything without reading its text', async () => {
     const { id } = await conversation(12, (i) => ({ user: `q${i}`, assistant: i === 11 ? sized(5000) : `a${i}` }));
     const reads: { query: string; rows: number; textRows?: number }[] = [];
-    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, onRead: (e) => reads.push(e) });
+    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, layout: 'newest-first', onRead: (e) => reads.push(e) });
     checkInvariants(p);
     expect(p.items).toEqual([]);
     expect(p.omitted).toEqual([{ fromPair: 0, toPair: 11, reason: 'budget' }]);
@@ -365,7 +377,7 @@ describe('projectConversationHistory', () => {
     const client = await db.pool.connect();
     try {
       await client.query('begin isolation level repeatable read');
-      const viaClient = await projectConversationHistory({ pool: client, conversationId: id, scope: 'tenant-a', budgetBytes: LARGE });
+      const viaClient = await projectConversationHistory({ pool: client, conversationId: id, scope: 'tenant-a', budgetBytes: LARGE, layout: 'newest-first' });
       await client.query('commit');
       expect(viaClient).toEqual(await project(id));
     } finally {

@@ -11,7 +11,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
-  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead';
+  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'projectionLayoutRead';
   /** Rows returned. */
   rows: number;
   /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
@@ -140,4 +140,52 @@ export async function snapshotBegin(db: Queryable): Promise<void> {
 /** Ends the snapshot transaction (read-only: nothing to commit). */
 export async function snapshotEnd(db: Queryable): Promise<void> {
   await db.query('rollback');
+}
+
+/** A conversation's cache-stable layout at one budget (src/projection/layout.ts). */
+export interface ProjectionLayoutRow {
+  startPair: number;
+  endPair: number;
+  summaries: { fromPair: number; recordId: string }[];
+  prefixSha256: string;
+  prefixBytes: number;
+}
+
+/** The stored layout of a conversation in a scope at a budget, or null. */
+export async function projectionLayoutRead(
+  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number }, observe?: ReadObserver,
+): Promise<ProjectionLayoutRow | null> {
+  const { rows } = await db.query<ProjectionLayoutRow>(
+    `select l.start_pair as "startPair", l.end_pair as "endPair", l.summaries,
+            l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes"
+     from sourcebound.projection_layouts l
+     join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
+     where l.conversation_id = $1 and l.budget_bytes = $3`,
+    [args.conversationId, args.scope, args.budgetBytes],
+  );
+  observe?.({ query: 'projectionLayoutRead', rows: rows.length });
+  return rows[0] ?? null;
+}
+
+/**
+ * Stores the layout a rewrite made (one upsert). A layout made from fewer
+ * pairs than the stored one never replaces it: a slow call that read an older
+ * snapshot does not undo a newer rewrite.
+ */
+export async function projectionLayoutWrite(
+  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number; layout: ProjectionLayoutRow },
+): Promise<void> {
+  const { layout } = args;
+  await db.query(
+    `insert into sourcebound.projection_layouts as l
+       (conversation_id, budget_bytes, start_pair, end_pair, summaries, prefix_sha256, prefix_bytes)
+     select c.id, $3, $4, $5, $6::jsonb, $7, $8
+     from sourcebound.conversations c where c.id = $1 and c.scope = $2
+     on conflict (conversation_id, budget_bytes) do update
+       set start_pair = excluded.start_pair, end_pair = excluded.end_pair, summaries = excluded.summaries,
+           prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes, rewritten_at = now()
+       where l.end_pair <= excluded.end_pair`,
+    [args.conversationId, args.scope, args.budgetBytes, layout.startPair, layout.endPair,
+      JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes],
+  );
 }

@@ -24,6 +24,7 @@ import {
   integer,
   jsonb,
   pgSchema,
+  primaryKey,
   text,
   timestamp,
   unique,
@@ -159,4 +160,30 @@ export const conversationSummaryAttempts = sourcebound.table('conversation_summa
   check('conversation_summary_attempts_outcome_known', sql`outcome is null or ${inList('outcome', ATTEMPT_OUTCOMES)}`),
   check('conversation_summary_attempts_settled', sql`(outcome is null) = (finished_at is null) and (outcome is null) = (spent is null)`),
   index('conversation_summary_attempts_summary_idx').on(t.summaryId),
+]);
+
+/**
+ * The cache-stable layout of a conversation's projection at one budget
+ * (src/projection/layout.ts): where the projected history starts, which
+ * summaries it shows, up to which pair it was laid out, and the SHA-256 of the
+ * messages it produced. Written by the projection only when it rewrites the
+ * layout; between rewrites the history only grows at its end. A hint, never a
+ * source of truth: every use re-checks each summary's binding and the hash of
+ * the rebuilt prefix, and a missing or stale row only means a rewrite.
+ */
+export const projectionLayouts = sourcebound.table('projection_layouts', {
+  conversationId: uuid('conversation_id').notNull().references(() => conversations.id, { onDelete: 'cascade' }),
+  budgetBytes: integer('budget_bytes').notNull(),
+  // Pairs startPair..endPair-1 are laid out; pairs before startPair are omitted.
+  startPair: integer('start_pair').notNull(),
+  endPair: integer('end_pair').notNull(),
+  // [{ fromPair, recordId }] of the summarized ranges, oldest first; every other laid-out pair is raw.
+  summaries: jsonb('summaries').notNull(),
+  prefixSha256: text('prefix_sha256').notNull(),
+  prefixBytes: integer('prefix_bytes').notNull(),
+  rewrittenAt: timestamp('rewritten_at', { withTimezone: true }).notNull().defaultNow(),
+}, (t) => [
+  primaryKey({ name: 'projection_layouts_pkey', columns: [t.conversationId, t.budgetBytes] }),
+  check('projection_layouts_span', sql`${t.budgetBytes} >= 0 and 0 <= ${t.startPair} and ${t.startPair} <= ${t.endPair}`),
+  check('projection_layouts_hash_hex', sql`${t.prefixSha256} ~ '^[0-9a-f]{64}$'`),
 ]);

@@ -1,0 +1,69 @@
+import { createHash } from 'node:crypto';
+import { requestCost } from '../../src/projection/cache.ts';
+import type { MessageParam } from '../../src/projection/index.ts';
+
+/**
+ * A prompt cache as Anthropic bills it, for replayed requests (P8), priced
+ * with the product's one price model (src/projection/cache.ts):
+ * - every request writes its prefix up to each of its breakpoints
+ *   (`cache_control` on a message's last block) into the cache;
+ * - a request reads from the cache the longest prefix, at a message
+ *   boundary, that an earlier request wrote (the 5-minute lifetime is taken
+ *   as never running out: turns of an agent come faster);
+ * - bytes after what it read, up to its last breakpoint, are written
+ *   (1.25x); bytes after its last breakpoint are uncached input (1.0x).
+ * Sizes are UTF-8 bytes of each message's JSON without its cache_control
+ * (the marker moves every turn and is not part of the cached content).
+ */
+export interface PricedRequest {
+  bytes: number;
+  read: number;
+  written: number;
+  uncached: number;
+  cost: number;
+  /** The whole history of the previous request was read from the cache (its prefix was extended). */
+  extendsPrevious: boolean;
+}
+
+export class PromptCache {
+  private readonly cached = new Set<string>();
+  private previousPrefix = 0;
+
+  /** Prices one request and records what it writes. */
+  price(messages: readonly MessageParam[]): PricedRequest {
+    const sizes: number[] = [];
+    const hashes: string[] = [];
+    const hash = createHash('sha256');
+    let lastBreakpoint = -1;
+    messages.forEach((m, i) => {
+      const content = Array.isArray(m.content)
+        ? m.content.map((b) => {
+          if ('cache_control' in b && b.cache_control) lastBreakpoint = i;
+          const { cache_control: _, ...rest } = b as typeof b & { cache_control?: unknown };
+          return rest;
+        })
+        : m.content;
+      const json = JSON.stringify({ role: m.role, content });
+      sizes.push(Buffer.byteLength(json, 'utf8'));
+      hash.update(json).update('\u0000');
+      hashes.push(hash.copy().digest('hex'));
+    });
+    const upTo = (n: number) => sizes.slice(0, n).reduce((a, b) => a + b, 0);
+    let readMessages = 0;
+    for (let n = lastBreakpoint + 1; n > 0; n--) {
+      if (this.cached.has(hashes[n - 1]!)) {
+        readMessages = n;
+        break;
+      }
+    }
+    const total = upTo(sizes.length);
+    const read = upTo(readMessages);
+    const cachedEnd = lastBreakpoint < 0 ? readMessages : Math.max(readMessages, lastBreakpoint + 1);
+    const written = upTo(cachedEnd) - read;
+    const uncached = total - read - written;
+    if (lastBreakpoint >= 0) this.cached.add(hashes[lastBreakpoint]!);
+    const extendsPrevious = this.previousPrefix > 0 && read >= this.previousPrefix;
+    this.previousPrefix = lastBreakpoint >= 0 ? upTo(lastBreakpoint + 1) : 0;
+    return { bytes: total, read, written, uncached, cost: requestCost({ read, written, uncached }), extendsPrevious };
+  }
+}

@@ -1,0 +1,212 @@
+import { describe, expect, it } from 'vitest';
+import { sourceHash, sourceMessageIds } from '../../src/hash.ts';
+import {
+  lowWaterBytes, messagesBytes, projectConversationHistory, toAnthropicMessages, type ConversationProjection, type ReadEvent,
+} from '../../src/projection/index.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+import { insertSummary, rangeSource } from './support.ts';
+
+const db = await createTestDatabase();
+const SCOPE = 'tenant-a';
+
+const project = (conversationId: string, budgetBytes: number, extra: Partial<Parameters<typeof projectConversationHistory>[0]> = {}) =>
+  projectConversationHistory({ pool: db.pool, conversationId, scope: SCOPE, budgetBytes, ...extra });
+
+/** The history as JSON messages without the breakpoint (it moves to the end every turn). */
+const plain = (p: ConversationProjection) => toAnthropicMessages(p, { cacheBreakpoint: false }).map((m) => JSON.stringify(m));
+
+/** Replies of varying length, like a real conversation (deterministic). */
+const reply = (i: number) => ({
+  user: `question ${i}: ${'why '.repeat(1 + (i * 7) % 13)}?`,
+  assistant: `answer ${i}: ${'because of the fund fees and overlap. '.repeat(3 + (i * 11) % 29)}`,
+});
+
+/** Every summary item binds its current source now: ids and hash recomputed from the stored pairs. */
+async function checkBindings(conversationId: string, p: ConversationProjection): Promise<void> {
+  for (const item of p.items) {
+    if (item.kind !== 'summary') continue;
+    const source = await rangeSource(db.pool, conversationId, item.fromPair, item.toPair);
+    const { rows } = await db.pool.query('select source_message_ids::text[] as ids, source_hash from sourcebound.conversation_summaries where id = $1', [item.recordId]);
+    expect(rows[0].ids).toEqual(sourceMessageIds(source));
+    expect(rows[0].source_hash).toBe(sourceHash(source));
+    // Never inside the newest 20.
+    expect(item.toPair).toBeLessThan(p.pairCount - 20);
+  }
+}
+
+describe('cache-stable projection (default layout)', () => {
+  it.each([16 * 1024, 32 * 1024, 64 * 1024])('over 200 turns at %i bytes: only appends between rewrites, rewrites bounded, budget never exceeded', async (budget) => {
+    const id = await createConversation(db.pool);
+    let previous: string[] | null = null;
+    let rewrites = 0;
+    let appended = 0;
+    let appendedBytes = 0;
+    for (let turn = 0; turn < 200; turn++) {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn });
+      // Summaries arrive as a worker would make them: range k once 10k+29 pairs exist, a few turns late.
+      const k = Math.floor((turn - 33) / 10);
+      if (turn >= 33 && (turn - 33) % 10 === 0) await insertSummary(db.pool, { conversationId: id, fromPair: k * 10, summary: `Fees and overlap of pairs ${k * 10}-${k * 10 + 9} were compared.` });
+      const p = await project(id, budget);
+      expect(p.bytes).toBeLessThanOrEqual(budget);
+      expect(p.bytes).toBe(messagesBytes(toAnthropicMessages(p)));
+      expect(p.problems).toEqual([]);
+      await checkBindings(id, p);
+      const now = plain(p);
+      if (p.cache.rewrite === null) {
+        // Between rewrites the history only grows at its end: the previous one is a prefix, byte for byte.
+        expect(previous).not.toBeNull();
+        expect(now.slice(0, previous!.length)).toEqual(previous);
+        expect(now.length).toBe(previous!.length + 2);
+        appended += 1;
+      } else {
+        rewrites += 1;
+        if (process.env.DEBUG_STABLE) console.log(turn, p.cache.rewrite, p.bytes, p.items.length, p.omitted[0]?.toPair);
+        expect(p.cache.layoutSaved).toBe(true);
+      }
+      appendedBytes += Buffer.byteLength(JSON.stringify(toAnthropicMessages({ items: p.items.slice(-1), omitted: [] }, { cacheBreakpoint: false })));
+      previous = now;
+    }
+    // A rewrite leaves about half the budget free: the next is half a budget of new exchanges away
+    // (plus one rewrite when swapping in ready summaries pays for itself).
+    const bound = Math.ceil(appendedBytes / (budget - lowWaterBytes(budget))) * 2 + 2;
+    expect(rewrites).toBeLessThanOrEqual(bound);
+    expect(appended).toBeGreaterThanOrEqual(200 * 0.85);
+  }, 120_000);
+
+  it('keeps the whole history while it fits, then rewrites down to the low-water mark once', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 10, reply);
+    const budget = 8 * 1024;
+    const first = await project(id, budget);
+    expect(first.cache).toEqual({ mode: 'stable', rewrite: 'first', lowWaterBytes: 4096, layoutSaved: true });
+    expect(first.omitted).toEqual([]);
+    let p = first;
+    let turn = 10;
+    while (p.cache.rewrite !== 'budget') {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
+      p = await project(id, budget);
+      expect(p.bytes).toBeLessThanOrEqual(budget);
+    }
+    // Down to about the low-water mark: at most one item past it, never over the budget.
+    const lastItem = messagesBytes(toAnthropicMessages({ items: p.items.slice(0, 1), omitted: [] }));
+    expect(p.bytes).toBeGreaterThanOrEqual(4096 - lastItem);
+    expect(p.bytes).toBeLessThanOrEqual(4096 + lastItem + 200);
+    // The note about omitted exchanges is fixed until the next rewrite.
+    await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
+    const next = await project(id, budget);
+    expect(next.cache.rewrite).toBeNull();
+    expect(next.omitted).toEqual(p.omitted);
+    expect(plain(next)[0]).toBe(plain(p)[0]);
+  });
+
+  it('a pair edited inside the prefix rewrites it with the new text, never the old', async () => {
+    const id = await createConversation(db.pool);
+    const written = await addPairs(db.pool, id, 40, reply);
+    await project(id, 64 * 1024);
+    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [written[35]!.assistantMessageId, 'edited answer']);
+    const p = await project(id, 64 * 1024);
+    expect(p.cache.rewrite).toBe('changed');
+    const item = p.items.find((i) => i.kind === 'pair' && i.pairIndex === 35);
+    expect(item).toMatchObject({ assistantText: 'edited answer' });
+  });
+
+  it('a summary in the layout whose source changes is dropped at once (Case B), and the originals come back', async () => {
+    const id = await createConversation(db.pool);
+    const written = await addPairs(db.pool, id, 45, reply);
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
+    const before = await project(id, 1_000_000);
+    expect(before.items[0]).toMatchObject({ kind: 'summary', recordId });
+    await addPairs(db.pool, id, 1, reply, { startAt: 45 });
+    expect((await project(id, 1_000_000)).cache.rewrite).toBeNull();
+    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [written[3]!.assistantMessageId, 'a different answer']);
+    const after = await project(id, 1_000_000);
+    expect(after.cache.rewrite).toBe('changed');
+    expect(after.items.some((i) => i.kind === 'summary')).toBe(false);
+    expect(after.summaryNotUsed[0]).toMatchObject({ fromPair: 0, reason: 'binding_changed', recordId });
+    await checkBindings(id, after);
+  });
+
+  it('a summary that becomes ready waits for the next rewrite unless swapping it in pays for itself', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 45, reply);
+    const budget = 1_000_000;
+    const laid = await project(id, budget);
+    expect(laid.items.every((i) => i.kind === 'pair')).toBe(true);
+    // A short summary of a big range, with the budget far away: saving 90% of the range's reads for
+    // many turns pays for writing the prefix once.
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
+    const swapped = await project(id, budget);
+    expect(swapped.cache.rewrite).toBe('summaries');
+    expect(swapped.items[0]).toMatchObject({ kind: 'summary', recordId });
+    // Close to the budget (few turns left before the forced rewrite), it waits: kept raw, reported.
+    const id2 = await createConversation(db.pool);
+    await addPairs(db.pool, id2, 45, reply);
+    const tight = (await project(id2, 1_000_000)).bytes + 600;
+    const first = await project(id2, tight);
+    expect(first.omitted).toEqual([]);
+    const record2 = await insertSummary(db.pool, { conversationId: id2, fromPair: 0, summary: 'x'.repeat(3000) });
+    const waited = await project(id2, tight);
+    expect(waited.cache.rewrite).toBeNull();
+    expect(waited.summaryNotUsed.find((s) => s.fromPair === 0)).toEqual({ fromPair: 0, toPair: 9, reason: 'kept_raw_for_cache', recordId: record2 });
+  });
+
+  it('a pair that stops being eligible rewrites the layout', async () => {
+    const id = await createConversation(db.pool);
+    const written = await addPairs(db.pool, id, 30, reply);
+    await project(id, 16 * 1024);
+    await db.pool.query(`update sourcebound.runs set status = 'failed' where id = $1`, [written[29]!.runId]);
+    const p = await project(id, 16 * 1024);
+    expect(p.cache.rewrite).toBe('changed');
+    expect(p.pairCount).toBe(29);
+    expect(p.bytes).toBeLessThanOrEqual(16 * 1024);
+  });
+
+  it('a read-only caller still gets its projection; only the layout is not stored', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 40, reply);
+    const client = await db.pool.connect();
+    try {
+      await client.query('begin isolation level repeatable read read only');
+      const p = await projectConversationHistory({ pool: client, conversationId: id, scope: SCOPE, budgetBytes: 8192 });
+      // The caller's transaction is still usable after the refused write.
+      await client.query('select 1');
+      await client.query('commit');
+      expect(p.cache).toMatchObject({ rewrite: 'first', layoutSaved: false });
+      expect(p.bytes).toBeLessThanOrEqual(8192);
+    } finally {
+      client.release();
+    }
+    // Outside a transaction, a caller's client stores it.
+    const other = await db.pool.connect();
+    try {
+      const p = await projectConversationHistory({ pool: other, conversationId: id, scope: SCOPE, budgetBytes: 8192 });
+      expect(p.cache.layoutSaved).toBe(true);
+    } finally {
+      other.release();
+    }
+  });
+
+  it('the layout of one budget never leaks into another scope or budget', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 40, reply);
+    const a = await project(id, 8192);
+    const b = await project(id, 8193);
+    expect(a.cache.rewrite).toBe('first');
+    expect(b.cache.rewrite).toBe('first');
+    await expect(projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-b', budgetBytes: 8192 })).rejects.toThrow(/not found/);
+  });
+
+  it('an unchanged layout is read at the cost of what it holds, not of the conversation', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 2000, reply);
+    await project(id, 16 * 1024);
+    await addPairs(db.pool, id, 1, reply, { startAt: 2000 });
+    const reads: ReadEvent[] = [];
+    const p = await project(id, 16 * 1024, { onRead: (e) => reads.push(e) });
+    expect(p.cache.rewrite).toBeNull();
+    const pairRows = reads.filter((r) => r.query === 'pairsPageRead').reduce((n, r) => n + r.rows, 0);
+    expect(pairRows).toBe(p.items.length);
+    expect(reads.length).toBe(4);
+  });
+});
