@@ -4,6 +4,7 @@ CREATE TABLE "sourcebound"."projection_layouts" (
 	"start_pair" integer NOT NULL,
 	"end_pair" integer NOT NULL,
 	"summaries" jsonb NOT NULL,
+	"gaps" jsonb DEFAULT '[]'::jsonb NOT NULL,
 	"prefix_sha256" text NOT NULL,
 	"prefix_bytes" integer NOT NULL,
 	"rewritten_at" timestamp with time zone DEFAULT now() NOT NULL,

@@ -1,6 +1,6 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import type { ConversationProjection, ProjectionItem } from './types.ts';
-import { omittedNote } from './wording.ts';
+import { gapNote, omittedNote } from './wording.ts';
 
 /**
  * The Messages API adapter, and the byte accounting the projection budgets
@@ -94,28 +94,61 @@ export function omittedPairCount(projection: Pick<ConversationProjection, 'omitt
   return projection.omitted.reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
 }
 
+/** The note block about pairs from..to left out between two items. */
+export function gapNoteBlock(fromPair: number, toPair: number): TextBlockParam {
+  return textBlock(gapNote(fromPair, toPair));
+}
+
+/** Bytes a gap note adds inside the user turn after the gap: its block and one comma. */
+export function gapNoteBytes(fromPair: number, toPair: number): number {
+  return jsonBytes(gapNoteBlock(fromPair, toPair)) + 1;
+}
+
+/** The pair an item starts with. */
+export function firstPairOf(item: ProjectionItem): number {
+  return item.kind === 'pair' ? item.pairIndex : item.fromPair;
+}
+
+/** Most breakpoints a request may carry (Anthropic: 4); one is the caller's to place (system or tools). */
+const MAX_BREAKPOINTS = 3;
+
 /**
  * The projection as Messages API turns: starts with a user turn, alternates,
  * ends with an assistant turn; empty when no item fitted (then nothing about
  * the omitted history can be said without breaking alternation: read
  * `projection.omitted`).
+ *
+ * Every omitted span is stated where it is: pairs left out before the first
+ * item in a note at the start of the first user turn, pairs left out between
+ * two items in a note at the start of the user turn after them. Breakpoints
+ * (unless turned off): the end of the history, and the end of the item before
+ * each gap (the cache-stable layout keeps its summaries there, so a rewrite
+ * of the newer part still reads them from the cache), newest first, at most
+ * MAX_BREAKPOINTS.
  */
 export function toAnthropicMessages(
   projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: AdapterOptions = {},
 ): MessageParam[] {
-  const messages = projection.items.flatMap((item) => itemMessages(item));
-  const omitted = omittedPairCount(projection);
-  const first = messages[0];
-  if (first !== undefined && omitted > 0 && Array.isArray(first.content)) {
-    messages[0] = { role: 'user', content: [noteBlock(omitted), ...first.content] };
+  const { items } = projection;
+  const messages = items.flatMap((item) => itemMessages(item));
+  if (messages.length === 0) return messages;
+  const startsAt = new Map(items.map((item, i) => [firstPairOf(item), i]));
+  const marks: number[] = [];
+  for (const span of projection.omitted) {
+    const at = startsAt.get(span.toPair + 1);
+    if (at === undefined) continue;
+    const note = span.fromPair === 0 && at === 0 ? noteBlock(span.toPair + 1) : gapNoteBlock(span.fromPair, span.toPair);
+    const user = messages[2 * at]!;
+    messages[2 * at] = { role: 'user', content: [note, ...(user.content as TextBlockParam[])] };
+    if (at > 0) marks.push(2 * at - 1);
   }
-  const last = messages.at(-1);
-  if ((options.cacheBreakpoint ?? true) && last !== undefined && Array.isArray(last.content)) {
-    const blocks = last.content as TextBlockParam[];
-    messages[messages.length - 1] = {
-      role: last.role,
-      content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: BREAKPOINT }],
-    };
+  if (options.cacheBreakpoint ?? true) {
+    const points = [messages.length - 1, ...marks.sort((x, y) => y - x)].slice(0, MAX_BREAKPOINTS);
+    for (const m of points) {
+      const message = messages[m]!;
+      const blocks = message.content as TextBlockParam[];
+      messages[m] = { role: message.role, content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: BREAKPOINT }] };
+    }
   }
   return messages;
 }

@@ -2,9 +2,9 @@ import {
   pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE, RAW_TAIL } from '../plan.ts';
-import { BREAKPOINT_BYTES, itemBytes, noteBytes } from './anthropic.ts';
+import { BREAKPOINT_BYTES, itemBytes, messagesBytes, noteBytes, toAnthropicMessages } from './anthropic.ts';
 import { byPreference, currentIds, mostTelling, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
-import type { PairItem, ProjectionItem, ProjectionProblem, SummaryItem, SummaryNotUsed, SummaryNotUsedReason } from './types.ts';
+import type { OmittedSpan, PairItem, ProjectionItem, ProjectionProblem, SummaryItem, SummaryNotUsed, SummaryNotUsedReason } from './types.ts';
 import { summaryLabel } from './wording.ts';
 
 /**
@@ -66,10 +66,8 @@ export interface WalkArgs {
 export interface WalkResult {
   /** Oldest first. */
   items: ProjectionItem[];
-  /** Pairs oldest..count-1 are in items; pairs before it are omitted. */
-  oldest: number;
-  /** Why the pairs before `oldest` are omitted. */
-  omittedReason: 'budget' | 'inconsistent';
+  /** Every pair not in items, as spans, oldest first (the walk's: at most one, before its oldest item). */
+  omitted: OmittedSpan[];
   /** Oldest first. */
   summaryNotUsed: SummaryNotUsed[];
   problems: ProjectionProblem[];
@@ -157,7 +155,7 @@ export async function walk(db: Queryable, args: WalkArgs): Promise<WalkResult> {
   const verdict = (k: number, range: LoadedRange) =>
     judgeRange({ fromPair: k * RANGE_SIZE, pairs: range.pairs, records: range.records, count, texts: () => withTexts(k, range) });
 
-  let omittedReason: WalkResult['omittedReason'] = 'budget';
+  let omittedReason: OmittedSpan['reason'] = 'budget';
   walking: for (let k = Math.floor((count - 1) / RANGE_SIZE); k >= 0; k--) {
     if (!fits(MIN_ITEM_BYTES, 0) || full()) break;
     if (!loaded.has(k)) await loadPage(k);
@@ -217,7 +215,14 @@ export async function walk(db: Queryable, args: WalkArgs): Promise<WalkResult> {
     }
   }
 
-  return { items: newestFirst.reverse(), oldest, omittedReason, summaryNotUsed: notUsed.reverse(), problems };
+  const items = newestFirst.reverse();
+  const omitted: OmittedSpan[] = oldest > 0 ? [{ fromPair: 0, toPair: oldest - 1, reason: omittedReason }] : [];
+  // The accounting is exact: what the walk charged is what the adapter produces.
+  const bytes = messagesBytes(toAnthropicMessages({ items, omitted }));
+  if (bytes !== historyBytes(used, taken, oldest) || bytes > budget) {
+    throw new Error(`sourcebound: projection accounted ${historyBytes(used, taken, oldest)} bytes but the adapter produced ${bytes} (budget ${budget})`);
+  }
+  return { items, omitted, summaryNotUsed: notUsed.reverse(), problems };
 }
 
 export type Verdict =

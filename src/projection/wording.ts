@@ -19,3 +19,10 @@ export function omittedNote(omittedPairs: number): string {
   const what = omittedPairs === 1 ? '1 earlier exchange was' : `${omittedPairs} earlier exchanges were`;
   return `[sourcebound note: ${what} left out of this request.]`;
 }
+
+/** The note in the user turn after pairs fromPair..toPair were left out between two items. */
+export function gapNote(fromPair: number, toPair: number): string {
+  const n = toPair - fromPair + 1;
+  const what = n === 1 ? `1 exchange (pair ${fromPair}) was` : `${n} exchanges (pairs ${fromPair}-${toPair}) were`;
+  return `[sourcebound note: ${what} left out of this request here, between the turn above and this one.]`;
+}

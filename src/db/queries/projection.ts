@@ -142,21 +142,55 @@ export async function snapshotEnd(db: Queryable): Promise<void> {
   await db.query('rollback');
 }
 
+/** The largest budget a layout is stored for (the column is an integer). */
+export const MAX_LAYOUT_BUDGET = 2 ** 31 - 1;
+
 /** A conversation's cache-stable layout at one budget (src/projection/layout.ts). */
 export interface ProjectionLayoutRow {
   startPair: number;
   endPair: number;
   summaries: { fromPair: number; recordId: string }[];
+  /** Spans left out between startPair and endPair. */
+  gaps: { fromPair: number; toPair: number }[];
   prefixSha256: string;
   prefixBytes: number;
+}
+
+/**
+ * Completed summary records of whole ranges that end before `beforePair`,
+ * newest range first, at most `limit` ranges' worth (index on
+ * conversation_id, from_pair): the candidates for a layout's summary block.
+ */
+export async function completedSummariesBeforeRead(
+  db: Queryable, args: { conversationId: string; scope: string; beforePair: number; limit: number }, observe?: ReadObserver,
+): Promise<ProjectionSummaryRow[]> {
+  const { rows } = await db.query<ProjectionSummaryRow>(
+    `select s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
+            s.source_message_ids::text[] as "sourceMessageIds", s.source_hash as "sourceHash",
+            s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
+            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt"
+     from sourcebound.conversation_summaries s
+     where s.conversation_id = $1 and s.scope = $2 and s.status = 'completed'
+       and s.to_pair < $3
+       and s.from_pair >= (select coalesce(min(f), 0) from (
+             select distinct from_pair as f from sourcebound.conversation_summaries
+             where conversation_id = $1 and status = 'completed' and to_pair < $3
+             order by from_pair desc limit $4) newest)
+     order by s.from_pair desc, s.completed_at desc nulls last, s.created_at desc, s.id`,
+    [args.conversationId, args.scope, args.beforePair, args.limit],
+  );
+  observe?.({ query: 'summariesForRangesRead', rows: rows.length, fromPair: 0, toPair: args.beforePair - 1 });
+  return rows;
 }
 
 /** The stored layout of a conversation in a scope at a budget, or null. */
 export async function projectionLayoutRead(
   db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number }, observe?: ReadObserver,
 ): Promise<ProjectionLayoutRow | null> {
+  // Layouts are kept for budgets a request can have (integer column); a larger budget is always laid out anew.
+  if (args.budgetBytes > MAX_LAYOUT_BUDGET) return null;
   const { rows } = await db.query<ProjectionLayoutRow>(
-    `select l.start_pair as "startPair", l.end_pair as "endPair", l.summaries,
+    `select l.start_pair as "startPair", l.end_pair as "endPair", l.summaries, l.gaps,
             l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes"
      from sourcebound.projection_layouts l
      join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
@@ -176,16 +210,17 @@ export async function projectionLayoutWrite(
   db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number; layout: ProjectionLayoutRow },
 ): Promise<void> {
   const { layout } = args;
+  if (args.budgetBytes > MAX_LAYOUT_BUDGET) return;
   await db.query(
     `insert into sourcebound.projection_layouts as l
-       (conversation_id, budget_bytes, start_pair, end_pair, summaries, prefix_sha256, prefix_bytes)
-     select c.id, $3, $4, $5, $6::jsonb, $7, $8
+       (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes)
+     select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8
      from sourcebound.conversations c where c.id = $1 and c.scope = $2
      on conflict (conversation_id, budget_bytes) do update
-       set start_pair = excluded.start_pair, end_pair = excluded.end_pair, summaries = excluded.summaries,
+       set start_pair = excluded.start_pair, end_pair = excluded.end_pair, summaries = excluded.summaries, gaps = excluded.gaps,
            prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes, rewritten_at = now()
        where l.end_pair <= excluded.end_pair`,
     [args.conversationId, args.scope, args.budgetBytes, layout.startPair, layout.endPair,
-      JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes],
+      JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes, JSON.stringify(layout.gaps)],
   );
 }

@@ -177,8 +177,10 @@ export const projectionLayouts = sourcebound.table('projection_layouts', {
   // Pairs startPair..endPair-1 are laid out; pairs before startPair are omitted.
   startPair: integer('start_pair').notNull(),
   endPair: integer('end_pair').notNull(),
-  // [{ fromPair, recordId }] of the summarized ranges, oldest first; every other laid-out pair is raw.
+  // [{ fromPair, recordId }] of the summarized ranges, oldest first.
   summaries: jsonb('summaries').notNull(),
+  // [{ fromPair, toPair }] spans left out between startPair and endPair; every other laid-out pair is raw.
+  gaps: jsonb('gaps').notNull().default([]),
   prefixSha256: text('prefix_sha256').notNull(),
   prefixBytes: integer('prefix_bytes').notNull(),
   rewrittenAt: timestamp('rewritten_at', { withTimezone: true }).notNull().defaultNow(),

@@ -113,15 +113,19 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
 
   // What the projection shows for each pair: raw, or a summary record.
   const shown: { kind: 'pair' | 'summary'; recordId?: string }[][] = Array.from({ length: n }, () => []);
+  // Ranges the projection showed raw, and why their summary was not used.
+  const shownRaw = new Map<number, string>();
   if (project) {
     let projection: ConversationProjection;
     try {
-      projection = await projectConversationHistory({ pool: db, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET });
+      // Newest-first: the binding rules, not the prompt-cache layout (a stable layout keeps ranges raw until its next rewrite).
+      projection = await projectConversationHistory({ pool: db, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, layout: 'newest-first' });
     } catch (error) {
       for (let i = 0; i < n; i++) violate(i, `projection failed: ${(error as Error).message}`);
       return;
     }
     if (projection.omitted.length > 0) violate(projection.omitted[0]!.fromPair, 'projection omitted pairs under a huge budget');
+    for (const why of projection.summaryNotUsed) shownRaw.set(why.fromPair, why.reason);
     for (const item of projection.items) {
       if (item.kind === 'pair') {
         const p = pairs[item.pairIndex];
@@ -158,6 +162,13 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
     };
     if (valid.length > 1) {
       for (let i = from; i < from + RANGE_SIZE; i++) violate(i, `${valid.length} completed binding-valid summaries`);
+      continue;
+    }
+    // A valid summary is shown unless it may not be: inside the newest 20, or not smaller than its originals.
+    const withheld = shownRaw.get(from);
+    if (valid.length === 1 && withheld !== undefined && ['larger_than_original', 'not_plannable'].includes(withheld)) {
+      report.summarizedUnplannableRanges += withheld === 'not_plannable' ? 1 : 0;
+      expectRaw();
       continue;
     }
     if (valid.length === 1) {
