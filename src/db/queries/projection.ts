@@ -11,7 +11,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
-  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'projectionLayoutRead';
+  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'completedSummariesBeforeRead' | 'projectionLayoutRead';
   /** Rows returned. */
   rows: number;
   /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
@@ -102,6 +102,12 @@ export async function pairsPageRead(
   return rows;
 }
 
+/** The columns of a ProjectionSummaryRow, from conversation_summaries aliased `s`. */
+const SUMMARY_COLUMNS = `s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
+            s.source_message_ids::text[] as "sourceMessageIds", s.source_hash as "sourceHash",
+            s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
+            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt"`;
+
 /**
  * Completed and failed summary records of a conversation in a scope whose
  * from_pair lies in fromPair..toPair (running, pending and stale records are
@@ -113,10 +119,7 @@ export async function summariesForRangesRead(
   observe?: ReadObserver,
 ): Promise<ProjectionSummaryRow[]> {
   const { rows } = await db.query<ProjectionSummaryRow>(
-    `select s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
-            s.source_message_ids::text[] as "sourceMessageIds", s.source_hash as "sourceHash",
-            s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
-            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt"
+    `select ${SUMMARY_COLUMNS}
      from sourcebound.conversation_summaries s
      where s.conversation_id = $1 and s.scope = $2
        and s.from_pair between $3 and $4
@@ -165,10 +168,7 @@ export async function completedSummariesBeforeRead(
   db: Queryable, args: { conversationId: string; scope: string; beforePair: number; limit: number }, observe?: ReadObserver,
 ): Promise<ProjectionSummaryRow[]> {
   const { rows } = await db.query<ProjectionSummaryRow>(
-    `select s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
-            s.source_message_ids::text[] as "sourceMessageIds", s.source_hash as "sourceHash",
-            s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
-            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt"
+    `select ${SUMMARY_COLUMNS}
      from sourcebound.conversation_summaries s
      where s.conversation_id = $1 and s.scope = $2 and s.status = 'completed'
        and s.to_pair < $3
@@ -179,7 +179,7 @@ export async function completedSummariesBeforeRead(
      order by s.from_pair desc, s.completed_at desc nulls last, s.created_at desc, s.id`,
     [args.conversationId, args.scope, args.beforePair, args.limit],
   );
-  observe?.({ query: 'summariesForRangesRead', rows: rows.length, fromPair: 0, toPair: args.beforePair - 1 });
+  observe?.({ query: 'completedSummariesBeforeRead', rows: rows.length, fromPair: 0, toPair: args.beforePair - 1 });
   return rows;
 }
 
