@@ -73,7 +73,7 @@ export async function measureRunCompaction(ctx: BenchContext, run: RunModule, po
     params: { sizes: TARGETS.map((t) => t.label), repetitions, memoryProcesses: processes, group: 'model turn ~1.5 KB + one settled tool result ~8 KB' },
     figures: [], headlines: [], notes: [],
   };
-  const stateLoad = await import('../src/db/queries/run.ts').then((m) => m.runStateLoad).catch(() => null);
+  const stateLoad = await import('../src/db/queries/run-state.ts').then((m) => m.runStateLoad).catch(() => null);
   const summarizer = instantRunSummarizer();
   const small = await recordHistory(run, pool, 30 * 1024);
 

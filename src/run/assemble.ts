@@ -3,10 +3,11 @@
  * Shared by prepareRunRequest, the net-benefit gate and cold recovery, so all
  * three produce byte-identical requests from the same records.
  */
-import { runResultBodies, type Queryable, type RunState } from '../db/queries/run.ts';
-import type { Chunk } from './candidate.ts';
+import type { Queryable } from '../db/queries/run-history.ts';
+import { runResultBodies } from '../db/queries/run-results.ts';
+import type { RunState } from '../db/queries/run-state.ts';
 import { RunPolicyError } from './errors.ts';
-import { fillBodies, fit, project, type Fitted, type ProjectedCheckpoint, type Projection, type RequestInput } from './project.ts';
+import { fillBodies, fit, project, type Fitted, type ProjectedCheckpoint, type Projection, type RequestInput } from './fitting.ts';
 import type { RunCompactionPolicy, RunRequest } from './types.ts';
 
 /** A projection and its fitted request. */
@@ -19,14 +20,6 @@ export interface Evaluated {
 export function evaluate(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[]): Evaluated {
   const projection = project(state, input, policy, extra);
   return { projection, fitted: fit(projection, policy) };
-}
-
-/** The checkpoint a candidate (or a later chunk of a plan) would become, for measuring before it exists. */
-export function hypothetical(candidate: Chunk, summary: string, id: string): ProjectedCheckpoint {
-  return {
-    id, segment: candidate.segment, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
-    summary, toolResultRefs: candidate.toolResultRefs,
-  };
 }
 
 /** The fitted request with the bodies it shows, fetched now (results are immutable: any snapshot will do). */

@@ -1,4 +1,6 @@
-import type { RunState, ToolResultRefRow, UnitRow } from '../db/queries/run.ts';
+import type { ToolResultRefRow } from '../db/queries/run-checkpoints.ts';
+import type { UnitRow } from '../db/queries/run-history.ts';
+import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem } from '../gateway/types.ts';
 import type { Evaluated } from './assemble.ts';
@@ -6,7 +8,7 @@ import { identityKeyOf, sourceHashOf } from './hash.ts';
 import {
   cutBytes, floorOf, hashGroup, isSettled, jsonBytes, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
   type Projection, type RequestInput,
-} from './project.ts';
+} from './fitting.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**
@@ -155,6 +157,14 @@ function build(state: RunState, groups: Group[], inputBytes: number, model: stri
     sourceHash,
     identityKey: identityKeyOf({ runId: state.run.id, predecessorId, fromSeq: base.fromSeq, toSeq: base.toSeq, sourceHash, model, promptVersion: RUN_PROMPT_VERSION }),
     predecessorId,
+  };
+}
+
+/** The checkpoint a candidate (or a later chunk of a plan) would become, for measuring before it exists. */
+export function hypothetical(candidate: Chunk, summary: string, id: string): ProjectedCheckpoint {
+  return {
+    id, segment: candidate.segment, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
+    summary, toolResultRefs: candidate.toolResultRefs,
   };
 }
 

@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { runCheckpointInsert, type CheckpointRow, type ReceiptRow, type RunState } from '../db/queries/run.ts';
+import { runCheckpointInsert, type CheckpointRow } from '../db/queries/run-checkpoints.ts';
+import type { ReceiptRow } from '../db/queries/run-receipts.ts';
+import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
-import { evaluate, hypothetical, type Evaluated } from './assemble.ts';
-import type { Candidate } from './candidate.ts';
+import { evaluate, type Evaluated } from './assemble.ts';
+import { hypothetical, type Candidate } from './candidate.ts';
 import { isUniqueViolation } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
-import { jsonBytes, type RequestInput } from './project.ts';
+import { jsonBytes, type RequestInput } from './fitting.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
 import type { CompactionReport, RunCompactionPolicy } from './types.ts';
 

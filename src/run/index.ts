@@ -14,8 +14,8 @@ export type { RecoverRunContextOptions, RecoveryReport, SummaryReceipt } from '.
 export { toAnthropicRequest } from './anthropic.ts';
 export type { AnthropicRunRequest } from './anthropic.ts';
 export { DEFAULT_RUN_POLICY, resolvePolicy } from './policy.ts';
-export { measureRequest, SUMMARY_NOTE, type RequestInput } from './project.ts';
+export { measureRequest, SUMMARY_NOTE, type RequestInput } from './fitting.ts';
 export { RUN_HASH_VERSION } from './hash.ts';
 export { RunCompactionError, RunNotFoundError, RunHistoryError, ResultNotFoundError, RunPolicyError } from './errors.ts';
-export type { ToolUnitState } from '../db/queries/run.ts';
+export type { ToolUnitState } from '../db/queries/run-history.ts';
 export type * from './types.ts';

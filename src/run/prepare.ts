@@ -1,8 +1,10 @@
 import type pg from 'pg';
-import {
-  runBudgetEnsure, runBudgetReserve, runLockTry, runLockWait, runResultExcerpts, runStateLoad, runSummaryRequestInsert,
-  runSummaryRequestSettle, runSummaryRequestsExpire, type CheckpointRow, type RunState,
-} from '../db/queries/run.ts';
+import { runBudgetEnsure, runBudgetReserve } from '../db/queries/run-budget.ts';
+import type { CheckpointRow } from '../db/queries/run-checkpoints.ts';
+import { runLockTry, runLockWait } from '../db/queries/run-history.ts';
+import { runSummaryRequestInsert, runSummaryRequestSettle, runSummaryRequestsExpire } from '../db/queries/run-receipts.ts';
+import { runResultExcerpts } from '../db/queries/run-results.ts';
+import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Summarizer } from '../gateway/types.ts';
 import {
@@ -14,7 +16,7 @@ import { observe } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
 import { evaluate, materialize, requestInput, type Evaluated } from './assemble.ts';
 import { gateAndCommit, type StepGoal } from './gate.ts';
-import { floorOf, type Fitted, type RequestInput } from './project.ts';
+import { floorOf, type Fitted, type RequestInput } from './fitting.ts';
 import { settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type {

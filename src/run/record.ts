@@ -1,10 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import {
-  runBudgetCharge, runBudgetEnsure, runBudgetGet, runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert,
-  runModelRequestGet, runModelTurnInsert, runRequestGet, runRequestInsert, runResultInsert, runResultMetaGet, runToolUnitDispatch,
-  runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState,
-} from '../db/queries/run.ts';
+import { runBudgetCharge, runBudgetEnsure, runBudgetGet } from '../db/queries/run-budget.ts';
+import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState } from '../db/queries/run-history.ts';
+import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
 import { historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ToolProposal } from './types.ts';

@@ -1,10 +1,12 @@
 import type pg from 'pg';
-import { runLockTry, runStateLoad, runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptListRow } from '../db/queries/run.ts';
+import { runLockTry } from '../db/queries/run-history.ts';
+import { runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptListRow } from '../db/queries/run-receipts.ts';
+import { runStateLoad } from '../db/queries/run-state.ts';
 import type { Summarizer } from '../gateway/types.ts';
 import { RunNotFoundError } from './errors.ts';
 import { resolvePolicy } from './policy.ts';
 import { evaluate, materialize, requestInput } from './assemble.ts';
-import type { RequestInput } from './project.ts';
+import type { RequestInput } from './fitting.ts';
 import { inTransaction } from '../db/transaction.ts';
 import type { FitStep, ReferenceMade, RunCompactionPolicy, RunRequest } from './types.ts';
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { runInScopeGet, runResultInsert, runResultRead, type ResultSlice } from '../db/queries/run.ts';
+import { runInScopeGet } from '../db/queries/run-history.ts';
+import { runResultInsert, runResultRead, type ResultSlice } from '../db/queries/run-results.ts';
 import { historyErrorFrom, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
 import type { ResultMeta } from './types.ts';
 

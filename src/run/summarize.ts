@@ -1,4 +1,4 @@
-import type { ReceiptSettlement } from '../db/queries/run.ts';
+import type { ReceiptSettlement } from '../db/queries/run-receipts.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Outcome, Summarizer } from '../gateway/types.ts';
 

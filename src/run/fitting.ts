@@ -1,4 +1,7 @@
-import type { CatalogRow, CheckpointRow, RunState, TurnRow, UnitRow } from '../db/queries/run.ts';
+import type { CheckpointRow } from '../db/queries/run-checkpoints.ts';
+import type { TurnRow, UnitRow } from '../db/queries/run-history.ts';
+import type { CatalogRow } from '../db/queries/run-results.ts';
+import type { RunState } from '../db/queries/run-state.ts';
 import { groupHash, RUN_HASH_VERSION, sourceHashOf, type HashedUnit } from './hash.ts';
 import type {
   CatalogEntry, CheckpointSummaryItem, FitStep, ReferenceMade, RunCompactionPolicy, RunRequest, RunRequestItem,
@@ -6,6 +9,9 @@ import type {
 } from './types.ts';
 
 /**
+ * Request assembly and reversible fitting of one Run (not to be confused with
+ * src/projection, System 1's read projection of a Conversation).
+ *
  * Projection: the next request, assembled from records only. Deterministic:
  * the same records, inputs and policy give byte-identical requests, which is
  * what lets cold recovery rebuild exactly what prepareRunRequest returned.
