@@ -10,8 +10,10 @@ export const projectCliCommand: Command = {
     const conversationId = conversationIdArg(positionals[0]);
     if (!values.scope) throw new UsageError('missing --scope');
     if (values.budget === undefined) throw new UsageError('missing --budget');
+    // Digits only: Number('') and Number(' ') are 0, Number('1e3') is 1000; none of those is what was meant.
+    if (!/^[0-9]+$/.test(values.budget)) throw new UsageError(`--budget must be a whole number of bytes, got '${values.budget}'`);
     const budgetBytes = Number(values.budget);
-    if (!Number.isInteger(budgetBytes) || budgetBytes < 0) throw new UsageError(`--budget must be a whole number of bytes, got ${values.budget}`);
+    if (!Number.isSafeInteger(budgetBytes)) throw new UsageError(`--budget is too large: ${values.budget}`);
     const layout = values.layout ?? 'stable';
     if (layout !== 'stable' && layout !== 'newest-first') throw new UsageError(`--layout must be stable or newest-first, got ${layout}`);
     const scope = values.scope;
