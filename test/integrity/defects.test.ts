@@ -26,8 +26,9 @@ describe('1. a message whose id changes', () => {
     expect(shape(await projectAll(db.pool, c)).summaries).toEqual([0, 10, 20]);
     await db.pool.query('delete from graphile_worker._private_jobs');
 
-    const { rows: [{ id: newId }] } = await db.pool.query<{ id: string }>(
+    const { rows: [changed] } = await db.pool.query<{ id: string }>(
       'update sourcebound.messages set id = gen_random_uuid() where id = $1 returning id', [written[3]!.userMessageId]);
+    const newId = changed!.id;
 
     expect(await drift(db.pool, c)).toEqual([]);
     expect(await pairCount(db.pool, c)).toBe(50);
