@@ -1,13 +1,14 @@
 import type { Task } from 'graphile-worker';
 import { z } from 'zod';
 import { compactConversation, SummarizerConfigError, type CompactionContext } from '../src/compaction/compact.ts';
-import { compactionJobAtAdd, conversationStateRead } from '../src/db/queries/summaries.ts';
+import { compactionJobAtAdd, compactionLeaseWatchAdd, conversationStateRead } from '../src/db/queries/summaries.ts';
 
 const Payload = z.object({ conversationId: z.uuid() });
 
 /**
  * compact_conversation: validate the payload, compact the conversation,
- * reschedule when a deferral or a live lease says to come back later.
+ * reschedule when a deferral or a retry says to come back later, and watch
+ * the lease of a range another worker holds (in case that worker died).
  * A bad payload or an unknown conversation ends the job with a logged reason
  * and no retry storm; a summarizer configuration error fails it loudly.
  */
@@ -29,7 +30,8 @@ export function compactConversationTask(ctx: Omit<CompactionContext, 'logger'> &
     try {
       const report = await compactConversation({ ...ctx, logger }, conversationId, helpers.abortSignal, state.pairCount);
       if (report.rescheduleAt) await compactionJobAtAdd(ctx.pool, conversationId, report.rescheduleAt);
-      logger.info({ pairCount: report.pairCount, ranges: report.ranges.map((r) => `${r.fromPair}-${r.toPair}:${r.result}`), rescheduleAt: report.rescheduleAt }, 'compaction pass done');
+      if (report.leaseWatchAt) await compactionLeaseWatchAdd(ctx.pool, conversationId, report.leaseWatchAt);
+      logger.info({ pairCount: report.pairCount, ranges: report.ranges.map((r) => `${r.fromPair}-${r.toPair}:${r.result}`), rescheduleAt: report.rescheduleAt, leaseWatchAt: report.leaseWatchAt }, 'compaction pass done');
     } catch (error) {
       if (error instanceof SummarizerConfigError) logger.error({ err: error }, error.message);
       throw error;

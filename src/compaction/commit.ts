@@ -69,8 +69,16 @@ async function commitInTransaction(
         && sourceMessageIds(pairs).join() === record.sourceMessageIds.join()
         && sourceHash(pairs, record.hashVersion) === record.sourceHash;
       if (!unchanged) {
-        await settle('stale', false, 'the source changed while the summary was being made', { requestId: outcome.requestId, usage: outcome.usage });
-        const stale = await q.summarySettleUpdate(db, record.id, { status: 'stale', spend: false, failureReason: 'source changed before commit' });
+        // The call was dispatched and produced output: it spent the attempt of
+        // this identity (DESIGN.md "Attempts"), or a source flipping back and
+        // forth would reach the model with one identity any number of times.
+        await settle('stale', true, 'the source changed while the summary was being made', { requestId: outcome.requestId, usage: outcome.usage });
+        const final = record.attemptsSpent + 1 >= MAX_ATTEMPTS;
+        const stale = await q.summarySettleUpdate(db, record.id, {
+          status: final ? 'failed' : 'stale',
+          spend: true,
+          failureReason: final ? 'two attempts spent (the last: source changed before commit)' : 'source changed before commit',
+        });
         return { kind: 'stale', record: stale };
       }
       await settle('ok', true, null, { requestId: outcome.requestId, usage: outcome.usage });

@@ -180,6 +180,55 @@ describe('compact_conversation', () => {
     expect(after.find((r) => r.status === 'completed')!.sourceHash).not.toBe(records[0]!.sourceHash);
   });
 
+  it('a stale commit spends the attempt: a source flipping back and forth reaches the model at most twice per identity', async () => {
+    const { c, written } = await conversationWith(30);
+    const target = written[4]!.assistantMessageId;
+    const original = canaryText(4).assistant;
+    for (let round = 0; round < 5; round++) {
+      server.enqueue(behaviours.delayed(300, behaviours.text('A fine summary of the old text.')));
+      const running = compactConversation(ctx(), c);
+      if (round < 2) {
+        await server.waitFor(() => server.inFlight === 1);
+        await db.pool.query(`update sourcebound.messages set content = 'edited while in flight' where id = $1`, [target]);
+        expect((await running).ranges[0]!.result).toBe('stale');
+      } else {
+        // Two dispatches spent: the identity is failed for good, no third call.
+        expect((await running).ranges[0]!.result).toBe('failed');
+      }
+      await db.pool.query(`update sourcebound.messages set content = $2 where id = $1`, [target, original]);
+    }
+    const records = await summariesOfConversationRead(db.pool, c);
+    const first = records.find((r) => r.createdAt.getTime() === Math.min(...records.map((x) => x.createdAt.getTime())))!;
+    expect(first).toMatchObject({ status: 'failed', attemptsSpent: 2 });
+    const attempts = (await attemptsOfConversationRead(db.pool, c)).filter((a) => a.summaryId === first.id);
+    expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([['stale', true], ['stale', true]]);
+    expect(server.count).toBe(2);
+    // The database agrees: no identity has more dispatches than its two attempts.
+    const { rows } = await db.pool.query(
+      `select s.id from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
+       where s.conversation_id = $1 and a.outcome not in ('deferred', 'config') group by s.id having count(*) > 2`, [c]);
+    expect(rows).toEqual([]);
+  });
+
+  it('a range held by a live worker does not hold the conversation back: the holder carries on with ranges that became plannable', async () => {
+    const { c } = await conversationWith(30);
+    server.enqueue(behaviours.hold());
+    const holder = compactConversation(ctx(), c);
+    await server.waitFor(() => server.held === 1);
+    // A second job (a crossing while the first runs) finds range 0 held.
+    const second = await compactConversation(ctx(), c);
+    expect(second.ranges.map((r) => r.result)).toEqual(['busy']);
+    expect(second.rescheduleAt).toBeNull();
+    // More pairs arrive while the holder is still in its call: the crossing's job runs now, not at the lease's end.
+    await addPairs(db.pool, c, 10, canaryText, { startAt: 30 });
+    const { rows } = await db.pool.query(`select run_at <= now() + interval '1 second' as soon from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`]);
+    expect(rows).toEqual([{ soon: true }]);
+    server.releaseHeld();
+    const report = await holder;
+    expect(report.ranges.map((r) => `${r.fromPair}:${r.result}`)).toEqual(['0:completed', '10:completed']);
+    expect(report.pairCount).toBe(40);
+  });
+
   it('a claim whose worker died is taken over after its lease; the dead attempt counts as unknown', async () => {
     const { c } = await conversationWith(30);
     // A worker claims the range and dies mid-call: the claim is never settled.
@@ -189,7 +238,9 @@ describe('compact_conversation', () => {
     await server.waitFor(() => server.inFlight === 1);
     const busy = await compactConversation(ctx(), c);
     expect(busy.ranges[0]!.result).toBe('busy');
-    expect(busy.rescheduleAt).not.toBeNull();
+    // A live holder is no reason to hold the conversation back; only a watch on the lease, in case it died.
+    expect(busy.rescheduleAt).toBeNull();
+    expect(busy.leaseWatchAt).not.toBeNull();
     // The lease runs out (moved into the past instead of waiting for it).
     await db.pool.query(`update sourcebound.conversation_summaries set lease_expires_at = now() - interval '1 second' where conversation_id = $1`, [c]);
     const taken = await compactConversation(ctx(), c);

@@ -260,6 +260,20 @@ export async function compactionJobAtAdd(db: Queryable, conversationId: string, 
   );
 }
 
+/**
+ * Runs the conversation's compaction at a lease's expiry, under a job key of
+ * its own: in case the worker holding a range died. Never under the
+ * conversation's key, whose preserve_run_at would hold every later enqueue
+ * back until then.
+ */
+export async function compactionLeaseWatchAdd(db: Queryable, conversationId: string, runAt: Date): Promise<void> {
+  await db.query(
+    `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::uuid),
+       run_at := $2, job_key := 'sourcebound:compact-lease:' || $1, job_key_mode := 'preserve_run_at')`,
+    [conversationId, runAt],
+  );
+}
+
 /** Re-enqueues conversations with a plannable range that has no completed, failed or live record (0005_sweep.sql). */
 export async function compactionSweepRun(db: Queryable, limit = 1000): Promise<number> {
   const { rows } = await db.query<{ n: number }>('select sourcebound.sweep_compaction($1) as n', [limit]);
