@@ -6,10 +6,13 @@ import type { MessageParam } from '../../src/projection/index.ts';
  * A prompt cache as Anthropic bills it, for replayed requests (P8), priced
  * with the product's one price model (src/projection/cache.ts):
  * - every request writes its prefix up to each of its breakpoints
- *   (`cache_control` on a message's last block) into the cache;
+ *   (`cache_control` on a message's last block) into the cache: each
+ *   breakpoint is a cache entry of its own;
  * - a request reads from the cache the longest prefix, at a message
- *   boundary, that an earlier request wrote (the 5-minute lifetime is taken
- *   as never running out: turns of an agent come faster);
+ *   boundary, that an earlier request wrote, looking back from each of its
+ *   breakpoints at most LOOKBACK_BLOCKS content blocks, as Anthropic does
+ *   (the 5-minute lifetime is taken as never running out: turns of an agent
+ *   come faster);
  * - bytes after what it read, up to its last breakpoint, are written
  *   (1.25x); bytes after its last breakpoint are uncached input (1.0x).
  * Sizes are UTF-8 bytes of each message's JSON without its cache_control
@@ -25,6 +28,9 @@ export interface PricedRequest {
   extendsPrevious: boolean;
 }
 
+/** Content blocks Anthropic looks back from a breakpoint for an earlier cache entry. */
+export const LOOKBACK_BLOCKS = 20;
+
 export class PromptCache {
   private readonly cached = new Set<string>();
   private previousPrefix = 0;
@@ -33,27 +39,36 @@ export class PromptCache {
   price(messages: readonly MessageParam[]): PricedRequest {
     const sizes: number[] = [];
     const hashes: string[] = [];
+    // blocks[n]: content blocks in messages 0..n-1.
+    const blocks = [0];
+    const breakpoints: number[] = [];
     const hash = createHash('sha256');
-    let lastBreakpoint = -1;
     messages.forEach((m, i) => {
+      let marked = false;
       const content = Array.isArray(m.content)
         ? m.content.map((b) => {
-          if ('cache_control' in b && b.cache_control) lastBreakpoint = i;
+          if ('cache_control' in b && b.cache_control) marked = true;
           const { cache_control: _, ...rest } = b as typeof b & { cache_control?: unknown };
           return rest;
         })
         : m.content;
+      if (marked) breakpoints.push(i);
       const json = JSON.stringify({ role: m.role, content });
       sizes.push(Buffer.byteLength(json, 'utf8'));
+      blocks.push(blocks.at(-1)! + (Array.isArray(m.content) ? m.content.length : 1));
       hash.update(json).update('\u0000');
       hashes.push(hash.copy().digest('hex'));
     });
     const upTo = (n: number) => sizes.slice(0, n).reduce((a, b) => a + b, 0);
+    const lastBreakpoint = breakpoints.at(-1) ?? -1;
+    // The longest cached prefix within the lookback of one of the breakpoints.
     let readMessages = 0;
-    for (let n = lastBreakpoint + 1; n > 0; n--) {
-      if (this.cached.has(hashes[n - 1]!)) {
-        readMessages = n;
-        break;
+    for (const b of breakpoints) {
+      for (let n = b + 1; n > readMessages && blocks[b + 1]! - blocks[n]! <= LOOKBACK_BLOCKS; n--) {
+        if (this.cached.has(hashes[n - 1]!)) {
+          readMessages = n;
+          break;
+        }
       }
     }
     const total = upTo(sizes.length);
@@ -61,7 +76,7 @@ export class PromptCache {
     const cachedEnd = lastBreakpoint < 0 ? readMessages : Math.max(readMessages, lastBreakpoint + 1);
     const written = upTo(cachedEnd) - read;
     const uncached = total - read - written;
-    if (lastBreakpoint >= 0) this.cached.add(hashes[lastBreakpoint]!);
+    for (const b of breakpoints) this.cached.add(hashes[b]!);
     const extendsPrevious = this.previousPrefix > 0 && read >= this.previousPrefix;
     this.previousPrefix = lastBreakpoint >= 0 ? upTo(lastBreakpoint + 1) : 0;
     return { bytes: total, read, written, uncached, cost: requestCost({ read, written, uncached }), extendsPrevious };
