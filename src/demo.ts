@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { packageFile } from './package-files.ts';
 import type pg from 'pg';
 
 /** The demo's conversations: real threads from oasst1 (Apache-2.0, see demo/README.md). */
-export const DEMO_DATA = fileURLToPath(new URL('../demo/oasst1-sample.jsonl', import.meta.url));
+export const DEMO_DATA = packageFile('demo', 'oasst1-sample.jsonl');
 export const DEMO_SCOPE = 'demo';
 
 export interface Thread {

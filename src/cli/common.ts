@@ -3,6 +3,9 @@ import { loadConfig, type Config } from '../config.ts';
 import { createLogger, type Logger } from '../logger.ts';
 import { openDatabase, type Database } from '../db/database.ts';
 
+/** How a person runs this CLI: the installed package's bin, or the repository's source entry. */
+export const CLI_COMMAND = import.meta.url.includes('/dist/src/cli/') ? 'npx sourcebound' : 'node bin/sourcebound.js';
+
 /** Wrong arguments: the CLI prints the message and the command's usage, exit 2. */
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -15,8 +18,14 @@ export interface Command {
   run(argv: string[]): Promise<number | void>;
 }
 
+type Options = NonNullable<ParseArgsConfig['options']>;
+/** What parseCommandArgs returns, named so that declaration emit (`npm run build`) can write it. */
+export type ParsedCommandArgs<T extends Options> = ReturnType<
+  typeof parseArgs<{ args: string[]; options: T & { help: { type: 'boolean'; short: 'h' } }; allowPositionals: boolean; strict: true }>
+>;
+
 /** Parses a command's arguments; unknown options or missing values are UsageErrors. */
-export function parseCommandArgs<T extends NonNullable<ParseArgsConfig['options']>>(argv: string[], options: T, positionals = 0) {
+export function parseCommandArgs<T extends Options>(argv: string[], options: T, positionals = 0): ParsedCommandArgs<T> {
   try {
     const parsed = parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: positionals > 0, strict: true });
     if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument: ${parsed.positionals[positionals]}`);

@@ -4,7 +4,7 @@ import { pairCountRead, pairsRangeRead } from '../db/queries/summaries.ts';
 import { plannableRangeCount } from '../plan.ts';
 import { projectConversationHistory, toAnthropicMessages } from '../projection/index.ts';
 import { startWorker } from '../worker.ts';
-import { parseCommandArgs, UsageError, withSession, type Command } from './common.ts';
+import { CLI_COMMAND, parseCommandArgs, UsageError, withSession, type Command } from './common.ts';
 
 const DEFAULT_BUDGET = 64 * 1024;
 
@@ -76,8 +76,8 @@ export const demoCommand: Command = {
       say('');
       const example = conversations.find((c) => c.threadId.includes('long')) ?? conversations[0]!;
       say('The data stays in place. Try:');
-      say(`  node bin/sourcebound.js inspect ${example.conversationId} --scope ${DEMO_SCOPE}`);
-      say(`  node bin/sourcebound.js project ${example.conversationId} --scope ${DEMO_SCOPE} --budget 16384`);
+      say(`  ${CLI_COMMAND} inspect ${example.conversationId} --scope ${DEMO_SCOPE}`);
+      say(`  ${CLI_COMMAND} project ${example.conversationId} --scope ${DEMO_SCOPE} --budget 16384`);
       return settled ? 0 : 1;
     }, { poolSize: (c) => c.workerConcurrency + 6, logLevel: process.env.LOG_LEVEL ?? 'warn' });
   },

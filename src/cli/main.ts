@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 import { ConfigError } from '../config.ts';
 import { DatabaseUnreachableError } from '../db/database.ts';
 import { UsageError, type Command } from './common.ts';

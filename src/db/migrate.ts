@@ -1,4 +1,4 @@
-import { fileURLToPath } from 'node:url';
+import { packageFile } from '../package-files.ts';
 import pg from 'pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
@@ -6,7 +6,7 @@ import { Logger as GraphileLogger, runMigrations } from 'graphile-worker';
 import type { Logger } from '../logger.ts';
 import { LOCK_NS } from './locks.ts';
 
-export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../migrations', import.meta.url));
+export const MIGRATIONS_FOLDER = packageFile('migrations');
 /** Where drizzle records applied migrations; our own schema, so an app's drizzle table is untouched. */
 const MIGRATIONS_SCHEMA = 'sourcebound_migrations';
 

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { packageFile } from '../package-files.ts';
 
 /**
  * The prompt registry. A prompt version is a released file in `prompts/`; its
@@ -62,7 +62,7 @@ export function promptText(version: string): string {
   if (!byVersion.has(version)) throw new Error(`unknown prompt version: ${version}`);
   let text = textCache.get(version);
   if (text === undefined) {
-    text = readFileSync(fileURLToPath(new URL(`../../prompts/${version}.md`, import.meta.url)), 'utf8');
+    text = readFileSync(packageFile('prompts', `${version}.md`), 'utf8');
     textCache.set(version, text);
   }
   return text;

@@ -1,0 +1,70 @@
+// A plain-Node application using the installed package (no TypeScript, no loader).
+//   node app.mjs write          -> writes a 30-pair conversation the README's way, projects it, prints its id
+//   node app.mjs compacted <id> -> waits for the worker's summary, projects again, checks the summary is used
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { projectConversationHistory, toAnthropicMessages, plannableRanges, schema } from 'sourcebound';
+import { conversations } from 'sourcebound/schema';
+
+const SCOPE = 'consumer-app';
+const PAIRS = 30; // the first range (pairs 0..9) is plannable at 30 pairs
+const BUDGET = 64 * 1024; // room for the whole conversation
+// newest-first fills the budget anew on each call (the default `stable` layout keeps the first call's prefix for the prompt cache).
+const LAYOUT = 'newest-first';
+
+assert.equal(schema.conversations, conversations, 'sourcebound/schema is the same module as the root export');
+assert.deepEqual(plannableRanges(PAIRS), [{ fromPair: 0, toPair: 9 }]);
+
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+const [mode, id] = process.argv.slice(2);
+try {
+  if (mode === 'write') {
+    const { rows: [conversation] } = await pool.query(`insert into sourcebound.conversations (scope) values ($1) returning id`, [SCOPE]);
+    for (let i = 0; i < PAIRS; i++) {
+      const { rows: [run] } = await pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversation.id]);
+      await pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`,
+        [conversation.id, run.id, `Question ${i}: how do I rotate log file number ${i} without losing lines?`]);
+      const { rows: [assistant] } = await pool.query(
+        `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`,
+        [conversation.id, run.id]);
+      await pool.query(`update sourcebound.messages set content = $2, status = 'completed' where id = $1`,
+        [assistant.id, `Answer ${i}: use copytruncate for file ${i}, or signal the writer to reopen it after the rename. Check with tail -F.`]);
+      await pool.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run.id]);
+    }
+    const history = await projectConversationHistory({ pool, conversationId: conversation.id, scope: SCOPE, budgetBytes: BUDGET, layout: LAYOUT });
+    assert.equal(history.items.filter((i) => i.kind === 'pair').length, PAIRS, 'every pair projected raw before compaction');
+    assert.equal(history.items.filter((i) => i.kind === 'summary').length, 0);
+    assert.equal(history.omitted.length, 0);
+    checkMessages(history);
+    process.stdout.write(`${conversation.id}\n`);
+  } else if (mode === 'compacted') {
+    assert.ok(id, 'usage: node app.mjs compacted <conversationId>');
+    const deadline = Date.now() + 120_000;
+    for (;;) {
+      const { rows } = await pool.query(`select status from sourcebound.conversation_summaries where conversation_id = $1`, [id]);
+      if (rows.some((r) => r.status === 'completed')) break;
+      assert.ok(!rows.some((r) => r.status === 'failed'), `the range failed: ${JSON.stringify(rows)}`);
+      assert.ok(Date.now() < deadline, 'no completed summary within 120 s');
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    const history = await projectConversationHistory({ pool, conversationId: id, scope: SCOPE, budgetBytes: BUDGET, layout: LAYOUT });
+    const summaries = history.items.filter((i) => i.kind === 'summary');
+    assert.equal(summaries.length, 1, 'the completed summary replaces pairs 0..9 in the projection');
+    assert.equal(history.items[0].kind, 'summary', 'the summary stands where pairs 0..9 were');
+    assert.equal(history.items.filter((i) => i.kind === 'pair').length, PAIRS - 10);
+    checkMessages(history);
+    process.stdout.write(`projection: ${history.items.length} items, 1 summary\n`);
+  } else {
+    throw new Error(`unknown mode: ${mode}`);
+  }
+} finally {
+  await pool.end();
+}
+
+function checkMessages(history) {
+  const messages = toAnthropicMessages(history);
+  assert.equal(messages[0].role, 'user');
+  assert.equal(messages.at(-1).role, 'assistant');
+  messages.forEach((m, i) => i > 0 && assert.notEqual(m.role, messages[i - 1].role, 'roles alternate'));
+  assert.ok(Buffer.byteLength(JSON.stringify(messages), 'utf8') <= BUDGET);
+}
