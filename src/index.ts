@@ -17,7 +17,8 @@ export { openDatabase, DatabaseUnreachableError, type Database } from './db/data
 export { migrateDatabase } from './db/migrate.ts';
 export { startWorker, type WorkerHandle, type WorkerOptions } from './worker.ts';
 export { compactConversation, SummarizerConfigError, type CompactionReport } from './compaction/compact.ts';
-export { inspectConversation, type Inspection } from './inspect.ts';
+export { inspectConversation, type Inspection, type InspectionProblem } from './inspect.ts';
+export { repairConversation, type RepairReport } from './repair.ts';
 export { plannableRanges, type PairRange } from './plan.ts';
 export { sourceHash, SOURCE_HASH_VERSION } from './hash.ts';
 

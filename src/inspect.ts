@@ -3,6 +3,8 @@ import { sourceHash, sourceMessageIds } from './hash.ts';
 import { plannableRanges, type PairRange } from './plan.ts';
 import { isProjectable } from './gateway/prompts.ts';
 import * as q from './db/queries/summaries.ts';
+import { pairsDriftRead, type PairDriftRow } from './db/queries/pairs.ts';
+import { describeDrift } from './repair.ts';
 import { ConversationNotFoundError } from './projection/errors.ts';
 
 export interface InspectedRecord {
@@ -26,12 +28,23 @@ export interface InspectedRecord {
   attempts: { outcome: string | null; spent: boolean | null; reason: string | null; workerId: string; startedAt: Date; finishedAt: Date | null; requestId: string | null }[];
 }
 
+/** A stored inconsistency, what it means and the command that repairs it. */
+export interface InspectionProblem {
+  kind: 'pair_index_drift';
+  /** The rows where the pair index differs from the definition (sourcebound.pairs_drift). */
+  rows: PairDriftRow[];
+  message: string;
+  repair: string;
+}
+
 export interface Inspection {
   conversationId: string;
   scope: string;
   pairCount: number;
   plannedRanges: PairRange[];
   records: InspectedRecord[];
+  /** Empty when the stored state is consistent. */
+  problems: InspectionProblem[];
 }
 
 /**
@@ -82,5 +95,19 @@ export async function inspectConversation(pool: pg.Pool, conversationId: string,
       })),
     });
   }
-  return { conversationId, scope, pairCount, plannedRanges: plannableRanges(pairCount), records };
+  const problems: InspectionProblem[] = [];
+  const drift = await pairsDriftRead(pool, conversationId);
+  if (drift.length > 0) {
+    const repair = `sourcebound repair ${conversationId} --scope ${scope}`;
+    problems.push({
+      kind: 'pair_index_drift',
+      rows: drift,
+      repair,
+      message: `the pair index differs from the definition of an eligible pair in ${drift.length} row(s) (${describeDrift(drift)}), ` +
+        `from pair ${Math.min(...drift.map((d) => Math.min(d.expectedIndex ?? Infinity, d.actualIndex ?? Infinity)))} on; ` +
+        'projection shows only what it can prove there and claims of those ranges stop. ' +
+        `Rebuild the index from the definition with \`${repair}\``,
+    });
+  }
+  return { conversationId, scope, pairCount, plannedRanges: plannableRanges(pairCount), records, problems };
 }

@@ -28,6 +28,7 @@ export function renderInspection(i: Inspection): string {
     `conversation ${i.conversationId} (scope ${i.scope})`,
     `eligible pairs: ${i.pairCount}; planned ranges: ${i.plannedRanges.map((r) => `${r.fromPair}-${r.toPair}`).join(', ') || 'none (fewer than 30 pairs)'}`,
   ];
+  for (const problem of i.problems) lines.push(`PROBLEM: ${problem.message}`);
   if (i.records.length === 0) lines.push('no summary records');
   for (const r of i.records) {
     lines.push('');

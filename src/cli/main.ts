@@ -8,8 +8,9 @@ import { enqueueCommand } from './enqueue.ts';
 import { inspectCommand } from './inspect.ts';
 import { projectCliCommand } from './project-cli.ts';
 import { demoCommand } from './demo.ts';
+import { repairCommand } from './repair.ts';
 
-const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, projectCliCommand, demoCommand];
+const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, repairCommand, projectCliCommand, demoCommand];
 
 function mainUsage(): string {
   const width = Math.max(...commands.map((c) => c.name.length));
@@ -47,6 +48,12 @@ async function main(argv: string[]): Promise<number> {
     }
     if (error instanceof ConfigError || error instanceof DatabaseUnreachableError || (error as { exitQuietly?: boolean }).exitQuietly) {
       process.stderr.write(`sourcebound ${command.name}: ${(error as Error).message}\n`);
+      return 1;
+    }
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
+      // The database refused (a state or a lock, not a bug here): its message and SQLSTATE, no stack.
+      process.stderr.write(`sourcebound ${command.name}: the database refused: ${(error as Error).message} (SQLSTATE ${code})\n`);
       return 1;
     }
     process.stderr.write(`sourcebound ${command.name}: ${(error as Error).stack ?? String(error)}\n`);
