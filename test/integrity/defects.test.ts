@@ -6,6 +6,8 @@ import { addPairs, compactionJobs, createConversation, drift, pairCount } from '
 import { spawnSourcebound } from '../support/processes.ts';
 import { UsageError } from '../../src/cli/common.ts';
 import { projectCliCommand } from '../../src/cli/project-cli.ts';
+import { projectConversationHistory } from '../../src/projection/index.ts';
+import { insertSummary } from '../projection/support.ts';
 import { compactOffline, longText, projectAll, shape } from './support.ts';
 
 /**
@@ -202,6 +204,44 @@ describe('3. reordering runs', () => {
     const c = await createConversation(db.pool);
     const [p] = await addPairs(db.pool, c, 1);
     await expect(db.pool.query('update sourcebound.runs set seq = 1 where id = $1', [p!.runId])).rejects.toThrow(/can only be updated to DEFAULT/);
+  });
+});
+
+describe('4. a summary inside the newest 20 again', () => {
+  it('is never projected, in either layout, even from a layout made before the pairs left', async () => {
+    const c = await createConversation(db.pool);
+    const written = await addPairs(db.pool, c, 50, longText);
+    await compactOffline(db.pool, c);
+    const stable = () => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 10_000_000 });
+    expect(shape(await stable()).summaries).toEqual([0, 10, 20]);
+    // The newest 10 runs fail: 40 eligible pairs, so range 20-29 is inside the newest 20.
+    await db.pool.query(`update sourcebound.runs set status = 'failed' where id = any($1::uuid[])`, [written.slice(40).map((w) => w.runId)]);
+    expect(await pairCount(db.pool, c)).toBe(40);
+    for (const p of [await stable(), await projectAll(db.pool, c)]) {
+      expect(p.problems).toEqual([]);
+      expect(shape(p).summaries).toEqual([0, 10]);
+      expect(shape(p).raw).toEqual(Array.from({ length: 20 }, (_, i) => 20 + i));
+    }
+    expect((await projectAll(db.pool, c)).summaryNotUsed.find((n) => n.fromPair === 20)?.reason).toBe('not_plannable');
+  });
+});
+
+describe('8. a summary that costs more than its originals', () => {
+  it('is never used, and more budget never carries fewer pairs, in the stable layout too', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 40);
+    const raw = await projectAll(db.pool, c);
+    await insertSummary(db.pool, { conversationId: c, fromPair: 10, summary: 'A verbose but valid summary. '.repeat(140) });
+    let carried = 0;
+    for (let budget = 0; budget <= raw.bytes + 300; budget += 211) {
+      const p = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: budget });
+      expect(shape(p).summaries, `budget ${budget}`).toEqual([]);
+      const n = p.pairCount - p.omitted.reduce((m, o) => m + o.toPair - o.fromPair + 1, 0);
+      expect(n, `budget ${budget}`).toBeGreaterThanOrEqual(carried);
+      carried = n;
+    }
+    expect(carried).toBe(40);
+    expect((await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 100_000_000 })).bytes).toBe(raw.bytes);
   });
 });
 
