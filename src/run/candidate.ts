@@ -4,9 +4,10 @@ import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem } from '../gateway/types.ts';
 import type { Evaluated } from './assemble.ts';
+import { itemBytes } from './anthropic.ts';
 import { identityKeyOf, sourceHashOf } from './hash.ts';
 import {
-  cutBytes, floorOf, hashGroup, isSettled, jsonBytes, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
+  cutBytes, floorOf, hashGroup, isSettled, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
   type Projection, type RequestInput,
 } from './fitting.ts';
 import type { RunCompactionPolicy } from './types.ts';
@@ -100,7 +101,7 @@ function cut(groups: readonly Group[], policy: Readonly<RunCompactionPolicy>, si
   const chunks: Chunk[] = [];
   let current: { groups: Group[]; inputBytes: number; floorBytes: number } | null = null;
   const savesEnough = (c: NonNullable<typeof current>) =>
-    c.floorBytes - (jsonBytes(summaryItem(bare(chunk(c.groups, c.inputBytes, segment + chunks.length), 0))) + 1) - policy.minSummaryBytes >= policy.minSavingBytes;
+    c.floorBytes - summaryBytes(bare(chunk(c.groups, c.inputBytes, segment + chunks.length), 0)) - policy.minSummaryBytes >= policy.minSavingBytes;
   for (const g of groups) {
     let bytes = sizes.get(g.seq);
     if (bytes === undefined) {
@@ -216,7 +217,7 @@ export function planCompaction(
     const c = chunks[k - 1]!;
     let groupBytes = 0;
     for (const seq of c.seqs) groupBytes += base.groupBytes.get(seq) ?? 0;
-    estimate += jsonBytes(summaryItem(bare(c, k - 1))) + 1 - groupBytes;
+    estimate += summaryBytes(bare(c, k - 1)) - groupBytes;
     if (k === 1) firstFloor = estimate;
     if (share(estimate, k) < policy.minSummaryBytes) continue;
     const floor = exact(k);
@@ -233,6 +234,11 @@ function bare(c: Chunk, i: number): ProjectedCheckpoint {
     id: `${UUID_ZERO}${String(i).padStart(12, '0')}`, segment: c.segment, fromSeq: c.fromSeq, toSeq: c.toSeq,
     compactedSeqs: c.seqs, summary: '', toolResultRefs: c.toolResultRefs,
   };
+}
+
+/** Wire bytes of a checkpoint item with an empty summary, opening its own message (the most it can take). */
+function summaryBytes(cp: ProjectedCheckpoint): number {
+  return itemBytes(summaryItem(cp), true).bytes;
 }
 
 function refOf(u: UnitRow): ToolResultRefRow {

@@ -18,6 +18,11 @@ export class RunHistoryError extends RunCompactionError {
   override name = 'RunHistoryError';
 }
 
+/** User text (the initial request, a correction) that is empty or only whitespace: refused, never stored. */
+export class BlankTextError extends RunHistoryError {
+  override name = 'BlankTextError';
+}
+
 /** No such result id and version in this Run. */
 export class ResultNotFoundError extends RunCompactionError {
   override name = 'ResultNotFoundError';

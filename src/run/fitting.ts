@@ -3,10 +3,13 @@ import type { TurnRow, UnitRow } from '../db/queries/run-history.ts';
 import type { CatalogRow } from '../db/queries/run-results.ts';
 import type { RunState } from '../db/queries/run-state.ts';
 import { groupHash, RUN_HASH_VERSION, sourceHashOf, type HashedUnit } from './hash.ts';
+import { catalogLine, catalogText, escapedBytes, itemBytes, jsonBytes, omittedLine, toAnthropicRequest, type Role } from './anthropic.ts';
 import type {
   CatalogEntry, CheckpointSummaryItem, FitStep, ReferenceMade, RunCompactionPolicy, RunRequest, RunRequestItem,
   ToolResultItem,
 } from './types.ts';
+
+export { jsonBytes } from './anthropic.ts';
 
 /**
  * Request assembly and reversible fitting of one Run (not to be confused with
@@ -16,10 +19,11 @@ import type {
  * the same records, inputs and policy give byte-identical requests, which is
  * what lets cold recovery rebuild exactly what prepareRunRequest returned.
  *
- * Sizes are measured per item (each item is serialized once per form), so
- * fitting costs O(items), never O(items x request). The total is exact:
- * JSON.stringify of an object is the concatenation of its parts, so
- * bytes(request) = bytes(envelope with empty arrays) + sum(item bytes) + commas.
+ * Sizes are those of the wire form (anthropic.ts, the body sent to the
+ * provider), measured per item and per form, so fitting costs O(items), never
+ * O(items x request). The total is exact: bytes(body) = the envelope with
+ * empty messages (system prompt with the catalog) + the sum of the slots
+ * (blocks, one comma each, the frame of each message an item opens) - 1.
  */
 
 /** What the application supplies for every request. */
@@ -43,9 +47,16 @@ export type ProjectedCheckpoint = Pick<CheckpointRow, 'id' | 'segment' | 'fromSe
 interface FixedSlot {
   kind: 'fixed';
   item: RunRequestItem;
+  /** Wire bytes (see itemBytes). */
   bytes: number;
   /** The model turn seq of a model_turn item, for candidate sizing. */
   groupSeq: number | null;
+}
+
+/** A form a tool result can be shown in, with its wire bytes. */
+interface Form {
+  item: ToolResultItem;
+  bytes: number;
 }
 
 interface UnitSlot {
@@ -54,12 +65,16 @@ interface UnitSlot {
   groupSeq: number;
   /** Index among visible groups (0 = oldest). */
   groupIndex: number;
-  inline: ToolResultItem;
-  inlineBytes: number;
-  /** The inline form shows the result body (a placeholder until fillBodies). */
-  inlineBody: boolean;
-  reference: ToolResultItem | null;
-  referenceBytes: number;
+  /** Whether this item opens a user message (the frame is counted in every form). */
+  opens: boolean;
+  /** The default form: the body inline (up to inlineResultBytes), else its excerpt and reference, else the reference. */
+  shown: Form;
+  /** The default form shows the whole body (an empty placeholder until fillBodies). */
+  shownBody: boolean;
+  /** Excerpt and reference (bodies over excerptBytes whose excerpt was loaded). */
+  excerpt: Form | null;
+  /** Reference only (any stored result). */
+  reference: Form | null;
 }
 
 type Slot = FixedSlot | UnitSlot;
@@ -72,12 +87,19 @@ export interface Projection {
   groups: Map<number, Group>;
   usedCheckpoints: string[];
   brokenCheckpoints: string[];
+  /** The envelope with empty messages and no catalog, minus the one comma fewer than blocks. */
   envelopeBytes: number;
-  catalogFull: CatalogEntry[];
-  catalogFullBytes: number;
-  catalogCompact: CatalogEntry[];
-  catalogCompactBytes: number;
+  catalogFull: Catalog;
+  catalogCompact: Catalog;
   responseReserveBytes: number;
+}
+
+/** A bounded catalog: the newest entries that fit its bytes, and how many were left to read_result. */
+export interface Catalog {
+  entries: CatalogEntry[];
+  omitted: number;
+  /** Bytes it adds to the system prompt, escaped. */
+  bytes: number;
 }
 
 export interface Fitted {
@@ -96,17 +118,15 @@ export interface Fitted {
 
 /** Said on every summary: it describes work; records stay the authority. */
 export const SUMMARY_NOTE =
-  'Non-authoritative, lossy summary of earlier model work in this run. It is not a record of what happened: ' +
-  'the user request and corrections above/below are verbatim and prevail; tool effects count only as their ' +
-  'settlement says; reread results by id and version.';
+  'Non-authoritative, lossy summary of earlier model work, not a record of what happened: the user request and ' +
+  'corrections are verbatim and prevail; tool effects count only as their settlement says.';
 
 const REFERENCE_NOTE = 'stored result: reread by id and version, or a byte or line range';
-/** Labels in the compact catalog are cut to this many UTF-8 bytes. */
-const COMPACT_LABEL_BYTES = 60;
-
-export function jsonBytes(value: unknown): number {
-  return Buffer.byteLength(JSON.stringify(value), 'utf8');
-}
+const EXCERPT_NOTE = 'the text above is its beginning only: reread the rest by id and version, or a byte or line range';
+/** Labels in the catalog are cut to this many UTF-8 bytes. */
+const CATALOG_LABEL_BYTES = 60;
+/** Failed or unknown proposal ids (and tool names) a checkpoint item lists before it says "+N more". */
+const LISTED_IDS = 5;
 
 /** Work groups of a Run (model turns with their units, in order). */
 export function groupsOf(turns: readonly TurnRow[], units: readonly UnitRow[]): Map<number, Group> {
@@ -177,7 +197,17 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
   const groupIndex = new Map(visibleGroups.map((g, i) => [g.seq, i]));
 
   const slots: Slot[] = [];
-  const fixed = (item: RunRequestItem, groupSeq: number | null = null) => slots.push({ kind: 'fixed', item, bytes: jsonBytes(item), groupSeq });
+  // The role of the last item with blocks: an item of the other role opens a message.
+  let role: Role | null = null;
+  let blocks = 0;
+  const fixed = (item: RunRequestItem, groupSeq: number | null = null) => {
+    const size = itemBytes(item, true);
+    const opens = size.blocks > 0 && role !== size.role;
+    const bytes = opens ? size.bytes : itemBytes(item, false).bytes;
+    if (size.blocks > 0) role = size.role;
+    blocks += size.blocks;
+    slots.push({ kind: 'fixed', item, bytes, groupSeq });
+  };
   for (const t of state.turns) {
     if (t.kind === 'request') {
       fixed({ kind: 'user_request', seq: t.seq, text: t.text });
@@ -193,13 +223,18 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
       continue;
     }
     const g = groups.get(t.seq)!;
-    fixed({ kind: 'model_turn', seq: g.seq, text: g.text, toolCalls: g.units.map((u) => ({ id: u.proposalId, name: u.tool, input: u.input })) }, g.seq);
-    for (const u of g.units) slots.push(unitSlot(u, g.seq, groupIndex.get(g.seq)!));
+    const turn: RunRequestItem = { kind: 'model_turn', seq: g.seq, text: g.text, toolCalls: g.units.map((u) => ({ id: u.proposalId, name: u.tool, input: u.input })) };
+    if (t.thinking) turn.thinking = t.thinking;
+    fixed(turn, g.seq);
+    for (const u of g.units) {
+      const opens = role !== 'user';
+      role = 'user';
+      blocks++;
+      slots.push(unitSlot(u, g.seq, groupIndex.get(g.seq)!, opens, state.excerpts, policy));
+    }
   }
 
-  const catalogFull: CatalogEntry[] = state.catalog.map((c) => ({ resultId: c.resultId, version: c.version, bytes: c.bytes, lines: c.lines, sha256: c.sha256, label: c.label }));
-  const catalogCompact = compactCatalog(state.catalog);
-  const envelope: RunRequest = { model: input.model, system: input.system, tools: input.tools, messages: [], resultCatalog: [], responseReserveBytes: policy.responseReserveBytes };
+  const envelope = { model: input.model, system: input.system, tools: input.tools, messages: [] };
   return {
     input,
     slots,
@@ -207,11 +242,9 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
     groups,
     usedCheckpoints,
     brokenCheckpoints,
-    envelopeBytes: jsonBytes(envelope),
-    catalogFull,
-    catalogFullBytes: listBytes(catalogFull),
-    catalogCompact,
-    catalogCompactBytes: listBytes(catalogCompact),
+    envelopeBytes: jsonBytes(envelope) - (blocks > 0 ? 1 : 0),
+    catalogFull: boundedCatalog(state.catalog, policy.catalogBytes, true),
+    catalogCompact: boundedCatalog(state.catalog, Math.floor(policy.catalogBytes / 4), false),
     responseReserveBytes: policy.responseReserveBytes,
   };
 }
@@ -226,80 +259,125 @@ export function summaryItem(cp: ProjectedCheckpoint): CheckpointSummaryItem {
     authoritative: false,
     note: SUMMARY_NOTE,
     text: cp.summary,
-    toolResults: cp.toolResultRefs.map((r) => ({ proposalId: r.proposalId, tool: r.tool, settlement: r.settlement, resultId: r.resultId, version: r.version })),
+    toolUnits: cp.toolResultRefs.length,
+    toolCalls: toolCallsText(cp),
   };
 }
 
-function unitSlot(u: UnitRow, groupSeq: number, groupIndex: number): UnitSlot {
+/**
+ * A bounded account of the tool calls a checkpoint covers: counts by tool and
+ * by settlement, the first failed and unknown proposal ids, and how to list
+ * every result. Its size does not grow with the number of calls (beyond the
+ * digits of the counts), so 10,000 compacted calls cost what 10 do.
+ */
+function toolCallsText(cp: ProjectedCheckpoint): string {
+  const refs = cp.toolResultRefs;
+  if (refs.length === 0) return 'No tool calls.';
+  const byTool = new Map<string, number>();
+  const failed: string[] = [];
+  const unknown: string[] = [];
+  for (const r of refs) {
+    byTool.set(r.tool, (byTool.get(r.tool) ?? 0) + 1);
+    if (r.settlement === 'failed') failed.push(r.proposalId);
+    if (r.settlement === 'unknown') unknown.push(r.proposalId);
+  }
+  const tools = [...byTool].slice(0, LISTED_IDS).map(([t, n]) => `${cutBytes(t, 40)} ${n}`);
+  if (byTool.size > LISTED_IDS) tools.push(`${byTool.size - LISTED_IDS} more tools`);
+  const ids = (list: string[]) => list.length === 0 ? '' : `: ${list.slice(0, LISTED_IDS).map((id) => cutBytes(id, 64)).join(', ')}${list.length > LISTED_IDS ? ` +${list.length - LISTED_IDS} more` : ''}`;
+  const settled = refs.length - failed.length - unknown.length;
+  return `${refs.length} tool call(s) (${tools.join(', ')}): ${settled} settled, ${failed.length} FAILED${ids(failed)}, ` +
+    `${unknown.length} UNKNOWN (effect unknown)${ids(unknown)}. Their results stay stored: list them with read_result {"checkpoint": ${cp.segment}}.`;
+}
+
+function unitSlot(u: UnitRow, groupSeq: number, groupIndex: number, opens: boolean, excerpts: ReadonlyMap<string, string>, policy: Readonly<RunCompactionPolicy>): UnitSlot {
   const head = { kind: 'tool_result' as const, seq: u.turnSeq, proposalId: u.proposalId, tool: u.tool, dispatchId: u.dispatchId, status: u.status };
-  const withError = u.error === null ? head : { ...head, error: u.error };
+  const withError: ToolResultItem = u.error === null ? head : { ...head, error: u.error };
+  const form = (item: ToolResultItem): Form => ({ item, bytes: itemBytes(item, opens).bytes });
+  const base = { kind: 'unit' as const, unit: u, groupSeq, groupIndex, opens };
+  if (u.resultId === null || u.resultVersion === null) return { ...base, shown: form(withError), shownBody: false, excerpt: null, reference: null };
   // A size is never taken as zero: a result without its sizes is a broken record, not a small one.
-  if (u.resultId !== null && (u.bytes === null || u.jsonBytes === null || u.lines === null || u.sha256 === null)) {
+  if (u.bytes === null || u.jsonBytes === null || u.lines === null || u.sha256 === null) {
     throw new Error(`result ${u.resultId} of tool call ${u.proposalId} has no recorded size`);
   }
-  const reference: ToolResultItem | null = u.resultId === null || u.resultVersion === null ? null : {
-    ...withError,
-    reference: { resultId: u.resultId, version: u.resultVersion, bytes: u.bytes!, lines: u.lines!, sha256: u.sha256!, label: u.label, note: REFERENCE_NOTE },
-  };
-  const referenceBytes = reference === null ? 0 : jsonBytes(reference);
-  if (reference === null) {
-    const bytes = jsonBytes(withError);
-    return { kind: 'unit', unit: u, groupSeq, groupIndex, inline: withError, inlineBytes: bytes, inlineBody: false, reference: null, referenceBytes: bytes };
-  }
+  const meta = { resultId: u.resultId, version: u.resultVersion, bytes: u.bytes, lines: u.lines, sha256: u.sha256, label: u.label };
+  const reference = form({ ...withError, reference: { ...meta, note: REFERENCE_NOTE } });
   // Externalized results are shown by reference only.
-  if (!u.inline) return { kind: 'unit', unit: u, groupSeq, groupIndex, inline: reference, inlineBytes: referenceBytes, inlineBody: false, reference, referenceBytes };
-  // The body is fetched only if it is shown; its JSON size (quotes included) is known from the store.
-  const inline: ToolResultItem = { ...withError, body: '' };
-  const inlineBytes = jsonBytes(inline) - 2 + u.jsonBytes!;
-  return { kind: 'unit', unit: u, groupSeq, groupIndex, inline, inlineBytes, inlineBody: true, reference, referenceBytes };
+  if (!u.inline) return { ...base, shown: reference, shownBody: false, excerpt: null, reference };
+  const raw = u.bytes > policy.excerptBytes ? excerpts.get(`${u.resultId}:${u.resultVersion}`) : undefined;
+  const excerpt = raw === undefined ? null : form({ ...withError, excerpt: cutBytes(raw, policy.excerptBytes), reference: { ...meta, note: EXCERPT_NOTE } });
+  // Over the inline limit, a body is never shown whole: the library's guarantee, not the app's.
+  if (u.bytes > policy.inlineResultBytes) return { ...base, shown: excerpt ?? reference, shownBody: false, excerpt, reference };
+  if (u.bytes === 0) return { ...base, shown: form({ ...withError, body: '' }), shownBody: false, excerpt, reference };
+  // The body is fetched only if it is shown; its escaped size is known from the store.
+  // Sized with a one-character stand-in (a non-empty body never reads "(empty)").
+  const bytes = itemBytes({ ...withError, body: 'x' }, opens).bytes - 1 + (u.jsonBytes - 2);
+  return { ...base, shown: { item: { ...withError, body: '' }, bytes }, shownBody: true, excerpt, reference };
 }
 
-/** The newest version of each id, with a short label and no hash. */
-function compactCatalog(rows: readonly CatalogRow[]): CatalogEntry[] {
+/**
+ * The newest version of each id, newest first while the catalog stays within
+ * `maxBytes` (escaped, as the system prompt carries it), shown oldest first;
+ * the rest is counted and listed by read_result. `labels` false: no labels.
+ */
+function boundedCatalog(rows: readonly CatalogRow[], maxBytes: number, labels: boolean): Catalog {
   const newest = new Map<string, CatalogRow>();
   for (const r of rows) {
     const seen = newest.get(r.resultId);
     if (!seen || seen.version < r.version) newest.set(r.resultId, r);
   }
-  return rows.filter((r) => newest.get(r.resultId) === r).map((r) => ({
-    resultId: r.resultId, version: r.version, bytes: r.bytes, lines: r.lines, label: r.label === null ? null : cutBytes(r.label, COMPACT_LABEL_BYTES),
+  const all = rows.filter((r) => newest.get(r.resultId) === r).map((r): CatalogEntry => ({
+    resultId: r.resultId, version: r.version, bytes: r.bytes, lines: r.lines,
+    label: labels && r.label !== null ? cutBytes(r.label.replace(/\s+/g, ' '), CATALOG_LABEL_BYTES) : null,
   }));
-}
-
-function listBytes(items: readonly unknown[]): number {
-  let total = 0;
-  for (const item of items) total += jsonBytes(item);
-  return total + Math.max(0, items.length - 1);
+  // Escaped bytes add up (see anthropic.ts): the header, each line, two per "\n" between lines.
+  const header = escapedBytes(catalogText([], 1)) - escapedBytes(omittedLine(1));
+  const lineBytes = (e: CatalogEntry) => escapedBytes(catalogLine(e));
+  let bytes = header - 2; // no line yet: no separator
+  let taken = 0;
+  for (let i = all.length - 1; i >= 0; i--) {
+    const next = bytes + 2 + lineBytes(all[i]!);
+    const withOmitted = i > 0 ? next + 2 + escapedBytes(omittedLine(i)) : next;
+    if (withOmitted > maxBytes) break;
+    bytes = next;
+    taken++;
+  }
+  const entries = all.slice(all.length - taken);
+  const omitted = all.length - taken;
+  return { entries, omitted, bytes: escapedBytes(catalogText(entries, omitted)) };
 }
 
 /** The smallest request reversible fitting can make of a projection, and what it consists of. */
 export interface Floor {
-  /** Serialized bytes + response reserve with the compact catalog (when smaller) and every older rereadable body by reference. */
+  /** Wire bytes + response reserve with the compact catalog (when smaller) and every body in its smallest allowed form. */
   bytes: number;
-  /** Envelope (model, system, tools), the smaller catalog and the response reserve. */
+  /** Envelope (model, system, tools, message frames), the smaller catalog and the response reserve. */
   envelope: number;
   /** The initial request and every correction (never compacted). */
   protected: number;
-  /** Checkpoint summary items (text, note, ids and tool-result references). */
+  /** Checkpoint summary items (text, note, ids and the account of their tool calls). */
   summaries: number;
   /** Model turns and tool units still shown (the newest groups always, the rest until compacted). */
   work: number;
-  /** Bytes each visible group takes at the floor (model turn and its units, one comma each), by model turn seq. */
+  /** Bytes each visible group takes at the floor (model turn and its units), by model turn seq. */
   groupBytes: Map<number, number>;
+}
+
+/** The smallest form fitting may give a unit: older groups by reference, the newest by excerpt (else reference). */
+function smallest(s: UnitSlot, olderThan: number): Form {
+  const reduced = s.groupIndex < olderThan ? s.reference : s.excerpt ?? s.reference;
+  return reduced !== null && reduced.bytes < s.shown.bytes ? reduced : s.shown;
 }
 
 /**
  * The floor of a projection: what `fit` reaches when it has to go all the way
- * (compact catalog if smaller, every older body it may replace by its
- * reference). A fitted request with `extra` bytes more is at or under the
- * target exactly when `floor.bytes + extra <= targetBytes`, because fitting
- * only ever stops early once it is at or under the target. Every item counts
- * one comma (the first one's is the envelope's missing one), so the parts add
- * up to `bytes`.
+ * (compact catalog if smaller, every body it may reduce in its smallest form).
+ * A fitted request with `extra` bytes more is at or under the target exactly
+ * when `floor.bytes + extra <= targetBytes`, because fitting only ever stops
+ * early once it is at or under the target.
  */
 export function floorOf(p: Projection, policy: Readonly<RunCompactionPolicy>): Floor {
   const olderThan = p.visibleGroups.length - policy.keepRecentGroups;
-  const envelope = p.envelopeBytes + Math.min(p.catalogFullBytes, p.catalogCompactBytes) + p.responseReserveBytes - (p.slots.length > 0 ? 1 : 0);
+  const envelope = p.envelopeBytes + Math.min(p.catalogFull.bytes, p.catalogCompact.bytes) + p.responseReserveBytes;
   let protectedBytes = 0;
   let summaries = 0;
   let work = 0;
@@ -307,12 +385,12 @@ export function floorOf(p: Projection, policy: Readonly<RunCompactionPolicy>): F
   for (const s of p.slots) {
     let bytes: number;
     if (s.kind === 'fixed') {
-      bytes = s.bytes + 1;
+      bytes = s.bytes;
       if (s.item.kind === 'user_request' || s.item.kind === 'correction') protectedBytes += bytes;
       else if (s.item.kind === 'checkpoint_summary') summaries += bytes;
       else work += bytes;
     } else {
-      bytes = (s.groupIndex < olderThan && s.reference !== null ? Math.min(s.inlineBytes, s.referenceBytes) : s.inlineBytes) + 1;
+      bytes = smallest(s, olderThan).bytes;
       work += bytes;
     }
     if (s.groupSeq !== null) groupBytes.set(s.groupSeq, (groupBytes.get(s.groupSeq) ?? 0) + bytes);
@@ -321,44 +399,51 @@ export function floorOf(p: Projection, policy: Readonly<RunCompactionPolicy>): F
 }
 
 /**
- * Reversible fitting, then the request. Above the target: the compact catalog,
- * then older rereadable tool result bodies (outside the newest
- * `keepRecentGroups` groups, oldest first) replaced by references, until at or
- * under the target. Nothing is lost: every replaced body stays in the store.
+ * Reversible fitting, then the request. Above the target: the compact
+ * catalog; then older rereadable tool result bodies (outside the newest
+ * `keepRecentGroups` groups, oldest first) replaced by references; then, still
+ * above, bodies of the newest groups (oldest first) by their excerpt and
+ * reference; until at or under the target. Nothing is lost: every replaced
+ * body stays in the store.
  */
 export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>): Fitted {
   let slotBytes = 0;
-  for (const s of p.slots) slotBytes += s.kind === 'fixed' ? s.bytes : s.inlineBytes;
-  const commas = Math.max(0, p.slots.length - 1);
+  for (const s of p.slots) slotBytes += s.kind === 'fixed' ? s.bytes : s.shown.bytes;
   let catalog: 'full' | 'compact' = 'full';
   const sizeWith = (slots: number, cat: 'full' | 'compact') =>
-    p.envelopeBytes + slots + commas + (cat === 'full' ? p.catalogFullBytes : p.catalogCompactBytes) + p.responseReserveBytes;
+    p.envelopeBytes + slots + (cat === 'full' ? p.catalogFull.bytes : p.catalogCompact.bytes) + p.responseReserveBytes;
 
   let size = sizeWith(slotBytes, catalog);
   const steps: FitStep[] = [{ step: 'measure', bytesBefore: size, bytesAfter: size }];
-  const referenced = new Set<UnitSlot>();
+  const chosen = new Map<UnitSlot, Form>();
   const references: ReferenceMade[] = [];
 
-  if (size > policy.targetBytes && p.catalogCompactBytes < p.catalogFullBytes) {
+  if (size > policy.targetBytes && p.catalogCompact.bytes < p.catalogFull.bytes) {
     const before = size;
     catalog = 'compact';
     size = sizeWith(slotBytes, catalog);
     steps.push({ step: 'shrink_catalog', bytesBefore: before, bytesAfter: size });
   }
-  if (size > policy.targetBytes) {
+  const olderThan = p.visibleGroups.length - policy.keepRecentGroups;
+  const reduce = (step: 'reference_results' | 'excerpt_recent', older: boolean) => {
+    if (size <= policy.targetBytes) return;
     const before = size;
-    const olderThan = p.visibleGroups.length - policy.keepRecentGroups;
+    let made = 0;
     for (const s of p.slots) {
       if (size <= policy.targetBytes) break;
-      if (s.kind !== 'unit' || s.groupIndex >= olderThan || s.reference === null || s.referenceBytes >= s.inlineBytes) continue;
-      const saved = s.inlineBytes - s.referenceBytes;
-      referenced.add(s);
-      slotBytes -= saved;
+      if (s.kind !== 'unit' || (s.groupIndex < olderThan) !== older) continue;
+      const form = smallest(s, olderThan);
+      if (form === s.shown) continue;
+      const saved = s.shown.bytes - form.bytes;
+      chosen.set(s, form);
       size -= saved;
-      references.push({ proposalId: s.unit.proposalId, resultId: s.unit.resultId!, version: s.unit.resultVersion!, savedBytes: saved });
+      made++;
+      references.push({ proposalId: s.unit.proposalId, resultId: s.unit.resultId!, version: s.unit.resultVersion!, savedBytes: saved, form: form === s.excerpt ? 'excerpt' : 'reference' });
     }
-    if (references.length > 0) steps.push({ step: 'reference_results', bytesBefore: before, bytesAfter: size });
-  }
+    if (made > 0) steps.push({ step, bytesBefore: before, bytesAfter: size });
+  };
+  reduce('reference_results', true);
+  reduce('excerpt_recent', false);
 
   const groupBytes = new Map<number, number>();
   const bodies: Fitted['bodies'] = [];
@@ -367,27 +452,26 @@ export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>): Fitte
     const s = p.slots[i]!;
     let item: RunRequestItem;
     let bytes: number;
-    let seq: number | null;
     if (s.kind === 'fixed') {
       item = s.item;
       bytes = s.bytes;
-      seq = s.groupSeq;
     } else {
-      const useRef = referenced.has(s);
-      item = useRef ? s.reference! : s.inline;
-      bytes = useRef ? s.referenceBytes : s.inlineBytes;
-      seq = s.groupSeq;
-      if (!useRef && s.inlineBody) bodies.push({ index: i, resultId: s.unit.resultId!, version: s.unit.resultVersion! });
+      const form = chosen.get(s) ?? s.shown;
+      item = form.item;
+      bytes = form.bytes;
+      if (form === s.shown && s.shownBody) bodies.push({ index: i, resultId: s.unit.resultId!, version: s.unit.resultVersion! });
     }
     messages[i] = item;
-    if (seq !== null) groupBytes.set(seq, (groupBytes.get(seq) ?? 0) + bytes + 1);
+    if (s.groupSeq !== null) groupBytes.set(s.groupSeq, (groupBytes.get(s.groupSeq) ?? 0) + bytes);
   }
+  const cat = catalog === 'full' ? p.catalogFull : p.catalogCompact;
   const request: RunRequest = {
     model: p.input.model,
     system: p.input.system,
     tools: p.input.tools,
     messages,
-    resultCatalog: catalog === 'full' ? p.catalogFull : p.catalogCompact,
+    resultCatalog: cat.entries,
+    resultCatalogOmitted: cat.omitted,
     responseReserveBytes: p.responseReserveBytes,
   };
   return { request, bodies, bytes: size, steps, references, catalog, groupBytes };
@@ -408,9 +492,12 @@ export function fillBodies(fitted: Fitted, bodies: ReadonlyMap<string, string>):
   return { ...fitted.request, messages };
 }
 
-/** The exact measure: serialized UTF-8 bytes plus the response reserve (used by tests and as a cross-check). */
+/**
+ * The exact measure: the UTF-8 bytes of the body sent to the provider
+ * (JSON.stringify(toAnthropicRequest(request))) plus the response reserve.
+ */
 export function measureRequest(request: RunRequest): number {
-  return Buffer.byteLength(JSON.stringify(request), 'utf8') + request.responseReserveBytes;
+  return jsonBytes(toAnthropicRequest(request)) + request.responseReserveBytes;
 }
 
 /** `text` cut to at most `maxBytes` UTF-8 bytes at a character boundary (with `…` when cut, counted in). */

@@ -8,7 +8,8 @@ import { evaluate, type Evaluated } from './assemble.ts';
 import { hypothetical, type Candidate } from './candidate.ts';
 import { isUniqueViolation } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
-import { jsonBytes, type RequestInput } from './fitting.ts';
+import { escapedBytes } from './anthropic.ts';
+import type { RequestInput } from './fitting.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
 import type { CompactionReport, RunCompactionPolicy } from './types.ts';
 
@@ -58,7 +59,7 @@ export async function gateAndCommit(
   }
   if (goal.remaining > 0) {
     // The summary's bytes in the request (JSON-escaped), on top of the plan's floor.
-    const reachable = goal.planFloorBytes + jsonBytes(text) - 2 + goal.remaining * policy.minSummaryBytes;
+    const reachable = goal.planFloorBytes + escapedBytes(text) + goal.remaining * policy.minSummaryBytes;
     if (reachable > policy.targetBytes) {
       return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_plan:${reachable}>${policy.targetBytes}` } };
     }

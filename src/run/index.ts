@@ -16,6 +16,6 @@ export type { AnthropicRunRequest } from './anthropic.ts';
 export { DEFAULT_RUN_POLICY, resolvePolicy } from './policy.ts';
 export { measureRequest, SUMMARY_NOTE, type RequestInput } from './fitting.ts';
 export { RUN_HASH_VERSION } from './hash.ts';
-export { RunCompactionError, RunNotFoundError, RunHistoryError, ResultNotFoundError, RunPolicyError } from './errors.ts';
+export { RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError } from './errors.ts';
 export type { ToolUnitState } from '../db/queries/run-history.ts';
 export type * from './types.ts';

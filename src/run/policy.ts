@@ -23,6 +23,10 @@ export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({
   maxSummariesPerPrepare: 16,
   turnExcerptBytes: 8 * 1024,
   toolExcerptBytes: 1024,
+  // A body this large inline would be an eighth of the threshold: larger ones are shown by excerpt and reference.
+  inlineResultBytes: 32 * 1024,
+  excerptBytes: 2 * 1024,
+  catalogBytes: 4 * 1024,
 });
 
 /**
@@ -37,7 +41,7 @@ export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefine
   const integers: (keyof RunCompactionPolicy)[] = [
     'thresholdBytes', 'targetBytes', 'minSavingBytes', 'summaryCapBytes', 'minSummaryBytes', 'keepRecentGroups',
     'responseReserveBytes', 'summaryDeadlineMs', 'leaseGraceMs', 'maxAttempts', 'maxSummaryInputBytes',
-    'maxSummariesPerPrepare', 'turnExcerptBytes', 'toolExcerptBytes',
+    'maxSummariesPerPrepare', 'turnExcerptBytes', 'toolExcerptBytes', 'inlineResultBytes', 'excerptBytes', 'catalogBytes',
   ];
   for (const key of integers) {
     const v = policy[key];

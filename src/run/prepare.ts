@@ -16,11 +16,13 @@ import { observe } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
 import { evaluate, materialize, requestInput, type Evaluated } from './assemble.ts';
 import { gateAndCommit, type StepGoal } from './gate.ts';
+import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
+import { cannotFitOf } from './overflow.ts';
 import { floorOf, type Fitted, type RequestInput } from './fitting.ts';
 import { settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type {
-  CandidateReport, CompactionPlanReport, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
+  CannotFit, CandidateReport, CompactionPlanReport, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
   SummaryBudgetOptions,
 } from './types.ts';
 
@@ -40,10 +42,19 @@ export interface PrepareRunRequestOptions extends RequestInput {
   clock?: () => number;
 }
 
-export interface PreparedRunRequest {
-  request: RunRequest;
-  report: PrepareReport;
-}
+/**
+ * The next request, or why there is none. Switch on `ok`: a request over the
+ * threshold is never handed out as if it could be sent.
+ */
+export type PreparedRunRequest =
+  | {
+    ok: true;
+    request: RunRequest;
+    /** The body to send (toAnthropicRequest(request)); `report.bytes` is its exact UTF-8 size plus the response reserve. */
+    body: AnthropicRunRequest;
+    report: PrepareReport;
+  }
+  | { ok: false; request: null; body: null; cannotFit: CannotFit; report: PrepareReport };
 
 
 /** The records as this call knows them (the snapshot it loaded, plus the checkpoints it committed since) and their request. */
@@ -149,7 +160,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const phase1 = await inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
-    const state = await runStateLoad(client, runId, scope);
+    const state = await runStateLoad(client, runId, scope, policy.excerptBytes);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const before = evaluate(state, input, policy);
     const cursor: Cursor = { state, current: before };
@@ -221,26 +232,28 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const compaction = compactions.at(-1)!;
   const committed = compactions.filter((c) => c.decision === 'committed').length;
   const fits = final.fitted.bytes <= policy.thresholdBytes;
-  return {
-    request: await materialize(pool, runId, final.fitted),
-    report: {
-      runId,
-      thresholdBytes: policy.thresholdBytes,
-      targetBytes: policy.targetBytes,
-      steps,
-      references: final.fitted.references,
-      catalog: final.fitted.catalog,
-      checkpointsUsed: final.projection.usedCheckpoints,
-      brokenCheckpoints: final.projection.brokenCheckpoints,
-      compaction,
-      compactions,
-      expiredReceipts: expired,
-      bytes: final.fitted.bytes,
-      fits,
-      reason: fits ? null : `over the threshold after reversible fitting${committed > 0 ? ` and ${committed} new checkpoint(s)` : ''} (${final.fitted.bytes} > ${policy.thresholdBytes} bytes); compaction ${compaction.decision}${compaction.reason ? `: ${compaction.reason}` : ''}`,
-      hookErrors,
-    },
+  const request = await materialize(pool, runId, final.fitted);
+  const cannotFit = fits ? null : cannotFitOf(final, request, policy);
+  const report: PrepareReport = {
+    runId,
+    thresholdBytes: policy.thresholdBytes,
+    targetBytes: policy.targetBytes,
+    steps,
+    references: final.fitted.references,
+    catalog: final.fitted.catalog,
+    checkpointsUsed: final.projection.usedCheckpoints,
+    brokenCheckpoints: final.projection.brokenCheckpoints,
+    compaction,
+    compactions,
+    expiredReceipts: expired,
+    bytes: final.fitted.bytes,
+    fits,
+    reason: cannotFit === null ? null : `cannot_fit: over the threshold after reversible fitting${committed > 0 ? ` and ${committed} new checkpoint(s)` : ''} (${final.fitted.bytes} > ${policy.thresholdBytes} bytes); ` +
+      `most held by ${cannotFit.holders.slice(0, 3).map((h) => `${h.what} ${h.bytes}`).join(', ')}; compaction ${compaction.decision}${compaction.reason ? `: ${compaction.reason}` : ''}`,
+    hookErrors,
   };
+  if (cannotFit !== null) return { ok: false, request: null, body: null, cannotFit, report };
+  return { ok: true, request, body: toAnthropicRequest(request), report };
 }
 
 /**

@@ -3,9 +3,9 @@ import type pg from 'pg';
 import { runBudgetCharge, runBudgetEnsure, runBudgetGet } from '../db/queries/run-budget.ts';
 import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState } from '../db/queries/run-history.ts';
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
-import { historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
+import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
-import type { ResultMeta, ResultRef, RunBudget, Settlement, ToolProposal } from './types.ts';
+import type { ResultMeta, ResultRef, RunBudget, Settlement, ThinkingBlock, ToolProposal } from './types.ts';
 
 /**
  * The recording API: what an application calls as its agent loop runs. Every
@@ -29,6 +29,28 @@ function requireText(value: unknown, what: string): string {
   return value;
 }
 
+/**
+ * User text (the request, a correction) with something in it. It is carried
+ * verbatim into every later request, where an empty text block is refused by
+ * the Messages API, and it can never be edited: one blank entry would stop
+ * the Run for good. Whitespace is what String.prototype.trim removes (the
+ * database checks the same class, migration 0018).
+ */
+function requireUserText(value: unknown, what: string): string {
+  const text = requireText(value, what);
+  if (text.trim() === '') throw new BlankTextError(`${what} is empty or only whitespace: it would be an empty text block in every later request`);
+  return text;
+}
+
+function requireThinking(value: unknown): ThinkingBlock[] | null {
+  if (value === undefined || value === null) return null;
+  const ok = Array.isArray(value) && value.every((b) => b !== null && typeof b === 'object' && (
+    (b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string') ||
+    (b.type === 'redacted_thinking' && typeof b.data === 'string')));
+  if (!ok) throw new RunHistoryError('recordModelTurn: thinking must be an array of {type: "thinking", thinking, signature} or {type: "redacted_thinking", data} blocks');
+  return (value as ThinkingBlock[]).map((b) => b.type === 'thinking' ? { type: 'thinking', thinking: b.thinking, signature: b.signature } : { type: 'redacted_thinking', data: b.data });
+}
+
 export interface StartRunOptions {
   pool: pg.Pool;
   scope: string;
@@ -46,11 +68,12 @@ export interface StartRunOptions {
  * Records a Run's initial request (revision 0) and its budget. Calling it again
  * with the same text returns the same entry.
  * @throws RunNotFoundError when the Run (or conversation) is not in `scope`.
+ * @throws BlankTextError when `request` is empty or only whitespace.
  * @throws RunHistoryError when the Run already has a different request, or neither runId nor conversationId is given.
  */
 export async function startRun(options: StartRunOptions): Promise<{ runId: string; seq: number }> {
   const { pool, scope } = options;
-  const request = requireText(options.request, 'startRun: request');
+  const request = requireUserText(options.request, 'startRun: request');
   const limits = options.budget ?? {};
   for (const [k, v] of Object.entries(limits)) {
     if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0)) throw new RunHistoryError(`startRun: budget.${k} must be a non-negative integer or null`);
@@ -82,11 +105,12 @@ export async function startRun(options: StartRunOptions): Promise<{ runId: strin
 
 /**
  * Records a user correction, verbatim, as the next revision (1, 2, ...).
+ * @throws BlankTextError when `text` is empty or only whitespace.
  * @throws RunNotFoundError / RunHistoryError (no initial request yet).
  */
 export async function recordCorrection(options: RunAddress & { text: string }): Promise<{ seq: number; revision: number }> {
   const { pool, runId, scope } = options;
-  const text = requireText(options.text, 'recordCorrection: text');
+  const text = requireUserText(options.text, 'recordCorrection: text');
   await assertRun(pool, runId, scope);
   // Two corrections at once compute the same revision: the unique index (or the guard, which
   // sees the other's commit) refuses one, and it retries with the next revision.
@@ -108,6 +132,8 @@ export interface RecordModelTurnOptions extends RunAddress {
   toolCalls?: readonly ToolProposal[];
   /** The key of the model request (recordModelRequest) that produced this turn. */
   modelRequestKey?: string;
+  /** Thinking blocks of an extended-thinking turn, verbatim: sent back before its tool use, as the Messages API requires. */
+  thinking?: readonly ThinkingBlock[];
 }
 
 /**
@@ -118,6 +144,7 @@ export async function recordModelTurn(options: RecordModelTurnOptions): Promise<
   const { pool, runId, scope } = options;
   const text = requireText(options.text, 'recordModelTurn: text');
   const proposals = options.toolCalls ?? [];
+  const thinking = requireThinking(options.thinking);
   const ids = new Set<string>();
   for (const p of proposals) {
     if (typeof p.id !== 'string' || p.id === '' || typeof p.name !== 'string' || p.name === '') throw new RunHistoryError('recordModelTurn: every tool call needs a non-empty id and name');
@@ -127,7 +154,7 @@ export async function recordModelTurn(options: RecordModelTurnOptions): Promise<
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     try {
-      const { seq, modelRequestId } = await runModelTurnInsert(client, runId, text, options.modelRequestKey ?? null);
+      const { seq, modelRequestId } = await runModelTurnInsert(client, runId, text, options.modelRequestKey ?? null, thinking);
       if (options.modelRequestKey !== undefined && modelRequestId === null) {
         throw new RunHistoryError(`recordModelTurn: no model request ${options.modelRequestKey} in run ${runId}`);
       }

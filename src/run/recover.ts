@@ -5,6 +5,7 @@ import { runStateLoad } from '../db/queries/run-state.ts';
 import type { Summarizer } from '../gateway/types.ts';
 import { RunNotFoundError } from './errors.ts';
 import { resolvePolicy } from './policy.ts';
+import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { evaluate, materialize, requestInput } from './assemble.ts';
 import type { RequestInput } from './fitting.ts';
 import { inTransaction } from '../db/transaction.ts';
@@ -62,7 +63,7 @@ export interface RecoveryReport {
  * is found through its receipt and used. Nothing is ever re-sent here.
  * @throws RunNotFoundError when the Run is not in `scope`.
  */
-export async function recoverRunContext(options: RecoverRunContextOptions): Promise<{ request: RunRequest; report: RecoveryReport }> {
+export async function recoverRunContext(options: RecoverRunContextOptions): Promise<{ request: RunRequest; body: AnthropicRunRequest; report: RecoveryReport }> {
   const { pool, runId, scope } = options;
   const policy = resolvePolicy(options.policy);
   const input = requestInput(options);
@@ -70,12 +71,14 @@ export async function recoverRunContext(options: RecoverRunContextOptions): Prom
   return inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
-    const state = await runStateLoad(client, runId, scope);
+    const state = await runStateLoad(client, runId, scope, policy.excerptBytes);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const { projection, fitted } = evaluate(state, input, policy);
     const receipts: SummaryReceipt[] = (await runSummaryRequestsList(client, runId)).map((r) => ({ ...r }));
+    const request = await materialize(client, runId, fitted);
     return {
-      request: await materialize(client, runId, fitted),
+      request,
+      body: toAnthropicRequest(request),
       report: {
         runId,
         thresholdBytes: policy.thresholdBytes,

@@ -42,6 +42,9 @@ export async function storeResult(options: StoreResultOptions): Promise<ResultMe
 /** A byte range [start, end) of the UTF-8 encoding, or lines from..to (1-based, inclusive; lines split on "\n"). */
 export type ResultRange = { bytes: { start: number; end?: number } } | { lines: { from: number; to?: number } };
 
+/** The most bytes one reread returns unless told otherwise: the default inline limit, so a reread recorded as a tool result still shows whole. */
+export const READ_MAX_BYTES = 32 * 1024;
+
 export interface ReadResultOptions {
   pool: pg.Pool;
   runId: string;
@@ -49,27 +52,39 @@ export interface ReadResultOptions {
   resultId: string;
   version: number;
   range?: ResultRange;
+  /** The most UTF-8 bytes returned, whatever the range (a line range of one long line included). (Default: 32768) */
+  maxBytes?: number;
 }
 
 export interface ReadResult extends ResultMeta {
   content: string;
   /** What `content` is: the whole version, the bytes actually returned (cut to whole characters), or the lines. */
   range: { kind: 'all' } | { kind: 'bytes'; start: number; end: number } | { kind: 'lines'; from: number; to: number };
+  /** The range asked for held more than `maxBytes`: `content` is its beginning, cut at a character boundary. */
+  truncated: boolean;
+  /** Where to go on reading when truncated (a byte range of the whole version), else null. */
+  next: ResultRange | null;
 }
 
 /**
- * Reads an exact result version, whole or a range. A byte range is narrowed to
- * whole UTF-8 characters and the range actually returned is reported.
+ * Reads an exact result version, whole or a range, never more than
+ * `maxBytes` (a reread recorded as a tool result must not bring a whole
+ * 300 KB body back inline). A byte range is narrowed to whole UTF-8
+ * characters and the range actually returned is reported; a cut read says
+ * where to go on (`next`).
  * @throws ResultNotFoundError when the version does not exist in this Run and scope.
  */
 export async function readResult(options: ReadResultOptions): Promise<ReadResult> {
   const { pool, runId, scope, resultId, version, range } = options;
+  const maxBytes = options.maxBytes ?? READ_MAX_BYTES;
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 4) throw new RangeError(`maxBytes must be an integer of at least 4, got ${maxBytes}`);
   let slice: ResultSlice = { kind: 'all' };
   if (range && 'bytes' in range) {
     const start = range.bytes.start;
     const end = range.bytes.end ?? Number.MAX_SAFE_INTEGER;
     if (!Number.isSafeInteger(start) || start < 0 || !Number.isSafeInteger(end) || end < start) throw new RangeError(`invalid byte range ${start}..${end}`);
-    slice = { kind: 'bytes', start, end: Math.min(end, 2 ** 31 - 1) };
+    // At most maxBytes from start (the cut to whole characters may return a few less).
+    slice = { kind: 'bytes', start, end: Math.min(end, start + maxBytes, 2 ** 31 - 1) };
   } else if (range && 'lines' in range) {
     const from = range.lines.from;
     const to = range.lines.to ?? 2 ** 31 - 1;
@@ -89,12 +104,30 @@ export async function readResult(options: ReadResultOptions): Promise<ReadResult
     const raw = row.raw ?? Buffer.alloc(0);
     const { from, to } = wholeCharacters(raw);
     const start = Math.min(slice.start, row.bytes) + from;
-    return { ...meta, content: raw.toString('utf8', from, to), range: { kind: 'bytes', start, end: start + (to - from) } };
+    const end = start + (to - from);
+    const asked = Math.min(range && 'bytes' in range ? range.bytes.end ?? row.bytes : row.bytes, row.bytes);
+    const truncated = end < asked;
+    return { ...meta, content: raw.toString('utf8', from, to), range: { kind: 'bytes', start, end }, truncated, next: truncated ? { bytes: { start: end, ...(range && 'bytes' in range && range.bytes.end !== undefined ? { end: range.bytes.end } : {}) } } : null };
   }
+  const text = row.text ?? '';
+  const cut = cutToBytes(text, maxBytes);
+  const offset = slice.kind === 'lines' ? row.lineOffset ?? 0 : 0;
+  const next: ResultRange | null = cut === null ? null : { bytes: { start: offset + cut.bytes } };
+  const content = cut === null ? text : cut.text;
   if (slice.kind === 'lines') {
-    return { ...meta, content: row.text ?? '', range: { kind: 'lines', from: slice.from, to: Math.min(slice.to, Math.max(row.lines, slice.from)) } };
+    return { ...meta, content, range: { kind: 'lines', from: slice.from, to: Math.min(slice.to, Math.max(row.lines, slice.from)) }, truncated: cut !== null, next };
   }
-  return { ...meta, content: row.text ?? '', range: { kind: 'all' } };
+  return { ...meta, content, range: { kind: 'all' }, truncated: cut !== null, next };
+}
+
+/** `text` cut to at most `maxBytes` UTF-8 bytes at a character boundary, or null when it fits. */
+function cutToBytes(text: string, maxBytes: number): { text: string; bytes: number } | null {
+  if (text.length * 3 <= maxBytes) return null;
+  const buf = Buffer.from(text, 'utf8');
+  if (buf.length <= maxBytes) return null;
+  let end = maxBytes;
+  while (end > 0 && (buf[end]! & 0xc0) === 0x80) end--;
+  return { text: buf.toString('utf8', 0, end), bytes: end };
 }
 
 /** The part of `raw` that starts and ends on UTF-8 character boundaries. */

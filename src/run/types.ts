@@ -117,15 +117,28 @@ export interface CheckpointSummaryItem {
   authoritative: false;
   note: string;
   text: string;
-  /** The tool units the summary replaced, with the results the model can reread. */
-  toolResults: { proposalId: string; tool: string; settlement: Settlement; resultId: string | null; version: number | null }[];
+  /** How many tool units the summary replaced (their references stay on the checkpoint record). */
+  toolUnits: number;
+  /**
+   * A bounded account of those tool units as the request carries it: counts by
+   * tool and settlement, the first failed and unknown ids, and how to list their
+   * results (read_result {"checkpoint": segment}).
+   */
+  toolCalls: string;
 }
+
+/** A thinking block of an extended-thinking model turn, kept verbatim (the Messages API requires it with tool use). */
+export type ThinkingBlock =
+  | { type: 'thinking'; thinking: string; signature: string }
+  | { type: 'redacted_thinking'; data: string };
 
 export interface ModelTurnItem {
   kind: 'model_turn';
   seq: number;
   text: string;
   toolCalls: ToolProposal[];
+  /** Thinking blocks of the turn, sent back first and verbatim. */
+  thinking?: ThinkingBlock[];
 }
 
 export interface ToolResultItem {
@@ -139,7 +152,9 @@ export interface ToolResultItem {
   error?: string;
   /** The result body, when shown inline. */
   body?: string;
-  /** The result in the store, when shown as a reference (externalized, or replaced by fitting). */
+  /** The beginning of the body (at most `excerptBytes`), shown with its reference when the whole body is not. */
+  excerpt?: string;
+  /** The result in the store, when shown as a reference (externalized, over the inline limit, or reduced by fitting). */
   reference?: ResultMeta & { note: string };
 }
 
@@ -155,13 +170,20 @@ export interface CatalogEntry {
   label?: string | null;
 }
 
-/** The complete next model request. Its size is `Buffer.byteLength(JSON.stringify(request)) + responseReserveBytes`. */
+/**
+ * The complete next model request. Its size is the UTF-8 length of the body
+ * sent to the provider, `JSON.stringify(toAnthropicRequest(request))`, plus
+ * `responseReserveBytes` (measureRequest).
+ */
 export interface RunRequest {
   model: string;
   system: string;
   tools: readonly unknown[];
   messages: RunRequestItem[];
+  /** The newest stored results, as many as the catalog's bytes allow. */
   resultCatalog: CatalogEntry[];
+  /** Stored results left out of the catalog (listed by read_result {"catalog": ...}). */
+  resultCatalogOmitted: number;
   responseReserveBytes: number;
 }
 
@@ -205,6 +227,16 @@ export interface RunCompactionPolicy {
   turnExcerptBytes: number;
   /** Bytes of a tool's input and of its result given to the summarizer. (Default: 1024) */
   toolExcerptBytes: number;
+  /**
+   * A tool result body over this many UTF-8 bytes is never shown whole: the
+   * request shows its excerpt and reference (it stays in the store, rereadable
+   * in bounded ranges). (Default: 32768)
+   */
+  inlineResultBytes: number;
+  /** Bytes of the excerpt shown with a reference, for bodies over the inline limit and when fitting reaches into the newest groups. (Default: 2048) */
+  excerptBytes: number;
+  /** Most bytes the result catalog adds to the system prompt; older entries are listed by read_result. The compact catalog has a quarter, without labels. (Default: 4096) */
+  catalogBytes: number;
 }
 
 /** The Run's resources kept for finalization, and the size of a summary's reservation. */
@@ -230,7 +262,7 @@ export interface RunBudget {
 // ---------------------------------------------------------------------------
 // Reports
 
-export type FitStepName = 'measure' | 'shrink_catalog' | 'reference_results' | 'compaction';
+export type FitStepName = 'measure' | 'shrink_catalog' | 'reference_results' | 'excerpt_recent' | 'compaction';
 
 export interface FitStep {
   step: FitStepName;
@@ -244,6 +276,8 @@ export interface ReferenceMade {
   resultId: string;
   version: number;
   savedBytes: number;
+  /** `reference`: an older body by its reference; `excerpt`: a body of the newest groups by its excerpt and reference. */
+  form: 'reference' | 'excerpt';
 }
 
 export type CompactionDecision =
@@ -349,6 +383,32 @@ export interface PrepareReport {
   reason: string | null;
   /** Errors thrown by hooks (they change nothing). */
   hookErrors: string[];
+}
+
+/** A part of the request and the bytes it holds (the parts of a CannotFit add up to its bytes). */
+export interface ByteHolder {
+  what:
+    | 'envelope' | 'catalog' | 'response_reserve' | 'protected_originals' | 'checkpoint_summaries'
+    | 'recent_work' | 'work_after_a_pending_effect' | 'older_work';
+  bytes: number;
+  /** The history entries (seq; a checkpoint by its first seq) that make it up. */
+  seqs: number[];
+  /** Its five largest entries. */
+  largest: { seq: number; bytes: number }[];
+}
+
+/**
+ * prepareRunRequest could not bring the request to the threshold: it is not
+ * handed out as sendable. `unsent` is what it would have been, for inspection.
+ */
+export interface CannotFit {
+  kind: 'cannot_fit';
+  /** Measured bytes (body + response reserve). */
+  bytes: number;
+  thresholdBytes: number;
+  /** What holds the bytes, largest first. */
+  holders: ByteHolder[];
+  unsent: RunRequest;
 }
 
 /** What hooks observe: a deep-frozen copy. */

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { prepareRunRequest, recordCorrection, recordModelTurn, toAnthropicRequest } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { buildRun, INPUT, recordingSummarizer, SMALL_POLICY } from './support/fixtures.ts';
+import { buildRun, INPUT, recordingSummarizer, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 
 const db = await createTestDatabase();
 const pool = db.pool;
@@ -12,7 +12,7 @@ describe('toAnthropicRequest', () => {
     const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100, unitsPerGroup: 2, settlement: (g, u) => (g === 11 ? (u === 1 ? 'pending' : 'unknown') : 'settled') });
     await recordCorrection({ pool, runId, scope, text: 'Do not treat NAV values from a month ago as current.' });
     await recordModelTurn({ pool, runId, scope, text: 'Noted.' });
-    const { request, report } = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: recordingSummarizer() });
+    const { request, report } = await prepareChecked({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: recordingSummarizer() });
     expect(report.compaction.decision).toBe('committed');
     const out = toAnthropicRequest(request);
     expect(out.messages[0]!.role).toBe('user');

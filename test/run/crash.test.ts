@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { prepareRunRequest, recoverRunContext } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { buildRun, forbiddenSummarizer, INPUT, recordingSummarizer, SMALL_POLICY } from './support/fixtures.ts';
+import { buildRun, forbiddenSummarizer, INPUT, recordingSummarizer, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 
 const db = await createTestDatabase();
 const pool = db.pool;
@@ -57,7 +57,7 @@ describe('a process killed during run compaction', () => {
     expect(recovered.report.inFlight).toEqual([receipt.id]);
     expect(recovered.report.receipts).toEqual([expect.objectContaining({ id: receipt.id, status: 'dispatched', checkpointId: null })]);
     // While its lease runs, nobody sends another summary for this run.
-    const during = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: forbidden });
+    const during = await prepareChecked({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: forbidden });
     expect(during.report.compaction).toMatchObject({ decision: 'skipped', reason: 'summary_in_flight' });
     expect(forbidden.calls).toBe(0);
 
@@ -73,7 +73,7 @@ describe('a process killed during run compaction', () => {
 
     // The unknown stays unknown: the one retry allowed is the same identity (attempt 2), never a new one.
     const retry = recordingSummarizer();
-    const next = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: retry, clock: later });
+    const next = await prepareChecked({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: retry, clock: later });
     expect(next.report.compaction).toMatchObject({ decision: 'committed', attempt: 2 });
     const all = await rows('run_summary_requests', runId);
     expect(all.map((r) => [r.status, r.attempt, r.identity_key])).toEqual(
@@ -92,7 +92,7 @@ describe('a process killed during run compaction', () => {
     expect(recovered.report.fits).toBe(true);
     expect(recovered.request.messages[1]).toMatchObject({ kind: 'checkpoint_summary', text: 'summary written by the child' });
 
-    const next = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: forbidden });
+    const next = await prepareChecked({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: forbidden });
     expect(next.report.compaction.decision).toBe('not_needed');
     expect(next.request).toEqual(recovered.request);
     expect(forbidden.calls).toBe(0);
@@ -123,7 +123,7 @@ describe('a process killed between two summaries of one plan', () => {
     expect(recovered.report.checkpointsUsed).toEqual([first.id]);
     expect(recovered.report.inFlight).toEqual([second.id]);
     expect(recovered.request.messages[1]).toMatchObject({ kind: 'checkpoint_summary', checkpointId: first.id });
-    const during = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy, summarizer: forbidden });
+    const during = await prepareChecked({ pool, runId, scope, ...INPUT, policy, summarizer: forbidden });
     expect(during.report.compaction).toMatchObject({ decision: 'skipped', reason: 'summary_in_flight' });
     expect(during.request).toEqual(recovered.request);
     expect(forbidden.calls).toBe(0);
@@ -131,7 +131,7 @@ describe('a process killed between two summaries of one plan', () => {
     // Past the lease: unknown, retried once under its identity, and the plan is finished.
     const later = () => Date.now() + SMALL_POLICY_LEASE_MS + 1000;
     const retry = recordingSummarizer();
-    const next = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy, summarizer: retry, clock: later });
+    const next = await prepareChecked({ pool, runId, scope, ...INPUT, policy, summarizer: retry, clock: later });
     expect(next.report.expiredReceipts).toEqual([second.id]);
     expect(next.report.compactions[0]).toMatchObject({ decision: 'committed', attempt: 2 });
     expect(next.report.compactions[0]!.candidate!.identityKey).toBe(second.identity_key);

@@ -5,7 +5,7 @@ import {
   recordToolResult, recoverRunContext, startRun, storeResult, toAnthropicRequest, type ToolProposal,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { createConversation, SMALL_POLICY } from './support/fixtures.ts';
+import { createConversation, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 
 const db = await createTestDatabase();
 const pool = db.pool;
@@ -45,7 +45,7 @@ describe('the agent loop of src/run/README.md', () => {
     const reports = [];
     for (let n = 0; ; n++) {
       if (n === 4) await recordCorrection({ pool, runId, scope, text: 'Do not treat NAV values from a month ago as current.' });
-      const { request, report } = await prepareRunRequest({ pool, runId, scope, ...input, summarizer, policy });
+      const { request, report } = await prepareChecked({ pool, runId, scope, ...input, summarizer, policy });
       reports.push(report);
       const reply = await callModel(toAnthropicRequest(request), n);
       await recordModelRequest({ pool, runId, scope, requestKey: reply.id, requestBytes: report.bytes, usage: reply.usage });
@@ -87,7 +87,7 @@ describe('the agent loop of src/run/README.md', () => {
 
     // After a crash: the same context from records alone.
     const { request, report } = await recoverRunContext({ pool, runId, scope, ...input, policy });
-    const again = await prepareRunRequest({ pool, runId, scope, ...input, policy });
+    const again = await prepareChecked({ pool, runId, scope, ...input, policy });
     expect(request).toEqual(again.request);
     expect(report.checkpointsUsed.length).toBeGreaterThan(0);
     expect(report.receipts.every((r) => r.status === 'ok')).toBe(true);

@@ -4,17 +4,17 @@ import { RUN_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import type { Outcome, SummaryRequest } from '../../src/gateway/types.ts';
 import {
   measureRequest, prepareRunRequest, readResult, readRunBudget, recordCorrection, recordModelTurn, recordToolCall,
-  recordToolResult, recoverRunContext, storeResult, type PrepareRunRequestOptions, type RunRequestItem,
+  recordToolResult, recoverRunContext, storeResult, toAnthropicRequest, type PrepareRunRequestOptions, type RunRequestItem,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { buildRun, forbiddenSummarizer, INPUT, ok, recordingSummarizer, SMALL_POLICY } from './support/fixtures.ts';
+import { buildRun, forbiddenSummarizer, INPUT, ok, recordingSummarizer, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 
 const db = await createTestDatabase();
 const pool = db.pool;
 const scope = 'tenant-a';
 
 function prepare(runId: string, extra: Partial<PrepareRunRequestOptions> = {}) {
-  return prepareRunRequest({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, ...extra });
+  return prepareChecked({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, ...extra });
 }
 
 const kinds = (items: readonly RunRequestItem[]) => items.map((i) => i.kind);
@@ -42,7 +42,8 @@ describe('measuring the request', () => {
     expect(request.tools).toEqual(INPUT.tools);
     expect(request.resultCatalog).toHaveLength(1);
     expect(report.bytes).toBe(measureRequest(request));
-    expect(report.bytes).toBe(Buffer.byteLength(JSON.stringify(request)) + SMALL_POLICY.responseReserveBytes);
+    // What is measured is the body sent to the provider (issue 12, defect 2), not the internal shape.
+    expect(report.bytes).toBe(Buffer.byteLength(JSON.stringify(toAnthropicRequest(request))) + SMALL_POLICY.responseReserveBytes);
     expect(report.compaction.decision).toBe('not_needed');
     expect(report.fits).toBe(true);
     expect(summarizer.calls).toBe(0);
@@ -315,7 +316,7 @@ describe('semantic compaction', () => {
 
   it('refuses a run of another scope and an unusable policy', async () => {
     const { runId } = await buildRun(pool, { groups: 1, turnBytes: 10, resultBytes: 10 });
-    await expect(prepareRunRequest({ pool, runId, scope: 'tenant-b', ...INPUT })).rejects.toThrow(/not found in scope/);
+    await expect(prepareChecked({ pool, runId, scope: 'tenant-b', ...INPUT })).rejects.toThrow(/not found in scope/);
     await expect(recoverRunContext({ pool, runId, scope: 'tenant-b', ...INPUT })).rejects.toThrow(/not found in scope/);
     await expect(prepare(runId, { policy: { targetBytes: 10, thresholdBytes: 5 } })).rejects.toThrow(/must not exceed/);
     await expect(prepare(runId, { policy: { maxAttempts: 3 } })).rejects.toThrow(/maxAttempts/);

@@ -6,7 +6,7 @@ import {
   storeResult, SUMMARY_NOTE, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { createConversation, filler, INPUT, ok, prng, recordingSummarizer, SMALL_POLICY, type Prng } from './support/fixtures.ts';
+import { createConversation, filler, INPUT, ok, prng, recordingSummarizer, SMALL_POLICY, type Prng, prepareChecked } from './support/fixtures.ts';
 
 /**
  * Property-based tests over generated Run histories. Each seed generates a
@@ -46,7 +46,7 @@ interface Model {
   externals: ResultMeta[];
   failures: string[];
   /** The last prepared request (nothing is recorded after it): recovery must rebuild it. */
-  last: PreparedRunRequest | null;
+  last: (PreparedRunRequest & { request: RunRequest }) | null;
 }
 
 async function generate(seed: number, behaviour: Behaviour, variant: Variant = 'one'): Promise<Model> {
@@ -93,7 +93,7 @@ async function generate(seed: number, behaviour: Behaviour, variant: Variant = '
       await settle(m, r, id, roll < 0.8 ? 'settled' : roll < 0.9 ? 'failed' : 'unknown');
     }
     if (r.chance(0.35) || g === groups - 1) {
-      const prepared = await prepareRunRequest({ pool, runId, scope, ...INPUT, policy, summarizer, budget: { finalizationRequests: 0 } });
+      const prepared = await prepareChecked({ pool, runId, scope, ...INPUT, policy, summarizer, budget: { finalizationRequests: 0 } });
       await check(m, prepared, behaviour);
       m.last = prepared;
     }
@@ -130,9 +130,8 @@ function reply(behaviour: Behaviour, r: Prng, request: SummaryRequest, seed: num
 }
 
 export const STATS = { prepares: 0, nonFitting: 0, committed: 0, referenced: 0, oracleChecked: 0 };
-const b = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
 
-async function check(m: Model, { request, report }: PreparedRunRequest, behaviour: Behaviour): Promise<void> {
+async function check(m: Model, { request, report }: PreparedRunRequest & { request: RunRequest }, behaviour: Behaviour): Promise<void> {
   const fail = (what: string) => m.failures.push(`seed ${m.seed} (${behaviour}): ${what}`);
   const { policy } = m;
 
@@ -175,7 +174,8 @@ async function check(m: Model, { request, report }: PreparedRunRequest, behaviou
   for (const item of request.messages) {
     if (item.kind === 'tool_result' && recent.includes(item.seq) && item.reference && item.body === undefined && m.units.get(item.proposalId) !== undefined) {
       const externalized = m.externals.some((e) => e.resultId === item.reference!.resultId);
-      if (!externalized && report.references.some((r) => r.proposalId === item.proposalId)) fail(`recent unit ${item.proposalId} replaced by a reference`);
+      // Fitting reaches into the newest groups only after every older body is a reference.
+      if (!externalized && report.references.some((r) => r.proposalId === item.proposalId) && !report.steps.some((st) => st.step === 'excerpt_recent')) fail(`recent unit ${item.proposalId} replaced by a reference`);
     }
   }
 
@@ -205,67 +205,52 @@ async function check(m: Model, { request, report }: PreparedRunRequest, behaviou
 }
 
 /**
- * Upper bounds of requests that are valid and constructible from this one:
- * the newest groups and every protected item as they are, every older body
- * replaced by a reference (at most 500 bytes plus its error), and (for
- * `compacted`) the contiguous settled prefix after the newest checkpoint
- * replaced by one summary of at most 100 bytes of text; with `perGroup` (a
- * bounded summarizer input, so several summaries), by one such summary per
- * group (the most summaries any cut of the prefix can need).
+ * Upper bounds of requests that are valid and constructible from this one,
+ * measured as sent (measureRequest): the newest groups and every protected
+ * item as they are, every older body replaced by a reference (with a note of
+ * 100 bytes), and (for `compacted`) the contiguous settled prefix after the
+ * newest checkpoint replaced by one summary of 100 bytes of text and an
+ * account of its tool calls of 1,100 bytes (more than the bounded account can
+ * take); with `perGroup` (a bounded summarizer input, so several summaries),
+ * by one such summary per group (the most summaries any cut of the prefix can
+ * need).
  */
 function feasibleUpperBound(request: RunRequest, m: Model, afterSeq: number, perGroup = false) {
-  const envelope = b({ ...request, messages: [], resultCatalog: [] }) + b(request.resultCatalog) - 2 + request.responseReserveBytes;
-  const groups: { seq: number; items: RunRequestItem[]; settled: boolean }[] = [];
-  let fixed = 0;
-  let count = 0;
-  for (const item of request.messages) {
-    if (item.kind === 'model_turn') groups.push({ seq: item.seq, items: [item], settled: true });
+  const groups: { seq: number; items: RunRequestItem[]; settled: boolean; first: number }[] = [];
+  for (const [i, item] of request.messages.entries()) {
+    if (item.kind === 'model_turn') groups.push({ seq: item.seq, items: [item], settled: true, first: i });
     else if (item.kind === 'tool_result') {
       const g = groups.at(-1)!;
       g.items.push(item);
       if (item.status === 'proposed' || item.status === 'dispatched') g.settled = false;
-    } else {
-      fixed += b(item);
-      count++;
     }
   }
   const older = groups.slice(0, Math.max(0, groups.length - m.policy.keepRecentGroups));
-  const recent = groups.slice(older.length);
-  for (const g of recent) for (const item of g.items) {
-    fixed += b(item);
-    count++;
-  }
-  const referenced = (g: (typeof groups)[number]) => {
-    let n = 0;
-    for (const item of g.items) n += item.kind === 'tool_result' ? Math.min(b(item), 500 + (item.error ? b(item.error) : 0)) : b(item);
-    return n;
+  const referenced = (item: RunRequestItem): RunRequestItem => {
+    if (item.kind !== 'tool_result' || (item.body === undefined && item.excerpt === undefined)) return item;
+    const ref = item.reference ?? { resultId: randomUUID(), version: 99, bytes: 99_999_999, lines: 9_999_999, sha256: 'f'.repeat(64), label: null, note: '' };
+    return { ...item, body: undefined, excerpt: undefined, reference: { ...ref, note: 'n'.repeat(100) } };
   };
-  let olderBytes = 0;
-  let olderCount = 0;
-  for (const g of older) {
-    olderBytes += referenced(g);
-    olderCount += g.items.length;
-  }
-  const plain = envelope + fixed + olderBytes + Math.max(0, count + olderCount - 1);
+  const olderSet = new Set(older.flatMap((g) => g.items));
+  const plainMessages = request.messages.map((item) => (olderSet.has(item) ? referenced(item) : item));
+  const plain = measureRequest({ ...request, messages: plainMessages });
 
   let prefix = 0;
   while (prefix < older.length && older[prefix]!.settled && older[prefix]!.seq > afterSeq) prefix++;
   if (prefix === 0) return { plain, compacted: null };
-  let rest = 0;
-  let restCount = 0;
-  for (const g of older.slice(prefix)) {
-    rest += referenced(g);
-    restCount += g.items.length;
-  }
-  const summaryOf = (gs: typeof groups): CheckpointSummaryItem => ({
+  const summaryOf = (): CheckpointSummaryItem => ({
     kind: 'checkpoint_summary', checkpointId: randomUUID(), segment: 99, fromSeq: 10 ** 9, toSeq: 10 ** 9, authoritative: false,
-    note: SUMMARY_NOTE, text: 'w'.repeat(100),
-    toolResults: gs.flatMap((g) => g.items.filter((i) => i.kind === 'tool_result'))
-      .map((u) => ({ proposalId: u.kind === 'tool_result' ? u.proposalId : '', tool: 'search', settlement: 'unknown' as const, resultId: randomUUID(), version: 99 })),
+    note: SUMMARY_NOTE, text: 'w'.repeat(100), toolUnits: 0, toolCalls: 'x'.repeat(1100),
   });
-  const summarized = perGroup ? older.slice(0, prefix).map((g) => summaryOf([g])) : [summaryOf(older.slice(0, prefix))];
-  const compacted = envelope + fixed + rest + summarized.reduce((n, x) => n + b(x), 0) + Math.max(0, count + restCount + summarized.length - 1);
-  return { plain, compacted };
+  const replaced = new Set(older.slice(0, prefix).flatMap((g) => g.items));
+  const starts = new Set(older.slice(0, prefix).map((g) => g.items[0]));
+  const compactedMessages: RunRequestItem[] = [];
+  for (const item of plainMessages.map((x, i) => [x, request.messages[i]!] as const)) {
+    const [shown, original] = item;
+    if (!replaced.has(original)) compactedMessages.push(shown);
+    else if (perGroup ? starts.has(original) : original === older[0]!.items[0]) compactedMessages.push(summaryOf());
+  }
+  return { plain, compacted: measureRequest({ ...request, messages: compactedMessages }) };
 }
 
 async function checkFinal(m: Model, behaviour: Behaviour) {

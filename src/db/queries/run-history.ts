@@ -6,6 +6,7 @@
  * Tables: src/db/schema/runs-history.ts; guards: migrations 0007-0011.
  */
 import type pg from 'pg';
+import type { ThinkingBlock } from '../../run/types.ts';
 import { LOCK_NS } from '../locks.ts';
 
 /** Anything that can run a query: a pool or a checked-out client. */
@@ -26,6 +27,8 @@ export interface TurnRow {
   kind: 'request' | 'correction' | 'model';
   revision: number | null;
   text: string;
+  /** Thinking blocks of a model turn, when it had any. */
+  thinking?: ThinkingBlock[];
 }
 
 export interface UnitRow {
@@ -118,11 +121,12 @@ export async function runCorrectionInsert(db: Queryable, runId: string, text: st
 }
 
 /** Inserts a model turn; `modelRequestKey` links the receipt of the request that produced it. */
-export async function runModelTurnInsert(db: Queryable, runId: string, text: string, modelRequestKey: string | null): Promise<{ seq: number; modelRequestId: number | null }> {
+export async function runModelTurnInsert(db: Queryable, runId: string, text: string, modelRequestKey: string | null, thinking: readonly ThinkingBlock[] | null): Promise<{ seq: number; modelRequestId: number | null }> {
   const { rows } = await db.query<{ seq: number; modelRequestId: number | null }>(
-    `insert into sourcebound.run_turns (run_id, kind, text, model_request_id)
-     values ($1, 'model', $2, (select id from sourcebound.run_model_requests where run_id = $1 and request_key = $3))
-     returning seq::float8 as seq, model_request_id::float8 as "modelRequestId"`, [runId, text, modelRequestKey]);
+    `insert into sourcebound.run_turns (run_id, kind, text, model_request_id, thinking)
+     values ($1, 'model', $2, (select id from sourcebound.run_model_requests where run_id = $1 and request_key = $3), $4::jsonb)
+     returning seq::float8 as seq, model_request_id::float8 as "modelRequestId"`,
+    [runId, text, modelRequestKey, thinking === null || thinking.length === 0 ? null : JSON.stringify(thinking)]);
   return rows[0]!;
 }
 

@@ -61,13 +61,18 @@ export type ResultSlice =
   | { kind: 'lines'; from: number; to: number };
 
 /** A result version (whole, a byte slice as raw bytes, or lines from..to, 1-based inclusive) of a Run in `scope`. */
-export async function runResultRead(db: Queryable, runId: string, scope: string, resultId: string, version: number, slice: ResultSlice): Promise<(CatalogRow & { text: string | null; raw: Buffer | null }) | null> {
-  const { rows } = await db.query<CatalogRow & { text: string | null; raw: Buffer | null }>(
+export async function runResultRead(db: Queryable, runId: string, scope: string, resultId: string, version: number, slice: ResultSlice): Promise<(CatalogRow & { text: string | null; raw: Buffer | null; lineOffset: number | null }) | null> {
+  const { rows } = await db.query<CatalogRow & { text: string | null; raw: Buffer | null; lineOffset: number | null }>(
     `select x.id as "resultId", x.version, x.byte_size as bytes, x.line_count as lines, x.sha256, x.label,
        case $5::text
          when 'all' then x.content
          when 'lines' then array_to_string((string_to_array(x.content, E'\\n'))[$6::int:$7::int], E'\\n')
        end as text,
+       -- Where the first line asked for starts, in bytes (so a cut line range can go on by bytes).
+       case when $5::text = 'lines' then
+         case when $6::int <= 1 then 0
+           else octet_length(array_to_string((string_to_array(x.content, E'\\n'))[1:$6::int - 1], E'\\n')) + 1 end
+       end as "lineOffset",
        case when $5::text = 'bytes' then substring(convert_to(x.content, 'UTF8') from $6::int + 1 for greatest($7::int - $6::int, 0)) end as raw
      from sourcebound.run_results x
      join sourcebound.runs r on r.id = x.run_id

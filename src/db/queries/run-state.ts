@@ -17,6 +17,12 @@ export interface RunState {
   budget: BudgetRow | null;
   /** Receipts in flight, and every receipt made on top of the newest checkpoint. */
   receipts: ReceiptRow[];
+  /**
+   * The first `excerptChars` characters of every inline body over that size in
+   * a turn after the newest checkpoint, keyed `id:version` (what the request may
+   * show of a body it does not show whole).
+   */
+  excerpts: Map<string, string>;
 }
 
 const STATE_SQL = `
@@ -62,7 +68,13 @@ select
        'checkpointId', (select k.id from cp k where k.summary_request_id = s.id)) order by s.dispatched_at, s.attempt), '[]')
      from sourcebound.run_summary_requests s
      where s.run_id = (select id from r)
-       and (s.status = 'dispatched' or s.predecessor_id is not distinct from (select id from last_cp))) as receipts`;
+       and (s.status = 'dispatched' or s.predecessor_id is not distinct from (select id from last_cp))) as receipts,
+  (select coalesce(json_agg(json_build_array(x.id || ':' || x.version, left(x.content, $3))), '[]')
+     from sourcebound.run_tool_units u
+     join sourcebound.run_results x on x.id = u.result_id and x.version = u.result_version
+     where u.run_id = (select id from r) and u.result_inline and x.byte_size > $3
+       and u.turn_seq > coalesce((select max(k.to_seq) from cp k where k.to_seq <= $4), 0)
+       and u.turn_seq <= $4) as excerpts`;
 
 /**
  * The Run's whole projection input; null when the Run is not in `scope`.
@@ -74,9 +86,9 @@ select
  * unread turns, and checkpoints over unread turns (committed meanwhile by a
  * preparer holding the lock), are left out.
  */
-export async function runStateLoad(db: Queryable, runId: string, scope: string): Promise<RunState | null> {
+export async function runStateLoad(db: Queryable, runId: string, scope: string, excerptChars: number): Promise<RunState | null> {
   const { rows: turns } = await db.query<TurnRow>(
-    `select t.seq::float8 as seq, t.kind, t.revision, t.text
+    `select t.seq::float8 as seq, t.kind, t.revision, t.text, t.thinking
      from sourcebound.run_turns t
      where t.run_id = $1 and exists (
        select 1 from sourcebound.runs r join sourcebound.conversations c on c.id = r.conversation_id
@@ -84,11 +96,12 @@ export async function runStateLoad(db: Queryable, runId: string, scope: string):
      order by t.seq`, [runId, scope]);
   const { rows } = await db.query<{
     run: RunRow | null; units: UnitRow[]; checkpoints: CheckpointRow[];
-    catalog: CatalogRow[]; budget: BudgetRow | null; receipts: ReceiptRow[];
-  }>(STATE_SQL, [runId, scope]);
+    catalog: CatalogRow[]; budget: BudgetRow | null; receipts: ReceiptRow[]; excerpts: [string, string][];
+  }>(STATE_SQL, [runId, scope, excerptChars, turns.at(-1)?.seq ?? 0]);
   const row = rows[0];
   if (!row || !row.run) return null;
   const newest = turns.at(-1)?.seq ?? 0;
+  for (const t of turns) if (t.thinking === null) delete t.thinking;
   return {
     run: row.run,
     turns,
@@ -97,5 +110,6 @@ export async function runStateLoad(db: Queryable, runId: string, scope: string):
     catalog: row.catalog,
     budget: row.budget,
     receipts: row.receipts,
+    excerpts: new Map(row.excerpts),
   };
 }

@@ -77,11 +77,18 @@ export const runTurns = sourcebound.table('run_turns', {
   text: text('text').notNull(),
   /** The model request that produced a model turn, when the application recorded it. */
   modelRequestId: bigint('model_request_id', { mode: 'number' }),
+  /** Thinking blocks of an extended-thinking model turn, verbatim (sent back with its tool use). */
+  thinking: jsonb('thinking'),
   createdAt: createdAt(),
 }, (t) => [
   check('run_turns_kind_known', inList('kind', RUN_TURN_KINDS)),
   check('run_turns_revision_matches_kind', sql`case ${t.kind} when 'request' then ${t.revision} = 0 when 'correction' then ${t.revision} >= 1 else ${t.revision} is null end`),
   check('run_turns_model_request_only_on_model', sql`${t.modelRequestId} is null or ${t.kind} = 'model'`),
+  check('run_turns_thinking_only_on_model', sql`${t.thinking} is null or (${t.kind} = 'model' and jsonb_typeof(${t.thinking}) = 'array')`),
+  // A request or correction of only whitespace would be an empty text block in every later request,
+  // which the Messages API refuses; corrections are immutable, so the Run could never send again.
+  // The class is exactly what String.prototype.trim removes (as in migration 0013).
+  check('run_turns_user_text_not_blank', sql`${t.kind} = 'model' or ${t.text} ~ '[^\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]'`),
   // Target of the tool units' composite key: a unit's turn is always in its own Run.
   unique('run_turns_run_seq_key').on(t.runId, t.seq),
   // One initial request per Run and one correction per revision.

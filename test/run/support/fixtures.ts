@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { MaterialItem, Outcome, Summarizer, SummaryRequest } from '../../../src/gateway/types.ts';
+import { prepareRunRequest, toAnthropicRequest, type PreparedRunRequest, type PrepareRunRequestOptions, type RunRequest } from '../../../src/run/index.ts';
 
 export async function createConversation(pool: pg.Pool, scope = 'tenant-a'): Promise<string> {
   const { rows } = await pool.query<{ id: string }>('insert into sourcebound.conversations (scope) values ($1) returning id', [scope]);
@@ -130,4 +131,30 @@ export async function buildRun(pool: pg.Pool, o: {
     }
   }
   return { runId, conversationId, proposals };
+}
+
+/** The request of a prepared result: the sendable one, or the one that could not be sent (for inspection). */
+export function requestOf(p: { ok: true; request: RunRequest } | { ok: false; cannotFit: { unsent: RunRequest } }): RunRequest {
+  return p.ok ? p.request : p.cannotFit.unsent;
+}
+
+/** Measured requests, for tests that want to count them. */
+export const measured = { requests: 0 };
+
+/**
+ * prepareRunRequest, with the check every prepared request must pass: the
+ * reported size is exactly the UTF-8 length of the body sent to the provider
+ * plus the reserve, the body is toAnthropicRequest of the request, and a
+ * request over the threshold is never handed out as sendable.
+ */
+export async function prepareChecked(options: PrepareRunRequestOptions): Promise<PreparedRunRequest & { request: RunRequest }> {
+  const p = await prepareRunRequest(options);
+  const request = requestOf(p);
+  const body = JSON.stringify(toAnthropicRequest(request));
+  const bytes = Buffer.byteLength(body, 'utf8') + request.responseReserveBytes;
+  if (bytes !== p.report.bytes) throw new Error(`measured ${p.report.bytes} bytes, but the body sent is ${bytes} bytes with the reserve`);
+  if (p.ok && JSON.stringify(p.body) !== body) throw new Error('the body handed out is not toAnthropicRequest(request)');
+  if (p.ok !== (p.report.bytes <= p.report.thresholdBytes)) throw new Error(`ok is ${p.ok} for ${p.report.bytes} bytes against ${p.report.thresholdBytes}`);
+  measured.requests++;
+  return { ...p, request } as PreparedRunRequest & { request: RunRequest };
 }

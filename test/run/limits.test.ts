@@ -1,0 +1,135 @@
+import { describe, expect, it } from 'vitest';
+import {
+  BlankTextError, prepareRunRequest, readResult, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, startRun, storeResult,
+  toAnthropicRequest,
+} from '../../src/run/index.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { buildRun, createConversation, forbiddenSummarizer, INPUT, prepareChecked, recordingSummarizer } from './support/fixtures.ts';
+
+/**
+ * The library's own guarantee at the default policy (256 KiB): bodies over a
+ * byte limit never go inline, fitting reaches into the newest groups before
+ * it gives up, what is measured is the body sent, and a request that cannot
+ * fit is a typed result (issue 12, defects 1, 2 and 5).
+ */
+const db = await createTestDatabase();
+const pool = db.pool;
+const scope = 'limits';
+const KIB = 1024;
+
+/** `bytes` of text in one script, with no newline (a line range would return it whole). */
+function body(script: 'latin' | 'cjk' | 'emoji' | 'binary', bytes: number, tag: string): string {
+  const unit = { latin: 'abcdefghij', cjk: '基金費用重疊', emoji: '📈📉💹', binary: '\u0001"\\\u001f\u007f\ufffd' }[script];
+  const per = Buffer.byteLength(unit);
+  return tag + unit.repeat(Math.ceil(bytes / per));
+}
+
+async function turn(runId: string, id: string, content: string, text = `calling ${id}`) {
+  await recordModelTurn({ pool, runId, scope, text, toolCalls: [{ id, name: 'fetch', input: { q: `"${id}"\n\\` } }] });
+  await recordToolCall({ pool, runId, scope, proposalId: id, dispatchId: `d-${id}` });
+  await recordToolResult({ pool, runId, scope, proposalId: id, settlement: 'settled', content });
+}
+
+describe('the inline limit (defect 1)', () => {
+  it('never shows a body over inlineResultBytes whole, in any script, even in the newest group', async () => {
+    const { runId } = await startRun({ pool, scope, conversationId: await createConversation(pool, scope), request: 'Compare the funds.' });
+    // 282 KB with no newline: before, a line-range reread or a length check in UTF-16 units let it inline.
+    for (const [i, script] of (['cjk', 'emoji', 'binary', 'latin'] as const).entries()) await turn(runId, `big_${i}`, body(script, 282 * KIB, `BODY-${i}-`));
+    const { ok, request, report } = await prepareChecked({ pool, runId, scope, ...INPUT, summarizer: forbiddenSummarizer() });
+    expect(ok).toBe(true);
+    expect(report.bytes).toBeLessThanOrEqual(256 * KIB);
+    const results = request.messages.filter((m) => m.kind === 'tool_result');
+    expect(results).toHaveLength(4);
+    for (const r of results) {
+      if (r.kind !== 'tool_result') continue;
+      expect(r.body).toBeUndefined();
+      expect(Buffer.byteLength(r.excerpt!)).toBeLessThanOrEqual(2 * KIB);
+      expect(r.excerpt).toMatch(/^BODY-\d-/);
+      // The excerpt's reference rereads the whole body.
+      const back = await readResult({ pool, runId, scope, resultId: r.reference!.resultId, version: r.reference!.version, range: { bytes: { start: 0 } }, maxBytes: 300 * KIB });
+      expect(back.content.startsWith(r.excerpt!.replace(/…$/, ''))).toBe(true);
+    }
+  });
+
+  it('reaches into the newest groups (excerpt and reference) before it gives up', async () => {
+    const { runId } = await startRun({ pool, scope, conversationId: await createConversation(pool, scope), request: 'Compare the funds.' });
+    // Three groups (all "recent"), each with four bodies just under the inline limit: 384 KiB of bodies.
+    for (let g = 0; g < 3; g++) {
+      const ids = [0, 1, 2, 3].map((u) => `r_${g}_${u}`);
+      await recordModelTurn({ pool, runId, scope, text: `group ${g}`, toolCalls: ids.map((id) => ({ id, name: 'fetch', input: {} })) });
+      for (const id of ids) {
+        await recordToolCall({ pool, runId, scope, proposalId: id, dispatchId: `d-${id}` });
+        await recordToolResult({ pool, runId, scope, proposalId: id, settlement: 'settled', content: body('latin', 32 * KIB - 100, `B-${id}-`) });
+      }
+    }
+    const { ok, report } = await prepareChecked({ pool, runId, scope, ...INPUT, summarizer: forbiddenSummarizer() });
+    expect(ok).toBe(true);
+    expect(report.steps.map((s) => s.step)).toContain('excerpt_recent');
+    expect(report.bytes).toBeLessThanOrEqual(report.targetBytes);
+    // Oldest first, and only as many as needed: the newest bodies stay whole.
+    expect(report.references.every((r) => r.form === 'excerpt')).toBe(true);
+    expect(report.references[0]!.proposalId).toBe('r_0_0');
+    expect(report.references.length).toBeLessThan(12);
+  });
+
+  it('bounds a reread by bytes, whatever range is asked for', async () => {
+    const { runId } = await startRun({ pool, scope, conversationId: await createConversation(pool, scope), request: 'Read it.' });
+    const stored = await storeResult({ pool, runId, scope, content: body('cjk', 300 * KIB, 'DOC-') });
+    const lines = await readResult({ pool, runId, scope, ...stored, range: { lines: { from: 1, to: 10 } } });
+    expect(Buffer.byteLength(lines.content)).toBeLessThanOrEqual(32 * KIB);
+    expect(lines.truncated).toBe(true);
+    expect(lines.next).toEqual({ bytes: { start: Buffer.byteLength(lines.content) } });
+    const next = await readResult({ pool, runId, scope, ...stored, range: lines.next! });
+    expect(next.range).toMatchObject({ kind: 'bytes', start: Buffer.byteLength(lines.content) });
+    expect(Buffer.byteLength(next.content)).toBeLessThanOrEqual(32 * KIB);
+    const whole = await readResult({ pool, runId, scope, ...stored });
+    expect(whole.truncated).toBe(true);
+    expect(Buffer.byteLength(whole.content)).toBeLessThanOrEqual(32 * KIB);
+  });
+
+  it('returns a typed cannot_fit naming what holds the bytes, never a request to send', async () => {
+    const { runId } = await startRun({ pool, scope, conversationId: await createConversation(pool, scope), request: `Keep every word. ${'a verbatim instruction, '.repeat(12_000)}` });
+    await turn(runId, 'c1', 'small');
+    const prepared = await prepareRunRequest({ pool, runId, scope, ...INPUT, summarizer: recordingSummarizer() });
+    expect(prepared.ok).toBe(false);
+    if (prepared.ok) return;
+    expect(prepared.request).toBeNull();
+    expect(prepared.body).toBeNull();
+    expect(prepared.cannotFit.holders[0]).toMatchObject({ what: 'protected_originals' });
+    expect(prepared.cannotFit.holders.reduce((n, h) => n + h.bytes, 0)).toBe(prepared.cannotFit.bytes);
+    expect(prepared.report.reason).toMatch(/^cannot_fit: .*most held by protected_originals \d+/);
+    expect(prepared.cannotFit.bytes).toBe(Buffer.byteLength(JSON.stringify(toAnthropicRequest(prepared.cannotFit.unsent))) + prepared.cannotFit.unsent.responseReserveBytes);
+  });
+});
+
+describe('the measure (defect 2)', () => {
+  it('is the exact UTF-8 length of the body sent, with escaping in catalog labels, tool inputs and bodies', async () => {
+    const { runId } = await buildRun(pool, { scope, groups: 6, turnBytes: 3000, resultBytes: 9000, unitsPerGroup: 2 });
+    for (let i = 0; i < 30; i++) await storeResult({ pool, runId, scope, content: `doc ${i}`, label: `label "${i}" \\ with\nnewline\u0001 and 基金` });
+    await turn(runId, 'esc', body('binary', 20 * KIB, 'ESC-'));
+    for (const policy of [{}, { targetBytes: 40 * KIB, thresholdBytes: 48 * KIB }]) {
+      // prepareChecked throws unless report.bytes is the body's exact size plus the reserve.
+      const { report, request } = await prepareChecked({ pool, runId, scope, ...INPUT, policy });
+      expect(report.bytes).toBe(Buffer.byteLength(JSON.stringify(toAnthropicRequest(request))) + request.responseReserveBytes);
+    }
+  });
+});
+
+describe('user text (defect 5)', () => {
+  it('refuses an empty or whitespace-only request or correction with a typed error, and the database refuses it too', async () => {
+    const conversationId = await createConversation(pool, scope);
+    for (const blank of ['', ' ', '\n\t', '\u3000\u00a0\ufeff']) {
+      await expect(startRun({ pool, scope, conversationId, request: blank })).rejects.toBeInstanceOf(BlankTextError);
+    }
+    const { runId } = await startRun({ pool, scope, conversationId, request: 'Compare the funds.' });
+    for (const blank of ['', ' ', '\u2028\u3000']) {
+      await expect(recordCorrection({ pool, runId, scope, text: blank })).rejects.toBeInstanceOf(BlankTextError);
+    }
+    await expect(pool.query(`insert into sourcebound.run_turns (run_id, kind, revision, text) values ($1, 'correction', 1, ' \u3000 ')`, [runId]))
+      .rejects.toMatchObject({ code: '23514' });
+    // Nothing blank was recorded: every later request is still valid.
+    const { request } = await prepareChecked({ pool, runId, scope, ...INPUT });
+    const texts = toAnthropicRequest(request).messages.flatMap((m) => m.content).filter((b) => b.type === 'text');
+    expect(texts.every((b) => b.type === 'text' && b.text.trim() !== '')).toBe(true);
+  });
+});
