@@ -18,26 +18,17 @@
 export const CACHE_PRICES = Object.freeze({ read: 0.1, write: 1.25, uncached: 1.0 });
 
 /**
- * How a rewrite lays the history out (the cache-stable layout,
- * src/projection/layout.ts):
- * - room: left free for the exchanges that follow, appended without touching
- *   the cached prefix. ROOM_TURNS exchanges of the conversation's average
- *   size, but at least ROOM_MIN_RATIO and at most ROOM_MAX_RATIO of the
- *   budget: with fewer than one rewrite in ten turns, at least 85% of
- *   requests extend the previous one.
- * - tail: the newest pairs, raw (TAIL_RATIO of the budget, at least one pair).
- * - the rest (the low-water mark minus the tail) may hold the summary block:
- *   the newest usable summaries older than the tail, each beside its ten user
- *   messages verbatim (ten user messages for the price of two or three raw
- *   exchanges). The block keeps its start while it grows; when it would
- *   outgrow its share it is rebuilt newest first down to BLOCK_KEEP_RATIO of it.
- * When no summary is usable the newest pairs fill the low-water mark.
+ * How much a rewrite leaves free (the cache-stable layout,
+ * src/projection/layout.ts): ROOM for the exchanges that follow, appended
+ * without touching the cached prefix: ROOM_TURNS exchanges of the
+ * conversation's average size, but at least ROOM_MIN_RATIO and at most
+ * ROOM_MAX_RATIO of the budget. A rewrite lays the history out down to the
+ * low-water mark (the budget minus the room): with fewer than one rewrite in
+ * ten turns, at least 85% of requests extend the previous one.
  */
 export const ROOM_TURNS = 10;
 export const ROOM_MIN_RATIO = 0.25;
 export const ROOM_MAX_RATIO = 0.6;
-export const TAIL_RATIO = 0.1;
-export const BLOCK_KEEP_RATIO = 0.75;
 
 /** Bytes a rewrite leaves free for the exchanges to come; `bytesPerPair` unknown: the most room. */
 export function roomBytes(budgetBytes: number, bytesPerPair = Number.NaN): number {
@@ -83,4 +74,32 @@ export function rewritePays(args: {
   const turnsLeft = Math.min(Math.max(0, (budgetBytes - currentBytes) / Math.max(1, args.bytesPerTurn)), Math.max(0, args.turnsSoFar));
   const costNow = rewrittenBytes * CACHE_PRICES.write - currentBytes * CACHE_PRICES.read;
   return saved * CACHE_PRICES.read * turnsLeft > costNow * 2;
+}
+
+/**
+ * Whether a forced rewrite may lay the history out afresh (writing all of it
+ * to the cache again) instead of keeping the cached head of the current
+ * layout, because the fresh layout carries more of the user's messages. It
+ * may when the extra price of that request is covered by what the current
+ * layout has saved against sending the whole history since it was made: the
+ * reads of the pairs it leaves out, on every turn it has lasted. So a
+ * layout's savings pay for the next one's fidelity, and a conversation that
+ * has only just outgrown the budget (nothing saved yet) keeps its cached
+ * head: caching never costs more than not compacting at all.
+ */
+export function rebuildPays(args: {
+  /** Bytes of the request's history if the head is kept, and how many of them are the cached head. */
+  keptBytes: number;
+  keptCachedBytes: number;
+  /** Bytes of the fresh layout (none of it cached). */
+  freshBytes: number;
+  /** Bytes the current layout leaves out (what the whole history would read on each turn). */
+  omittedBytes: number;
+  /** Turns the current layout has lasted. */
+  turnsSoFar: number;
+}): boolean {
+  const kept = requestCost({ read: args.keptCachedBytes, written: args.keptBytes - args.keptCachedBytes, uncached: 0 });
+  const fresh = requestCost({ read: 0, written: args.freshBytes, uncached: 0 });
+  const saved = args.omittedBytes * CACHE_PRICES.read * Math.max(0, args.turnsSoFar);
+  return fresh - kept <= saved;
 }

@@ -4,9 +4,9 @@ import {
   type ProjectionLayoutRow, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../plan.ts';
-import { firstPairOf, itemBytes, messagesBytes, toAnthropicMessages } from './anthropic.ts';
+import { BREAKPOINT_BYTES, firstPairOf, gapNoteBytes, itemBytes as adapterItemBytes, messagesBytes, noteBytes, toAnthropicMessages } from './anthropic.ts';
 import { currentIds, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
-import { BLOCK_KEEP_RATIO, TAIL_RATIO, lowWaterBytes, rewritePays } from './cache.ts';
+import { lowWaterBytes, rebuildPays, rewritePays } from './cache.ts';
 import type { OmittedSpan, ProjectionCacheInfo, ProjectionItem, SummaryItem, SummaryNotUsed } from './types.ts';
 import {
   contiguous, hasTexts, judgeRange, pairItem, plannableFor, rawBytes, summaryItem, walk, type TextPair, type WalkResult,
@@ -34,15 +34,17 @@ import {
  *   changed) happens at once. If the whole conversation fits the budget it is
  *   all projected (newest-first walk, walk.ts). Otherwise the history is laid
  *   out down to the low-water mark (cache.ts), leaving ROOM of the budget for
- *   the exchanges to come: the newest pairs raw (TAIL), and before them the
- *   summary block: consecutive usable summaries of older ranges, each beside
- *   its ten user messages verbatim, the newest ones first. Pairs between the
- *   block and the tail are left out and a note says so where they were. The
- *   block keeps its start while it grows at its end; when it would outgrow
- *   its share it is rebuilt down to half of it. The adapter puts a cache
- *   breakpoint after the block, so a rewrite of the newer part still reads
- *   the block from the cache. With no usable summary the history is the
- *   newest pairs down to the low-water mark.
+ *   the exchanges to come, as a **head**, a **gap** and a **tail**: the tail
+ *   is the newest items; the head is either the previous layout's head
+ *   (kept: it is in the cache, so the rewrite writes only what follows it),
+ *   extended at its end by the usable summaries of the ranges after it, or a
+ *   block of the newest usable summaries, each beside its ten user messages
+ *   verbatim (denser than raw pairs: more of the user's words for the bytes).
+ *   Pairs between head and tail are left out and a note says so where they
+ *   were; the adapter puts a cache breakpoint after the head. The kept head
+ *   is used unless it carries fewer of the user's messages than today's
+ *   newest-first projection and a fresh layout carries more and is paid for
+ *   by what the current layout saved (cache.ts rebuildPays).
  * - Summaries that become usable for ranges the layout shows raw wait for the
  *   next rewrite (`kept_raw_for_cache`) unless swapping them in now pays for
  *   itself (cache.ts rewritePays), like the seed's 4 KiB rule.
@@ -67,6 +69,14 @@ export interface StableResult {
   save: ProjectionLayoutRow | null;
 }
 
+// Items are immutable once made: their bytes are computed once.
+const sizes = new WeakMap<ProjectionItem, number>();
+function itemBytes(item: ProjectionItem): number {
+  let bytes = sizes.get(item);
+  if (bytes === undefined) sizes.set(item, bytes = adapterItemBytes(item));
+  return bytes;
+}
+
 // A lower bound on what a laid-out pair costs in any item (a summarized pair:
 // its user message block, a tenth of a label): a stored layout holding more
 // pairs than the budget could at this price cannot fit, so it is not read.
@@ -80,10 +90,10 @@ export async function stableProjection(db: Queryable, args: StableArgs): Promise
   if (stored === null) return rewrite(db, args, 'first', null);
   if (!wellFormed(stored, count)) return rewrite(db, args, 'changed', null);
   const laidOut = count - stored.startPair - stored.gaps.reduce((n, g) => n + g.toPair - g.fromPair + 1, 0);
-  if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', stored);
+  if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', null);
   const kept = await keep(db, args, stored);
-  if (kept.kind !== 'kept') return rewrite(db, args, kept.kind, stored);
-  return kept.result;
+  if (kept.kind === 'kept') return kept.result;
+  return rewrite(db, args, kept.kind, kept.kind === 'budget' ? kept.previous : null);
 }
 
 function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
@@ -96,7 +106,18 @@ function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
   return true;
 }
 
-type Kept = { kind: 'kept'; result: StableResult } | { kind: 'budget' | 'changed' };
+/** The layout kept; or why not, with the verified items of its head (up to its first gap) when only the budget is why. */
+type Kept = { kind: 'kept'; result: StableResult } | { kind: 'budget'; previous: PreviousLayout } | { kind: 'changed' };
+
+/** What a budget rewrite knows of the layout it replaces. */
+interface PreviousLayout {
+  /** Its items up to its first gap, verified against the current rows. */
+  head: ProjectionItem[];
+  /** Pairs it leaves out. */
+  omittedPairs: number;
+  /** Turns it has lasted (pairs appended since it was made). */
+  turns: number;
+}
 
 /** The stored layout with the new pairs appended, if it still holds and fits; maybe with ready summaries swapped in. */
 async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow): Promise<Kept> {
@@ -148,13 +169,18 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   if (layoutHash(items, omitted) !== stored.prefixSha256) return { kind: 'changed' };
 
   // The pairs added since, raw at the end.
+  const previous = (): PreviousLayout => ({
+    head: items.filter((it) => gaps.length === 0 || firstPairOf(it) < gaps[0]!.fromPair),
+    omittedPairs: omitted.reduce((n, s) => n + s.toPair - s.fromPair + 1, 0),
+    turns: count - endPair,
+  });
   for (let i = endPair; i < count; i++) {
     const row = rows.get(i)!;
-    if (!hasTexts(row)) return { kind: 'budget' };
+    if (!hasTexts(row)) return { kind: 'budget', previous: previous() };
     items.push(pairItem(row));
   }
   const bytes = messagesBytes(toAnthropicMessages({ items, omitted }));
-  if (bytes > budgetBytes) return { kind: 'budget' };
+  if (bytes > budgetBytes) return { kind: 'budget', previous: previous() };
 
   // Ranges shown raw after the last gap: why, and the summaries that became usable since the layout was made.
   const notUsed: SummaryNotUsed[] = [];
@@ -209,123 +235,196 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
 }
 
 /**
- * Lays the history out anew: all of it if it fits the budget; else the summary
- * block and the newest pairs down to the low-water mark (or, with no usable
- * summary, the newest pairs alone).
+ * Lays the history out anew. All of it if it fits the budget (at a budget
+ * rewrite: the low-water mark). Otherwise a head, maybe a gap, and a tail of
+ * the newest items, down to the low-water mark, chosen among three shapes:
+ * - kept: the head of the previous layout (its items up to its first gap, as
+ *   many as still fit), extended at its end by the usable summaries of the
+ *   ranges that follow it. Its bytes are in the cache already: the rewrite
+ *   writes only what follows them.
+ * - block: a new head of the newest usable summaries (consecutive ranges,
+ *   each beside its ten user messages verbatim).
+ * - newest: no head, the newest items alone.
+ * The tail fills the rest of the low-water mark with the newest items.
+ * Fidelity first: a shape must carry at least as many of the user's messages
+ * verbatim as the newest-first fill of the whole budget (today's projection).
+ * The kept shape is taken when it does; else the block or the newest shape,
+ * whichever carries more, when that one does; when none can, the kept shape
+ * (the cheapest: a rewrite that must lose some messages does not also pay
+ * for writing everything again).
+ * One newest-first walk serves every shape (its items are the tail, its
+ * summaries the block); only summaries it did not reach are read apart.
  */
 async function rewrite(
-  db: Queryable, args: StableArgs, why: NonNullable<ProjectionCacheInfo['rewrite']>, previous: ProjectionLayoutRow | null,
+  db: Queryable, args: StableArgs, why: NonNullable<ProjectionCacheInfo['rewrite']>, previous: PreviousLayout | null,
 ): Promise<StableResult> {
   const { conversationId, scope, count, budgetBytes, onRead } = args;
-  const base = { conversationId, scope, count, budgetBytes, onRead };
-  const whole = await walk(db, { ...base, fillTo: budgetBytes });
+  const whole = await walk(db, { conversationId, scope, count, budgetBytes, fillTo: budgetBytes, onRead });
   const raw = whole.items.filter((it) => it.kind === 'pair');
   const low = lowWaterBytes(budgetBytes, raw.length === 0 ? Number.NaN : raw.reduce((n, it) => n + itemBytes(it), 0) / raw.length);
   // The whole conversation, when it fits: at a budget rewrite only when it fits the low-water mark,
   // or the next rewrite would be a turn or two away.
   const wholeFits = whole.omitted.length === 0 && (why !== 'budget' || messagesBytes(toAnthropicMessages(whole)) <= low);
-  if (wholeFits || whole.problems.length > 0) {
+  if (wholeFits || whole.problems.length > 0 || whole.items.length === 0) {
     return { walk: whole, rewrite: why, save: whole.problems.length === 0 ? layoutOf(whole, count) : null, lowWater: low };
   }
 
-  const tail = await walk(db, { ...base, fillTo: Math.floor(budgetBytes * TAIL_RATIO) });
-  const tailStart = tail.items.length === 0 ? count : firstPairOf(tail.items[0]!);
-  const blockMax = low - messagesBytes(toAnthropicMessages(tail));
-  const block = tail.problems.length > 0 ? [] : await summaryBlock(db, args, {
-    beforePair: tailStart, blockMax, anchor: previous?.summaries.length ? previous.summaries[0]!.fromPair : null,
-  });
+  const newest = whole.items.at(-1)!;
+  const tailFloor = firstPairOf(newest);
+  const summaries = summaryFinder(db, args, whole.items);
+  const shapes: Shape[] = [];
 
-  let result: WalkResult;
-  if (block.length === 0) {
-    result = await walk(db, { ...base, fillTo: low });
-  } else {
-    // The rest of the low-water mark goes to more of the newest pairs, back towards the block.
-    const blockBytes = block.reduce((n, it) => n + itemBytes(it), 0);
-    const blockEnd = block.at(-1)!.toPair + 1;
-    const extended = await walk(db, { ...base, fillTo: Math.max(low - blockBytes, Math.floor(budgetBytes * TAIL_RATIO)) });
-    // As many of them as it takes to carry as many of the user's messages verbatim as a newest-first
-    // fill of the whole budget would (today's projection), never fewer than the minimal tail.
-    const blockUsers = block.length * RANGE_SIZE;
-    const target = Math.max(userMessages(whole.items) - blockUsers, userMessages(tail.items));
-    const newer = trimToUsers((extended.problems.length === 0 ? extended : tail).items.filter((it) => firstPairOf(it) >= blockEnd), target);
-    const newerStart = newer.length === 0 ? count : firstPairOf(newer[0]!);
-    const items: ProjectionItem[] = [...block, ...newer];
-    const gaps = blockEnd < newerStart ? [{ fromPair: blockEnd, toPair: newerStart - 1 }] : [];
-    let startPair = block[0]!.fromPair;
-    // Whatever the shares, never over the budget: the oldest summaries go first.
-    while (items.length > newer.length && messagesBytes(toAnthropicMessages({ items, omitted: spansOf(startPair, gaps) })) > budgetBytes) {
-      items.shift();
-      startPair = firstPairOf(items[0]!);
+  // kept: the previous head, as much of it as fits beside the newest item, then the summaries after it.
+  let cachedHead = 0;
+  if (previous !== null) {
+    const head: ProjectionItem[] = [];
+    for (const item of previous.head) {
+      if (endOf(item) > tailFloor || shapeBytes([...head, item], [newest]) > low) break;
+      head.push(item);
     }
-    if (items.length === newer.length) {
-      result = await walk(db, { ...base, fillTo: low });
-    } else {
-      const notUsed = (extended.problems.length === 0 ? extended : tail).summaryNotUsed.filter((n) => n.fromPair >= blockEnd);
-      result = { items, omitted: spansOf(startPair, gaps), summaryNotUsed: notUsed, problems: [] };
+    cachedHead = shapeBytes(head, []);
+    if (head.length > 0) {
+      await extendHead(head, summaries, (h) => shapeBytes(h, [newest]) <= low, tailFloor);
+      shapes.push(fillTail('kept', head, whole.items, low, budgetBytes));
     }
   }
-  return { walk: result, rewrite: why, save: result.problems.length === 0 ? layoutOf(result, count) : null, lowWater: low };
+  // block: the newest usable summaries, consecutive, newest first while they fit beside the newest item.
+  const block: SummaryItem[] = [];
+  for (const fromPair of await summaries.ranges(tailFloor)) {
+    if (block.length > 0 && fromPair !== block[0]!.fromPair - RANGE_SIZE) break;
+    const item = await summaries.at(fromPair);
+    if (item === null) {
+      if (block.length > 0) break;
+      continue;
+    }
+    if (shapeBytes([item, ...block], [newest]) > low) break;
+    block.unshift(item);
+  }
+  if (block.length > 0) shapes.push(fillTail('block', block, whole.items, low, budgetBytes));
+  shapes.push(fillTail('newest', [], whole.items, low, budgetBytes));
+
+  const fits = shapes.filter((s) => s.tail.length > 0);
+  const today = userMessages(whole.items);
+  const kept = fits.find((s) => s.kind === 'kept');
+  const fresh = fits.filter((s) => s.kind !== 'kept').sort((x, y) => y.users - x.users)[0]!;
+  const pairBytes = raw.length === 0 ? 0 : raw.reduce((n, it) => n + itemBytes(it), 0) / raw.length;
+  const chosen = kept === undefined || (kept.users < today && fresh.users > kept.users && rebuildPays({
+    keptBytes: kept.bytes, keptCachedBytes: cachedHead, freshBytes: fresh.bytes,
+    omittedBytes: previous!.omittedPairs * pairBytes, turnsSoFar: previous!.turns,
+  })) ? fresh : kept;
+
+  const items = [...chosen.head, ...chosen.tail];
+  const omitted = shapeSpans(chosen.head, chosen.tail);
+  const bytes = messagesBytes(toAnthropicMessages({ items, omitted }));
+  if (bytes !== chosen.bytes || bytes > budgetBytes) {
+    throw new Error(`sourcebound: stable layout accounted ${chosen.bytes} bytes but the adapter produced ${bytes} (budget ${budgetBytes})`);
+  }
+  const tailStart = firstPairOf(chosen.tail[0]!);
+  const result: WalkResult = { items, omitted, summaryNotUsed: whole.summaryNotUsed.filter((n) => n.fromPair >= tailStart), problems: [] };
+  return { walk: result, rewrite: why, save: layoutOf(result, count), lowWater: low };
+}
+
+/** A candidate layout of a rewrite: a head, a gap if the tail does not reach it, the tail. */
+interface Shape {
+  kind: 'kept' | 'block' | 'newest';
+  head: ProjectionItem[];
+  tail: ProjectionItem[];
+  bytes: number;
+  /** Verbatim user messages (pairs covered). */
+  users: number;
+}
+
+/** The head, and the newest items after it that fit `low` (the first one up to the whole budget). */
+function fillTail(kind: Shape['kind'], head: ProjectionItem[], newestFirstItems: readonly ProjectionItem[], low: number, budget: number): Shape {
+  const from = head.length === 0 ? 0 : endOf(head.at(-1)!);
+  const tail: ProjectionItem[] = [];
+  for (let i = newestFirstItems.length - 1; i >= 0; i--) {
+    const item = newestFirstItems[i]!;
+    if (firstPairOf(item) < from) break;
+    const bytes = shapeBytes(head, [item, ...tail]);
+    if (bytes > budget || (tail.length > 0 && bytes > low)) break;
+    tail.unshift(item);
+  }
+  return { kind, head, tail, bytes: tail.length === 0 ? Number.POSITIVE_INFINITY : shapeBytes(head, tail), users: userMessages(head) + userMessages(tail) };
+}
+
+/** Appends to the head the usable summaries of the ranges right after it, while `fits` and older than `before`. */
+async function extendHead(
+  head: ProjectionItem[], summaries: ReturnType<typeof summaryFinder>, fits: (head: ProjectionItem[]) => boolean, before: number,
+): Promise<void> {
+  for (let at = endOf(head.at(-1)!); at % RANGE_SIZE === 0 && at + RANGE_SIZE <= before; at += RANGE_SIZE) {
+    const item = await summaries.at(at);
+    if (item === null || !fits([...head, item])) return;
+    head.push(item);
+  }
 }
 
 /**
- * The summary block for a rewrite: consecutive ranges older than `beforePair`
- * whose summaries are usable now and smaller than their originals, ending at
- * the newest such range. It keeps the previous block's start (`anchor`) when
- * the block from there still fits `blockMax`; otherwise it is rebuilt newest
- * first down to BLOCK_KEEP_RATIO of `blockMax`.
+ * Usable summaries for a rewrite: those the newest-first walk placed, else
+ * read (completed records of ranges older than the newest pair, newest
+ * first, then the range's texts for its binding).
  */
-async function summaryBlock(
-  db: Queryable, args: StableArgs, opts: { beforePair: number; blockMax: number; anchor: number | null },
-): Promise<SummaryItem[]> {
+function summaryFinder(db: Queryable, args: StableArgs, walked: readonly ProjectionItem[]) {
   const { conversationId, scope, count, onRead } = args;
-  if (opts.blockMax <= 0 || opts.beforePair < RANGE_SIZE) return [];
-  const records = await completedSummariesBeforeRead(db, { conversationId, scope, beforePair: opts.beforePair, limit: MAX_BLOCK_RANGES }, onRead);
-  const ranges = [...new Set(records.map((r) => r.fromPair))].sort((a, b) => b - a);
+  const placed = new Map(walked.flatMap((it) => (it.kind === 'summary' ? [[it.fromPair, it] as const] : [])));
   const texts = textsLoader(db, args, new Map());
-  // Newest first: consecutive usable ranges.
-  const newestFirst: SummaryItem[] = [];
-  let bytes = 0;
-  for (const fromPair of ranges) {
-    // Past the block's share: neither the anchored block nor a rebuilt one can reach further.
-    if (bytes > opts.blockMax) break;
-    const last = newestFirst.at(-1);
-    if (last !== undefined && fromPair !== last.fromPair - RANGE_SIZE) break;
-    let item: SummaryItem | null = null;
-    for (const record of records.filter((r) => r.fromPair === fromPair)) {
-      item = await usableSummary(record, fromPair, count, texts);
-      if (item !== null) break;
-    }
-    if (item === null) {
-      if (newestFirst.length > 0) break;
-      continue; // not usable: a block may still end at an older range
-    }
-    newestFirst.push(item);
-    bytes += itemBytes(item);
-    if (opts.anchor !== null && fromPair <= opts.anchor) break;
+  let records: Promise<ProjectionSummaryRow[]> | null = null;
+  const read = (): Promise<ProjectionSummaryRow[]> => {
+    records ??= completedSummariesBeforeRead(db, { conversationId, scope, beforePair: count, limit: MAX_BLOCK_RANGES }, onRead);
+    return records;
+  };
+  const found = new Map<number, SummaryItem | null>();
+  return {
+    /** Ranges with a completed record ending before `before`, newest first. */
+    async ranges(before: number): Promise<number[]> {
+      const all = new Set([...placed.keys(), ...(await read()).map((r) => r.fromPair)]);
+      return [...all].filter((f) => f + RANGE_SIZE <= before).sort((x, y) => y - x);
+    },
+    /** The range's summary item if one of its records is usable now, else null. */
+    async at(fromPair: number): Promise<SummaryItem | null> {
+      const known = placed.get(fromPair) ?? found.get(fromPair);
+      if (known !== undefined) return known;
+      let item: SummaryItem | null = null;
+      for (const record of (await read()).filter((r) => r.fromPair === fromPair)) {
+        item = await usableSummary(record, fromPair, count, texts);
+        if (item !== null) break;
+      }
+      found.set(fromPair, item);
+      return item;
+    },
+  };
+}
+
+/** The pair after an item's last. */
+function endOf(item: ProjectionItem): number {
+  return item.kind === 'pair' ? item.pairIndex + 1 : item.toPair + 1;
+}
+
+/** The omitted spans of a head and a tail: before the first item, and between them. */
+function shapeSpans(head: readonly ProjectionItem[], tail: readonly ProjectionItem[]): OmittedSpan[] {
+  const first = head[0] ?? tail[0];
+  if (first === undefined) return [];
+  const headEnd = head.length === 0 ? null : endOf(head.at(-1)!);
+  const tailStart = tail.length === 0 ? null : firstPairOf(tail[0]!);
+  const gaps = headEnd !== null && tailStart !== null && headEnd < tailStart ? [{ fromPair: headEnd, toPair: tailStart - 1 }] : [];
+  return spansOf(firstPairOf(first), gaps);
+}
+
+/** Bytes the adapter produces for a head and a tail (notes and breakpoints included), without serializing them. */
+function shapeBytes(head: readonly ProjectionItem[], tail: readonly ProjectionItem[]): number {
+  const items = [...head, ...tail];
+  if (items.length === 0) return 0;
+  let bytes = 1 + items.reduce((n, it) => n + itemBytes(it), 0) + BREAKPOINT_BYTES;
+  for (const span of shapeSpans(head, tail)) {
+    // The note before the first item; a gap's note, and the breakpoint on the item before it.
+    bytes += span.fromPair === 0 && span.toPair + 1 === firstPairOf(items[0]!) ? noteBytes(span.toPair + 1) : gapNoteBytes(span.fromPair, span.toPair) + BREAKPOINT_BYTES;
   }
-  const size = (items: SummaryItem[]) => items.reduce((n, it) => n + itemBytes(it), 0);
-  const anchored = opts.anchor === null ? -1 : newestFirst.findIndex((it) => it.fromPair === opts.anchor);
-  if (anchored >= 0 && size(newestFirst.slice(0, anchored + 1)) <= opts.blockMax) return newestFirst.slice(0, anchored + 1).reverse();
-  const block: SummaryItem[] = [];
-  for (const item of newestFirst) {
-    if (size([...block, item]) > opts.blockMax * BLOCK_KEEP_RATIO && block.length > 0) break;
-    if (size([...block, item]) > opts.blockMax) break;
-    block.push(item);
-  }
-  return block.reverse();
+  return bytes;
 }
 
 /** Verbatim user messages in some items. */
 function userMessages(items: readonly ProjectionItem[]): number {
   return items.reduce((n, it) => n + (it.kind === 'pair' ? 1 : it.userMessages.length), 0);
-}
-
-/** The newest of some contiguous items (oldest first) that carry at least `users` user messages. */
-function trimToUsers(items: ProjectionItem[], users: number): ProjectionItem[] {
-  let n = 0;
-  let from = items.length;
-  while (from > 0 && n < users) n += userMessages([items[--from]!]);
-  return items.slice(from);
 }
 
 /** The summary item of a range if this record is usable for it now (binding, plannable) and smaller than its originals. */

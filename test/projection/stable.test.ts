@@ -74,30 +74,42 @@ describe('cache-stable projection (default layout)', () => {
     expect(appended).toBeGreaterThanOrEqual(200 * 0.85);
   }, 120_000);
 
-  it('keeps the whole history while it fits, then rewrites down to the low-water mark once', async () => {
+  it('keeps the whole history while it fits, then keeps its cached head, leaves out the middle and fills to the low-water mark', async () => {
     const id = await createConversation(db.pool);
     await addPairs(db.pool, id, 10, reply);
     const budget = 8 * 1024;
     const first = await project(id, budget);
     expect(first.cache).toMatchObject({ mode: 'stable', rewrite: 'first', layoutSaved: true });
     expect(first.omitted).toEqual([]);
+    let before = first;
     let p = first;
     let turn = 10;
     while (p.cache.rewrite !== 'budget') {
       await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
+      before = p;
       p = await project(id, budget);
       expect(p.bytes).toBeLessThanOrEqual(budget);
     }
-    // Down to about the low-water mark: at most one item past it, never over the budget.
-    const lastItem = messagesBytes(toAnthropicMessages({ items: p.items.slice(0, 1), omitted: [] }));
-    expect(p.bytes).toBeGreaterThanOrEqual(4096 - lastItem);
-    expect(p.bytes).toBeLessThanOrEqual(4096 + lastItem + 200);
+    // The head of the previous history stays byte for byte (it is read from the cache), then a gap, then the newest pairs.
+    expect(p.omitted).toHaveLength(1);
+    const gap = p.omitted[0]!;
+    expect(gap.fromPair).toBeGreaterThan(0);
+    expect(gap.toPair).toBeLessThan(p.pairCount - 1);
+    const head = p.items.filter((i) => i.kind === 'pair' && i.pairIndex < gap.fromPair);
+    expect(head.length).toBeGreaterThan(0);
+    expect(plain(p).slice(0, 2 * head.length)).toEqual(plain(before).slice(0, 2 * head.length));
+    expect(p.items.at(-1)).toMatchObject({ kind: 'pair', pairIndex: p.pairCount - 1 });
+    // Down to about the low-water mark: under it by less than one item and the gap's note, never over the budget.
+    const low = p.cache.lowWaterBytes;
+    const largest = Math.max(...p.items.map((i) => messagesBytes(toAnthropicMessages({ items: [i], omitted: [] }))));
+    expect(p.bytes).toBeLessThanOrEqual(low);
+    expect(p.bytes).toBeGreaterThanOrEqual(low - largest - 200);
     // The note about omitted exchanges is fixed until the next rewrite.
     await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
     const next = await project(id, budget);
     expect(next.cache.rewrite).toBeNull();
     expect(next.omitted).toEqual(p.omitted);
-    expect(plain(next)[0]).toBe(plain(p)[0]);
+    expect(plain(next).slice(0, plain(p).length)).toEqual(plain(p));
   });
 
   it('a pair edited inside the prefix rewrites it with the new text, never the old', async () => {
