@@ -22,6 +22,14 @@ const bool = z
 const schema = z.object({
   /** PostgreSQL connection string. (Default: none: an embedded PostgreSQL is started.) */
   DATABASE_URL: z.string().url().optional(),
+  /**
+   * A direct (session) connection to the same database, for what needs a
+   * session: graphile-worker's LISTEN, the migrations' lock, fleet admission.
+   * Set it when DATABASE_URL is a transaction pooler (PgBouncer, Supabase,
+   * Neon, RDS Proxy); that also turns graphile-worker's prepared statements off.
+   * (Default: DATABASE_URL)
+   */
+  DATABASE_DIRECT_URL: z.string().url().optional(),
   /** Where the embedded PostgreSQL keeps its data. (Default: ./.sourcebound/pgdata) */
   SOURCEBOUND_DATA_DIR: z.string().min(1).default('.sourcebound/pgdata'),
   /** Port of the embedded PostgreSQL. (Default: 54329) */
@@ -50,6 +58,12 @@ const schema = z.object({
   SOURCEBOUND_POLL_INTERVAL_MS: int(50).default(2000),
   /** How long a graceful shutdown waits for running jobs. (Default: 30000) */
   SOURCEBOUND_SHUTDOWN_TIMEOUT_MS: int(0).default(30_000),
+  /** How long a worker that lost its database keeps trying to reconnect before it exits 1. (Default: 120000) */
+  SOURCEBOUND_RECOVERY_TIMEOUT_MS: int(1000).default(120_000),
+  /** Port of the worker's /healthz and /metrics; unset: no HTTP server. (Default: none) */
+  SOURCEBOUND_METRICS_PORT: int(0, 65535).optional(),
+  /** Address the /healthz and /metrics server listens on (0.0.0.0 in a container). (Default: 127.0.0.1) */
+  SOURCEBOUND_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
   /** pino level. (Default: info) */
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Pretty logs: 1 forces them on, 0 off. (Default: on when stdout is a TTY) */
@@ -58,6 +72,8 @@ const schema = z.object({
 
 export interface Config {
   databaseUrl: string | undefined;
+  /** Session-capable URL; undefined means "the same as databaseUrl". */
+  databaseDirectUrl: string | undefined;
   dataDir: string;
   embeddedPort: number;
   anthropic: { apiKey: string | undefined; baseURL: string | undefined; model: string };
@@ -70,6 +86,9 @@ export interface Config {
   workerConcurrency: number;
   pollIntervalMs: number;
   shutdownTimeoutMs: number;
+  recoveryTimeoutMs: number;
+  metricsPort: number | undefined;
+  metricsHost: string;
   logLevel: string;
   prettyLogs: boolean;
 }
@@ -87,8 +106,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     throw new ConfigError(`invalid configuration; fix these environment variables:\n${lines.join('\n')}`);
   }
   const e = parsed.data;
+  if (e.DATABASE_DIRECT_URL !== undefined && e.DATABASE_URL === undefined) {
+    throw new ConfigError('invalid configuration; fix these environment variables:\n  DATABASE_DIRECT_URL: set DATABASE_URL too (the direct URL only complements it)');
+  }
   return Object.freeze({
     databaseUrl: e.DATABASE_URL,
+    databaseDirectUrl: e.DATABASE_DIRECT_URL,
     dataDir: resolve(e.SOURCEBOUND_DATA_DIR),
     embeddedPort: e.SOURCEBOUND_EMBEDDED_PORT,
     anthropic: Object.freeze({ apiKey: e.ANTHROPIC_API_KEY, baseURL: e.ANTHROPIC_BASE_URL, model: e.SOURCEBOUND_MODEL }),
@@ -101,6 +124,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     workerConcurrency: e.SOURCEBOUND_WORKER_CONCURRENCY,
     pollIntervalMs: e.SOURCEBOUND_POLL_INTERVAL_MS,
     shutdownTimeoutMs: e.SOURCEBOUND_SHUTDOWN_TIMEOUT_MS,
+    recoveryTimeoutMs: e.SOURCEBOUND_RECOVERY_TIMEOUT_MS,
+    metricsPort: e.SOURCEBOUND_METRICS_PORT,
+    metricsHost: e.SOURCEBOUND_METRICS_HOST,
     logLevel: e.LOG_LEVEL,
     prettyLogs: e.SOURCEBOUND_PRETTY_LOGS ?? Boolean(process.stdout.isTTY),
   });

@@ -14,7 +14,13 @@ export interface ConfiguredGateway {
  * (its own model identity, so its records never pass for a model's); both
  * behind the per-process and fleet-wide admission limits.
  */
-export function gatewayFromConfig(config: Readonly<Config>, connectionString: string, logger: Logger): ConfiguredGateway {
+export function gatewayFromConfig(
+  config: Readonly<Config>,
+  /** A direct session (DATABASE_DIRECT_URL): fleet slots are session advisory locks on one dedicated connection. */
+  connectionString: string,
+  logger: Logger,
+  observe: { admissionWait?: (seconds: number, result: 'admitted' | 'timeout' | 'aborted') => void } = {},
+): ConfiguredGateway {
   const summarizer = config.anthropic.apiKey
     ? createAnthropicSummarizer({
         apiKey: config.anthropic.apiKey,
@@ -36,6 +42,7 @@ export function gatewayFromConfig(config: Readonly<Config>, connectionString: st
     fleetLimit: config.fleetConcurrency,
     waitTimeoutMs: config.admissionWaitMs,
     logger,
+    onWait: observe.admissionWait,
   });
   const gateway = createGateway({
     summarizer,

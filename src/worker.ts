@@ -1,14 +1,37 @@
+import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { run, type Runner } from 'graphile-worker';
+import pg from 'pg';
+import { run, type Runner, type Task, type WorkerEvents } from 'graphile-worker';
 import type { Config } from './config.ts';
 import type { Logger } from './logger.ts';
 import type { Database } from './db/database.ts';
 import { graphileLogger, migrateDatabase } from './db/migrate.ts';
+import { createWorkerPool } from './db/worker-pool.ts';
+import { ownClaimsRelease, workerJobsUnlock } from './db/queries/recovery.ts';
 import type { Summarizer } from './gateway/types.ts';
 import { gatewayFromConfig } from './summarizer.ts';
+import { createWorkerMetrics, instrumentSummarizer, recordRanges, type WorkerMetrics } from './metrics.ts';
+import { startWorkerHttp, type WorkerHttp } from './worker-http.ts';
 import { compactConversationTask } from '../tasks/compact_conversation.ts';
 import { sweepCompactionTask } from '../tasks/sweep_compaction.ts';
+
+/**
+ * The worker process around graphile-worker (Terminology: a *runner* is one
+ * graphile-worker `run()`; a *generation* is one runner with its own pool,
+ * its graphile worker ids and the lease-owner id its claims carry).
+ *
+ * graphile-worker 0.17 does not survive a PostgreSQL restart by itself: its
+ * runner stops (or, in about half the restarts measured, never resolves and
+ * sits idle). So the worker supervises it: a health probe on its own
+ * connection notices a lost database at once, the runner is retired
+ * (graceful stop, bounded), the worker reconnects with backoff, starts a new
+ * runner, then hands back what the old one held: the jobs graphile-worker had
+ * locked for it (`force_unlock_workers`) and its running claims (their lease
+ * ends now, so they are taken over at once, not after SOURCEBOUND_LEASE_MS).
+ * If the database does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS
+ * the worker gives up: `runner.promise` rejects and the CLI exits 1.
+ */
 
 /**
  * The sweep runs every minute, at most one at a time across the fleet
@@ -16,10 +39,17 @@ import { sweepCompactionTask } from '../tasks/sweep_compaction.ts';
  */
 export const CRONTAB = '* * * * * sweep_compaction ?max=1&jobKey=sourcebound:sweep&jobKeyMode=replace';
 
+/** How often the health probe asks PostgreSQL `select 1`. */
+export const PROBE_INTERVAL_MS = 1000;
+/** A probe query slower than this counts as a failure; two in a row start a recovery. */
+const PROBE_TIMEOUT_MS = 5000;
+/** Reconnect backoff while recovering: first delay and cap (with jitter). */
+const RECONNECT_FIRST_MS = 100;
+const RECONNECT_MAX_MS = 3000;
+
 /**
- * graphile-worker stopped by itself: its worker pool fails when it cannot mark
- * a job complete or failed (PostgreSQL restarted mid-job, for one), and its
- * runner then stops and *resolves* its promise. The process must not look like
+ * The worker gave up: it lost its database (or its runner) and could not start
+ * again within SOURCEBOUND_RECOVERY_TIMEOUT_MS. The process must not look like
  * it stopped cleanly: a process manager has to start it again.
  */
 export class WorkerRunnerStoppedError extends Error {
@@ -28,13 +58,35 @@ export class WorkerRunnerStoppedError extends Error {
   readonly exitQuietly = true;
 }
 
+export interface WorkerHealth {
+  /** A runner is taking jobs. */
+  running: boolean;
+  /** Recovering from a lost database or runner. */
+  recovering: boolean;
+  /** When PostgreSQL last answered the probe (epoch ms), or null. */
+  databaseOkAt: number | null;
+  /** Runners started after the first. */
+  restarts: number;
+}
+
 export interface WorkerHandle {
   workerId: string;
-  /** graphile-worker's runner, except that `promise` rejects with WorkerRunnerStoppedError when it stopped without `stop()`. */
+  /**
+   * graphile-worker's runner, seen across restarts: `events` carries every
+   * generation's events; `addJob` uses the current runner; `promise` rejects
+   * with WorkerRunnerStoppedError when the worker gave up, resolves after
+   * `stop()`. `stop`/`kill` act on the current runner only, as if the library
+   * had stopped by itself (the worker then starts a new one): use the
+   * handle's `stop()` to stop the worker.
+   */
   runner: Runner;
+  metrics: WorkerMetrics;
+  health(): WorkerHealth;
+  /** The /healthz and /metrics port, when SOURCEBOUND_METRICS_PORT is set. */
+  httpPort: number | null;
   /**
    * Stops taking jobs, lets running ones finish (up to the shutdown deadline, then aborts them), releases everything.
-   * @throws WorkerRunnerStoppedError (after releasing everything) when the runner had already stopped on its own.
+   * @throws WorkerRunnerStoppedError (after releasing everything) when the worker had given up.
    */
   stop(): Promise<void>;
 }
@@ -49,15 +101,26 @@ export interface WorkerOptions {
   skipMigrations?: boolean;
 }
 
+interface Generation {
+  n: number;
+  /** Lease owner of this generation's claims. */
+  claimOwner: string;
+  pool: pg.Pool;
+  runner: Runner;
+  graphileWorkerIds: Set<string>;
+  tasks: Set<Promise<unknown>>;
+  retired: boolean;
+}
+
 /**
- * Runs graphile-worker with sourcebound's tasks and crontab. Migrates first
- * (graphile-worker's schema before ours). Installs no signal handlers: the
- * caller decides when to stop (see src/cli/worker.ts).
+ * Runs graphile-worker with sourcebound's tasks and crontab, supervised (see
+ * above). Migrates first (graphile-worker's schema before ours). Installs no
+ * signal handlers: the caller decides when to stop (see src/cli/worker.ts).
  */
 export async function startWorker(options: WorkerOptions): Promise<WorkerHandle> {
   const { config, logger, database } = options;
   const workerId = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
-  if (!options.skipMigrations) await migrateDatabase(database.connectionString, logger);
+  if (!options.skipMigrations) await migrateDatabase(database.directConnectionString, logger);
 
   // A claim must outlive the admission wait plus the model call, or another
   // worker takes over a call that is still running (bounded by the two
@@ -66,52 +129,372 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     logger.warn({ leaseMs: config.leaseMs, admissionWaitMs: config.admissionWaitMs, modelTimeoutMs: config.modelTimeoutMs },
       'SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
   }
-  const configured = options.summarizer ? null : gatewayFromConfig(config, database.connectionString, logger);
-  const summarizer = options.summarizer ?? configured!.gateway;
-
-  const ctx = { pool: database.pool, summarizer, logger, workerId, leaseMs: config.leaseMs };
-  const runner = await run({
-    pgPool: database.pool,
-    concurrency: config.workerConcurrency,
-    pollInterval: config.pollIntervalMs,
-    noHandleSignals: true,
-    logger: graphileLogger(logger),
-    crontab: CRONTAB,
-    taskList: {
-      compact_conversation: compactConversationTask(ctx),
-      sweep_compaction: sweepCompactionTask(ctx),
-    },
-    gracefulShutdownAbortTimeout: config.shutdownTimeoutMs,
-    preset: {
-      // With batching on, a job finishing during shutdown may never be marked
-      // complete and stays locked for 4 hours (STACK.md): complete at once.
-      worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 },
-    },
+  const metrics = createWorkerMetrics({ pool: database.pool });
+  const configured = options.summarizer ? null : gatewayFromConfig(config, database.directConnectionString, logger, {
+    admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
   });
-  logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model }, 'worker started');
+  const summarizer = instrumentSummarizer(options.summarizer ?? configured!.gateway, metrics);
 
+  // One emitter for every generation's events, so observers survive restarts.
+  const events = new EventEmitter() as WorkerEvents;
+  events.on('job:success', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'success' }));
+  events.on('job:error', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'error' }));
+  events.on('job:failed', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'failed' }));
+
+  let current: Generation | null = null;
+  const retiring = new Set<Promise<void>>();
+  let generations = 0;
+  let restarts = 0;
+  let recovering = false;
   let stopping: Promise<void> | null = null;
   let died: WorkerRunnerStoppedError | null = null;
-  const promise = runner.promise.then(() => {
-    if (stopping === null) {
-      died = new WorkerRunnerStoppedError('graphile-worker stopped on its own (see its "Runner stopping" log line); start the worker again');
-      throw died;
-    }
-  });
+  let settle!: { resolve: () => void; reject: (e: unknown) => void };
+  const promise = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
   // Marked handled here: a caller that never looks at runner.promise must not crash on it.
   promise.catch(() => {});
+  const wake = new AbortController();
+
+  async function startGeneration(): Promise<Generation> {
+    const n = generations;
+    const claimOwner = n === 0 ? workerId : `${workerId}/r${n}`;
+    const pool = createWorkerPool({
+      connectionString: database.connectionString,
+      directConnectionString: database.directConnectionString,
+      max: config.workerConcurrency + 3,
+      applicationName: 'sourcebound-worker',
+      logger,
+    });
+    const own = new EventEmitter() as WorkerEvents;
+    const forward = own.emit.bind(own);
+    own.emit = ((name: string, payload: unknown) => {
+      forward(name as never, payload as never);
+      return events.emit(name as never, payload as never);
+    }) as typeof own.emit;
+    const gen: Generation = { n, claimOwner, pool, runner: null!, graphileWorkerIds: new Set(), tasks: new Set(), retired: false };
+    own.on('worker:create', ({ worker }) => gen.graphileWorkerIds.add(worker.workerId));
+    // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
+    own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
+    own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void recover('listen_connection_lost', error); });
+
+    const track = (task: Task): Task => (payload, helpers) => {
+      const running = Promise.resolve().then(() => task(payload, helpers));
+      gen.tasks.add(running);
+      void running.then(() => gen.tasks.delete(running), () => gen.tasks.delete(running));
+      return running;
+    };
+    const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs };
+    try {
+      gen.runner = await run({
+        pgPool: pool,
+        concurrency: config.workerConcurrency,
+        pollInterval: config.pollIntervalMs,
+        // A transaction pooler cannot carry named prepared statements between transactions.
+        noPreparedStatements: database.pooled,
+        noHandleSignals: true,
+        logger: graphileLogger(logger),
+        events: own,
+        crontab: CRONTAB,
+        taskList: {
+          compact_conversation: track(compactConversationTask({ ...ctx, onPass: (report) => recordRanges(metrics, report.ranges) })),
+          sweep_compaction: track(sweepCompactionTask(ctx)),
+        },
+        gracefulShutdownAbortTimeout: config.shutdownTimeoutMs,
+        preset: {
+          // With batching on, a job finishing during shutdown may never be marked
+          // complete and stays locked for 4 hours (STACK.md): complete at once.
+          worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 },
+        },
+      });
+    } catch (error) {
+      gen.retired = true;
+      await bounded(pool.end(), 5000);
+      throw error;
+    }
+    generations++;
+    // A runner that ends without our stop() (its worker pool failed) is replaced.
+    gen.runner.promise.then(
+      () => { if (!gen.retired) void recover('runner_stopped', null); },
+      (error: unknown) => { if (!gen.retired) void recover('runner_failed', error); },
+    );
+    return gen;
+  }
+
+  /**
+   * Stops a generation's runner (graceful: running jobs finish or are aborted
+   * after the shutdown deadline), waits for its tasks within a bound, ends its
+   * pool. Never throws, never waits unbounded.
+   */
+  async function retire(gen: Generation): Promise<void> {
+    gen.retired = true;
+    const stopped = gen.runner.stop().catch(() => {});
+    const bound = config.shutdownTimeoutMs + 5000;
+    await bounded(Promise.allSettled([stopped, ...gen.tasks]), bound);
+    if (gen.tasks.size > 0) {
+      logger.warn({ workerId, generation: gen.n, tasks: gen.tasks.size }, 'tasks of the retired runner are still running after the shutdown deadline; their claims are released now');
+    }
+    if (!(await bounded(gen.pool.end(), 5000))) {
+      logger.warn({ workerId, generation: gen.n }, 'the retired runner still holds PostgreSQL clients; its pool is left to close');
+    }
+  }
+
+  /** Hands back what a retired generation held; retried until it works or the worker stops. */
+  async function releaseOwn(gen: Generation): Promise<void> {
+    for (let delay = RECONNECT_FIRST_MS; ; delay = Math.min(delay * 2, RECONNECT_MAX_MS)) {
+      if (stopping) return;
+      try {
+        const unlockedJobs = await workerJobsUnlock(database.pool, [...gen.graphileWorkerIds]);
+        const resumed = await ownClaimsRelease(database.pool, gen.claimOwner);
+        logger.info({ workerId, generation: gen.n, unlockedJobs, resumedClaims: resumed.length }, 'the retired runner\'s jobs and claims are handed back');
+        return;
+      } catch (error) {
+        if (stopping) return;
+        logger.warn({ err: error, workerId, generation: gen.n }, 'handing back the retired runner\'s jobs and claims failed; retrying');
+        await sleep(jitter(delay), wake.signal);
+      }
+    }
+  }
+
+  let recovery: Promise<void> = Promise.resolve();
+  /** Single-flight: retire the runner, wait for PostgreSQL, start a new runner, hand back the old one's work. */
+  function recover(reason: string, error: unknown): Promise<void> {
+    if (recovering || stopping || current === null) return recovery;
+    recovering = true;
+    recovery = recoverOnce(current, reason, error);
+    return recovery;
+  }
+
+  async function recoverOnce(old: Generation, reason: string, error: unknown): Promise<void> {
+    metrics.runnerUp.set(0);
+    current = null;
+    const since = Date.now();
+    const deadline = since + config.recoveryTimeoutMs;
+    logger.error({ err: error ?? undefined, reason, workerId, generation: old.n },
+      'worker lost its database or its graphile-worker runner: retiring the runner, reconnecting');
+    const retired = retire(old);
+    retiring.add(retired);
+    void retired.finally(() => retiring.delete(retired));
+
+    let delay = RECONNECT_FIRST_MS;
+    let lastError: unknown = error;
+    for (;;) {
+      if (stopping) return;
+      const answer = await databaseAnswers();
+      if (answer === null) {
+        try {
+          if (stopping) return;
+          const started = await startGeneration();
+          // stop() came while the runner started: it is not ours to keep.
+          if (stopping) { await retire(started); return; }
+          current = started;
+          break;
+        } catch (startError) {
+          lastError = startError;
+        }
+      } else {
+        lastError = answer;
+      }
+      if (Date.now() + delay > deadline) {
+        giveUp(new WorkerRunnerStoppedError(
+          `the worker lost PostgreSQL (${reason}) and could not start again within ${config.recoveryTimeoutMs} ms `
+            + `(SOURCEBOUND_RECOVERY_TIMEOUT_MS): ${(lastError as Error)?.message ?? lastError}`,
+          { cause: lastError },
+        ));
+        return;
+      }
+      await sleep(jitter(delay), wake.signal);
+      delay = Math.min(delay * 2, RECONNECT_MAX_MS);
+    }
+    restarts++;
+    recovering = false;
+    metrics.restarts.inc({ reason });
+    metrics.runnerUp.set(1);
+    logger.info({ workerId, generation: current.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
+    await retired;
+    await releaseOwn(old);
+  }
+
+  /** null when both the pooled and the direct URL answer `select 1`, else the error. */
+  async function databaseAnswers(): Promise<unknown> {
+    try {
+      await probe.check();
+      if (database.pooled) await oneShot(database.directConnectionString);
+      return null;
+    } catch (error) {
+      return error;
+    }
+  }
+
+  function giveUp(error: WorkerRunnerStoppedError): void {
+    if (died) return;
+    died = error;
+    logger.error({ err: error, workerId }, error.message);
+    settle.reject(error);
+  }
+
+  const probe = createProbe(database.connectionString, {
+    ok: () => metrics.databaseLastOk.set(Date.now() / 1000),
+    lost: (error, definite) => {
+      if (current !== null && !recovering && !stopping && definite) void recover('database_unreachable', error);
+    },
+  });
+
+  try {
+    current = await startGeneration();
+  } catch (error) {
+    probe.close();
+    await configured?.close();
+    throw error;
+  }
+  metrics.runnerUp.set(1);
+  probe.start();
+  logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model, pooled: database.pooled }, 'worker started');
+
+  const health = (): WorkerHealth => ({ running: current !== null && !recovering, recovering, databaseOkAt: probe.okAt(), restarts });
+  let http: WorkerHttp | null = null;
+  if (config.metricsPort !== undefined) {
+    http = await startWorkerHttp({ host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health, probeIntervalMs: PROBE_INTERVAL_MS });
+    logger.info({ port: http.port, host: config.metricsHost }, 'metrics and health listening');
+  }
+
   const stop = () => {
     stopping ??= (async () => {
       logger.info({ workerId }, 'worker stopping: no new jobs, waiting for running ones');
-      // A runner that already stopped itself rejects a second stop; there is nothing left to stop.
-      await runner.stop().catch((error: unknown) => {
-        if (!(error instanceof Error && error.message === 'Runner is already stopped')) throw error;
-      });
+      wake.abort();
+      probe.close();
+      const gen = current;
+      current = null;
+      await Promise.all([gen ? retire(gen) : Promise.resolve(), ...retiring, recovery]);
       await configured?.close();
+      await http?.close();
+      metrics.runnerUp.set(0);
       logger.info({ workerId }, 'worker stopped');
       if (died) throw died;
+      settle.resolve();
     })();
     return stopping;
   };
-  return { workerId, runner: { ...runner, promise }, stop };
+
+  const runner: Runner = {
+    stop: (reason?: string) => (current ? current.runner.stop(reason) : Promise.reject(new Error('Runner is already stopped'))),
+    kill: (reason?: string) => (current ? current.runner.kill(reason) : Promise.resolve()),
+    addJob: ((...args: Parameters<Runner['addJob']>) => {
+      if (!current) return Promise.reject(new Error('the worker has no running runner (stopping or recovering)'));
+      return current.runner.addJob(...args);
+    }) as Runner['addJob'],
+    promise,
+    events,
+  };
+  return { workerId, runner, metrics, health, httpPort: http?.port ?? null, stop };
 }
+
+interface Probe {
+  start(): void;
+  /** One `select 1` now. @throws when PostgreSQL does not answer. */
+  check(): Promise<void>;
+  okAt(): number | null;
+  close(): void;
+}
+
+/**
+ * `select 1` every PROBE_INTERVAL_MS on a connection of its own (a busy pool
+ * must not look like a dead database). A lost connection is definite at once
+ * (a restart cuts every session); a slow answer only on the second in a row.
+ */
+function createProbe(connectionString: string, on: { ok(): void; lost(error: unknown, definite: boolean): void }): Probe {
+  let client: pg.Client | null = null;
+  let okAt: number | null = null;
+  let timer: NodeJS.Timeout | null = null;
+  let closed = false;
+  let slow = 0;
+  let inFlight: Promise<void> | null = null;
+
+  const drop = (c: pg.Client) => {
+    if (client === c) client = null;
+    c.end().catch(() => {});
+  };
+  async function connected(): Promise<pg.Client> {
+    if (client) return client;
+    const c = new pg.Client({ connectionString, application_name: 'sourcebound-health', connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS });
+    c.on('error', (error) => {
+      drop(c);
+      if (!closed) on.lost(error, true);
+    });
+    await c.connect().catch((error: unknown) => { c.end().catch(() => {}); throw error; });
+    if (closed) { c.end().catch(() => {}); throw new Error('probe closed'); }
+    client = c;
+    return c;
+  }
+  async function check(): Promise<void> {
+    inFlight ??= (async () => {
+      const c = await connected();
+      try {
+        await c.query('select 1');
+      } catch (error) {
+        drop(c);
+        throw error;
+      }
+      okAt = Date.now();
+      slow = 0;
+      on.ok();
+    })().finally(() => { inFlight = null; });
+    return inFlight;
+  }
+  const tick = async () => {
+    timer = null;
+    try {
+      await check();
+    } catch (error) {
+      const timedOut = /timeout/i.test((error as Error)?.message ?? '');
+      slow = timedOut ? slow + 1 : 0;
+      if (!closed) on.lost(error, !timedOut || slow >= 2);
+    }
+    if (!closed) timer = setTimeout(tick, PROBE_INTERVAL_MS);
+  };
+  return {
+    start() { if (!closed && timer === null) timer = setTimeout(tick, PROBE_INTERVAL_MS); },
+    check,
+    okAt: () => okAt,
+    close() {
+      closed = true;
+      if (timer) clearTimeout(timer);
+      if (client) drop(client);
+    },
+  };
+}
+
+/** One fresh session answers `select 1`. @throws otherwise. */
+async function oneShot(connectionString: string): Promise<void> {
+  const c = new pg.Client({ connectionString, connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS });
+  c.on('error', () => {});
+  try {
+    await c.connect();
+    await c.query('select 1');
+  } finally {
+    await c.end().catch(() => {});
+  }
+}
+
+/** true when `promise` settled within `ms`. */
+async function bounded(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), ms); });
+  const done = promise.then(() => true, () => true);
+  const result = await Promise.race([done, timeout]);
+  clearTimeout(timer);
+  return result;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
+const jitter = (ms: number) => Math.ceil(ms * (0.5 + Math.random() / 2));

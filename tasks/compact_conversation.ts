@@ -1,6 +1,6 @@
 import type { Task } from 'graphile-worker';
 import { z } from 'zod';
-import { compactConversation, SummarizerConfigError, type CompactionContext } from '../src/compaction/compact.ts';
+import { compactConversation, SummarizerConfigError, type CompactionContext, type CompactionReport } from '../src/compaction/compact.ts';
 import { compactionJobAtAdd, compactionLeaseWatchAdd, conversationStateRead } from '../src/db/queries/summaries.ts';
 
 const Payload = z.object({ conversationId: z.uuid() });
@@ -12,7 +12,10 @@ const Payload = z.object({ conversationId: z.uuid() });
  * A bad payload or an unknown conversation ends the job with a logged reason
  * and no retry storm; a summarizer configuration error fails it loudly.
  */
-export function compactConversationTask(ctx: Omit<CompactionContext, 'logger'> & { logger: CompactionContext['logger'] }): Task {
+export function compactConversationTask(ctx: Omit<CompactionContext, 'logger'> & { logger: CompactionContext['logger'] } & {
+  /** Observes every finished pass (metrics); it must not throw. */
+  onPass?: (report: CompactionReport) => void;
+}): Task {
   return async (payload, helpers) => {
     const parsed = Payload.safeParse(payload);
     const base = { task: 'compact_conversation', jobId: helpers.job.id };
@@ -29,6 +32,7 @@ export function compactConversationTask(ctx: Omit<CompactionContext, 'logger'> &
     }
     try {
       const report = await compactConversation({ ...ctx, logger }, conversationId, helpers.abortSignal, state.pairCount);
+      ctx.onPass?.(report);
       if (report.rescheduleAt) await compactionJobAtAdd(ctx.pool, conversationId, report.rescheduleAt);
       if (report.leaseWatchAt) await compactionLeaseWatchAdd(ctx.pool, conversationId, report.leaseWatchAt);
       logger.info({ pairCount: report.pairCount, ranges: report.ranges.map((r) => `${r.fromPair}-${r.toPair}:${r.result}`), rescheduleAt: report.rescheduleAt, leaseWatchAt: report.leaseWatchAt }, 'compaction pass done');

@@ -63,7 +63,7 @@ export interface RunningSide {
 /** sourcebound's worker on `url` (already migrated), summarizing with `summarizer`. */
 export async function startSourceboundSide(url: string, settings: WorkerSettings, summarizer: Summarizer): Promise<RunningSide & { handle: WorkerHandle }> {
   const pool = benchPool(url, settings.poolSize);
-  const database: Database = { connectionString: url, pool, close: () => pool.end() };
+  const database: Database = { connectionString: url, directConnectionString: url, pooled: false, pool, close: () => pool.end() };
   const config = loadConfig({
     DATABASE_URL: url,
     SOURCEBOUND_WORKER_CONCURRENCY: String(settings.concurrency),

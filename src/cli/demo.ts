@@ -29,7 +29,7 @@ export const demoCommand: Command = {
 
     return withSession(async ({ config, logger, database }) => {
       say(config.databaseUrl ? 'Using DATABASE_URL.' : `Using the embedded PostgreSQL in ${config.dataDir}.`);
-      await migrateDatabase(database.connectionString, logger);
+      await migrateDatabase(database.directConnectionString, logger);
       const threads = readThreads();
       const conversations: { threadId: string; conversationId: string }[] = [];
       for (const thread of threads) {

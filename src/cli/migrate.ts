@@ -7,6 +7,6 @@ export const migrateCommand: Command = {
   usage: 'usage: sourcebound migrate\n\nApplies pending migrations; safe to run from several processes at once.',
   async run(argv) {
     parseCommandArgs(argv, {});
-    await withSession(async ({ database, logger }) => migrateDatabase(database.connectionString, logger), { poolSize: 2 });
+    await withSession(async ({ database, logger }) => migrateDatabase(database.directConnectionString, logger), { poolSize: 2 });
   },
 };

@@ -9,6 +9,8 @@ export const workerCommand: Command = {
     '',
     'Migrates, then runs compact_conversation jobs and the sweep crontab.',
     'SIGTERM/SIGINT: stop taking jobs, let running ones finish (SOURCEBOUND_SHUTDOWN_TIMEOUT_MS), exit 0.',
+    'A lost database (restart, failover): reconnects and restarts its runner in-process; exits 1 if PostgreSQL',
+    'does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS. SOURCEBOUND_METRICS_PORT serves /healthz and /metrics.',
     'Concurrency: SOURCEBOUND_WORKER_CONCURRENCY; poll interval: SOURCEBOUND_POLL_INTERVAL_MS.',
   ].join('\n'),
   async run(argv) {
@@ -24,7 +26,7 @@ export const workerCommand: Command = {
         };
         process.on('SIGTERM', onSignal);
         process.on('SIGINT', onSignal);
-        // A runner that dies on its own (e.g. its database went away for good) ends the process too.
+        // A worker that gives up (its database did not come back in time) ends the process with exit 1.
         worker.runner.promise.then(resolve, (error) => {
           logger.error({ err: error }, 'worker runner failed');
           process.exitCode = 1;

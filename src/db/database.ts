@@ -8,8 +8,21 @@ export class DatabaseUnreachableError extends Error {
   override name = 'DatabaseUnreachableError';
 }
 
+/**
+ * Terminology. The *pooled* URL (DATABASE_URL) may be a transaction pooler:
+ * each transaction can run on a different server connection, so nothing that
+ * lives in a session (LISTEN, session advisory locks, named prepared
+ * statements, SET) survives between transactions. The *direct* URL
+ * (DATABASE_DIRECT_URL, default DATABASE_URL) is a real session; every
+ * session-scoped use goes there. `pooled` is true when the two differ.
+ */
 export interface Database {
+  /** DATABASE_URL, or the embedded server's: ordinary queries and transactions. */
   connectionString: string;
+  /** DATABASE_DIRECT_URL (default: connectionString): LISTEN, migrations' lock, fleet admission. */
+  directConnectionString: string;
+  /** connectionString goes through a transaction pooler (a direct URL was given and differs). */
+  pooled: boolean;
   pool: pg.Pool;
   /** Ends the pool, then stops an embedded server this process started. */
   close(): Promise<void>;
@@ -20,7 +33,11 @@ export interface Database {
  * in the configured data folder.
  * @throws DatabaseUnreachableError when the server does not answer.
  */
-export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir' | 'embeddedPort'>, logger: Logger, poolSize = 10): Promise<Database> {
+export async function openDatabase(
+  config: Pick<Config, 'databaseUrl' | 'dataDir' | 'embeddedPort'> & Partial<Pick<Config, 'databaseDirectUrl'>>,
+  logger: Logger,
+  poolSize = 10,
+): Promise<Database> {
   let stopEmbedded = async () => {};
   let connectionString = config.databaseUrl;
   if (connectionString === undefined) {
@@ -28,22 +45,46 @@ export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir
     connectionString = embedded.connectionString;
     stopEmbedded = embedded.stop;
   }
+  const directConnectionString = config.databaseDirectUrl ?? connectionString;
+  const pooled = directConnectionString !== connectionString;
   const pool = createPool(connectionString, logger, poolSize);
   try {
     await pool.query('select 1');
+    if (pooled) await probe(directConnectionString);
   } catch (error) {
     await pool.end().catch(() => {});
     await stopEmbedded().catch(() => {});
-    throw new DatabaseUnreachableError(`cannot reach PostgreSQL at ${redact(connectionString)}: ${(error as Error).message}`, { cause: error });
+    const which = error instanceof DirectUnreachable ? redact(directConnectionString) + ' (DATABASE_DIRECT_URL)' : redact(connectionString);
+    const cause = error instanceof DirectUnreachable ? error.cause : error;
+    throw new DatabaseUnreachableError(`cannot reach PostgreSQL at ${which}: ${(cause as Error).message}`, { cause });
   }
+  if (pooled) logger.info({ pooled: redact(connectionString), direct: redact(directConnectionString) }, 'DATABASE_URL is treated as a transaction pooler; sessions use DATABASE_DIRECT_URL');
   return {
     connectionString,
+    directConnectionString,
+    pooled,
     pool,
     close: async () => {
       await pool.end();
       await stopEmbedded();
     },
   };
+}
+
+class DirectUnreachable extends Error {}
+
+/** One round trip on a fresh session. @throws DirectUnreachable carrying the driver's error. */
+async function probe(connectionString: string): Promise<void> {
+  const client = new pg.Client({ connectionString, connectionTimeoutMillis: 10_000 });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await client.query('select 1');
+  } catch (error) {
+    throw new DirectUnreachable('direct connection failed', { cause: error });
+  } finally {
+    await client.end().catch(() => {});
+  }
 }
 
 /** A pool whose idle-client errors are logged instead of crashing the process. */

@@ -9,6 +9,8 @@ import { LOCK_NS } from './locks.ts';
 export const MIGRATIONS_FOLDER = packageFile('migrations');
 /** Where drizzle records applied migrations; our own schema, so an app's drizzle table is untouched. */
 const MIGRATIONS_SCHEMA = 'sourcebound_migrations';
+/** How long a migrator waits for another one's lock. (Default: 10 minutes) */
+export const DEFAULT_MIGRATION_LOCK_TIMEOUT_MS = 600_000;
 
 /**
  * Brings a database up to date: graphile-worker's schema first (our triggers
@@ -16,13 +18,26 @@ const MIGRATIONS_SCHEMA = 'sourcebound_migrations';
  * ours. drizzle's migrator takes no lock, so concurrent migrators (two workers
  * starting at once) are serialized here with a session advisory lock held on
  * the one client that runs our migrations.
+ *
+ * `connectionString` must be a direct session (DATABASE_DIRECT_URL), never a
+ * transaction pooler: through one, the lock and the unlock land on different
+ * server connections, the lock serializes nothing and stays held by an idle
+ * server connection. Migrators started while one holds the lock wait for it,
+ * up to `lockTimeoutMs`, then fail with a message rather than hang.
  */
-export async function migrateDatabase(connectionString: string, logger: Logger): Promise<void> {
-  const client = new pg.Client({ connectionString });
+export async function migrateDatabase(connectionString: string, logger: Logger, options: { lockTimeoutMs?: number } = {}): Promise<void> {
+  const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_MIGRATION_LOCK_TIMEOUT_MS;
+  const client = new pg.Client({ connectionString, application_name: 'sourcebound-migrate' });
   client.on('error', (error) => logger.warn({ err: error }, 'migration connection failed'));
   await client.connect();
   try {
-    await client.query('select pg_advisory_lock($1, 0)', [LOCK_NS.migrate]);
+    // lock_timeout bounds the wait for the lock (another migrator, or a stuck session).
+    await client.query(`set lock_timeout = ${Math.max(1, Math.floor(lockTimeoutMs))}`);
+    await client.query('select pg_advisory_lock($1, 0)', [LOCK_NS.migrate]).catch((error: unknown) => {
+      if ((error as { code?: string }).code !== '55P03') throw error;
+      throw new Error(`another migration held the migration lock for more than ${lockTimeoutMs} ms (see pg_locks, objid 0, classid ${LOCK_NS.migrate})`, { cause: error });
+    });
+    await client.query('set lock_timeout = 0');
     try {
       await runMigrations({ connectionString, logger: graphileLogger(logger) });
       await migrate(drizzle(client), { migrationsFolder: MIGRATIONS_FOLDER, migrationsSchema: MIGRATIONS_SCHEMA });

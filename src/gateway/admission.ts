@@ -28,6 +28,8 @@ export interface AdmissionOptions {
   /** `application_name` of the dedicated connection. (Default: 'sourcebound-admission') */
   applicationName?: string | undefined;
   logger?: GatewayLogger | undefined;
+  /** Observes every acquire: seconds waited and how it ended (metrics); must not throw. */
+  onWait?: ((seconds: number, result: 'admitted' | 'timeout' | 'aborted') => void) | undefined;
 }
 
 /** Permission to make one model call; give it back with `release()` (idempotent). */
@@ -71,6 +73,14 @@ export function createAdmission(options: AdmissionOptions): Admission {
   }
 
   async function acquire(signal?: AbortSignal): Promise<Slot | null> {
+    if (!options.onWait) return acquireSlot(signal);
+    const started = performance.now();
+    const slot = await acquireSlot(signal);
+    options.onWait((performance.now() - started) / 1000, slot ? 'admitted' : signal?.aborted ? 'aborted' : 'timeout');
+    return slot;
+  }
+
+  async function acquireSlot(signal?: AbortSignal): Promise<Slot | null> {
     const deadlineAt = Date.now() + options.waitTimeoutMs;
     const releaseLocal = await local.acquire(options.waitTimeoutMs, signal);
     if (releaseLocal === null) return null;

@@ -17,6 +17,11 @@ import type { Release } from './semaphore.ts';
  * at once; polling every `pollMs` covers slots freed by a dead connection,
  * which sends no notification.
  *
+ * The connection string must be a direct session (DATABASE_DIRECT_URL), not a
+ * transaction pooler: through one, the lock and its unlock run on whatever
+ * server connection the pooler picks, a dead process's slots stay held by a
+ * pooled server connection forever, and NOTIFY never reaches the waiters.
+ *
  * If the connection is lost, the server has already released our slots: calls
  * running under them go on, so the fleet may briefly exceed its limit until
  * they finish. The next acquire reconnects.

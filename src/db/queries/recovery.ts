@@ -1,0 +1,42 @@
+/**
+ * SQL a worker runs after it replaced its graphile-worker runner (PostgreSQL
+ * restarted, or the runner stopped on its own), to hand back at once what the
+ * old runner held instead of waiting for graphile-worker's 4-hour lock expiry
+ * and our claim lease. Only this process's own ids are touched.
+ */
+import type { Queryable } from './summaries.ts';
+
+/** Unlocks the jobs (and queues) graphile-worker had locked for these worker ids; returns how many jobs were locked. */
+export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonly string[]): Promise<number> {
+  if (graphileWorkerIds.length === 0) return 0;
+  const { rows } = await db.query<{ n: number }>(
+    `select count(*)::int as n from graphile_worker.jobs where locked_by = any($1::text[])`, [graphileWorkerIds]);
+  await db.query('select graphile_worker.force_unlock_workers($1::text[])', [graphileWorkerIds]);
+  return rows[0]!.n;
+}
+
+/**
+ * Ends the leases of running claims owned by `leaseOwner` (the old runner's
+ * claims: its tasks have ended or were aborted), so the next claim takes them
+ * over now: the takeover settles the interrupted attempt as `unknown`, spent
+ * (it may have reached the model), exactly as after a lease expiry. Then the
+ * conversations' jobs are made runnable now. Returns the conversations.
+ */
+export async function ownClaimsRelease(db: Queryable, leaseOwner: string): Promise<string[]> {
+  const { rows } = await db.query<{ conversationId: string }>(
+    `with released as (
+       update sourcebound.conversation_summaries set lease_expires_at = now()
+       where status = 'running' and lease_owner = $1 and lease_expires_at > now()
+       returning conversation_id)
+     select distinct conversation_id as "conversationId" from released`,
+    [leaseOwner],
+  );
+  for (const { conversationId } of rows) {
+    await db.query(
+      `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::uuid),
+         run_at := now(), job_key := 'sourcebound:compact:' || $1, job_key_mode := 'replace')`,
+      [conversationId],
+    );
+  }
+  return rows.map((r) => r.conversationId);
+}

@@ -1,0 +1,251 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { openDatabase, withDatabase } from '../../src/db/database.ts';
+import { LOCK_NS } from '../../src/db/locks.ts';
+import { MIGRATIONS_FOLDER } from '../../src/db/migrate.ts';
+import { createOfflineSummarizer } from '../../src/gateway/index.ts';
+import { silentLogger } from '../../src/logger.ts';
+import { projectConversationHistory } from '../../src/projection/index.ts';
+import { startWorker } from '../../src/worker.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, compactionJobs, createConversation, drift, pairCount } from '../support/fixtures.ts';
+import { behaviours, startMessagesServer } from '../support/messages-server.ts';
+import { startPgBouncer } from '../support/pgbouncer.ts';
+import { spawnSourcebound, until, type WorkerProcess } from '../support/processes.ts';
+
+/**
+ * Production topology, part 1: DATABASE_URL is a transaction pooler (a real
+ * PgBouncer 1.18, `pool_mode = transaction`, 6 server connections for all
+ * clients), DATABASE_DIRECT_URL the server itself. Without the direct URL
+ * this topology measured: graphile-worker's named prepared statements
+ * colliding, migrators racing, fleet slots leaking, LISTEN never notified.
+ */
+const db = await createTestDatabase();
+const bouncer = await startPgBouncer({ serverUrl: db.adminUrl, poolSize: 6 });
+const dbName = new URL(db.url).pathname.slice(1);
+const pooledUrl = bouncer.url(dbName);
+const server = await startMessagesServer();
+const running: WorkerProcess[] = [];
+afterEach(async () => {
+  for (const w of running.splice(0)) {
+    w.child.kill('SIGKILL');
+    await w.exited;
+  }
+  await db.pool.query('delete from graphile_worker._private_jobs');
+});
+afterAll(async () => {
+  await server.close();
+  await bouncer.stop();
+});
+
+function worker(env: Record<string, string> = {}): WorkerProcess {
+  const w = spawnSourcebound(['worker', '--no-migrate'], {
+    DATABASE_URL: pooledUrl,
+    DATABASE_DIRECT_URL: db.url,
+    ANTHROPIC_API_KEY: server.apiKey,
+    ANTHROPIC_BASE_URL: server.url,
+    SOURCEBOUND_MODEL: 'claude-test',
+    SOURCEBOUND_POLL_INTERVAL_MS: '500',
+    SOURCEBOUND_FLEET_CONCURRENCY: '0',
+    ...env,
+  });
+  running.push(w);
+  return w;
+}
+const started = (w: WorkerProcess) => w.waitForLog((l) => l.msg === 'worker started', 60_000);
+const completedIn = async (ids: string[]) => (await db.pool.query<{ n: number }>(
+  `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`, [ids])).rows[0]!.n;
+
+describe('behind PgBouncer in transaction mode, with a direct URL for sessions', () => {
+  it('three migrators at once on an empty database: all succeed, once, and no lock is left', async () => {
+    const admin = new pg.Client({ connectionString: db.adminUrl });
+    await admin.connect();
+    const name = `sb_pgb_${process.pid}_${Date.now()}`;
+    await admin.query(`create database ${name}`);
+    try {
+      const env = { DATABASE_URL: bouncer.url(name), DATABASE_DIRECT_URL: withDatabase(db.adminUrl, name) };
+      const migrators = Array.from({ length: 3 }, () => spawnSourcebound(['migrate'], env));
+      const codes = await Promise.all(migrators.map((m) => m.exited));
+      expect(codes, migrators.map((m) => m.stderr).join('\n')).toEqual([0, 0, 0]);
+      const check = new pg.Client({ connectionString: withDatabase(db.adminUrl, name) });
+      await check.connect();
+      const { rows: applied } = await check.query<{ n: number }>('select count(*)::int as n from sourcebound_migrations.__drizzle_migrations');
+      await check.end();
+      const journal = JSON.parse(readFileSync(join(MIGRATIONS_FOLDER, 'meta/_journal.json'), 'utf8')) as { entries: unknown[] };
+      expect(applied[0]!.n).toBe(journal.entries.length);
+      const { rows: locks } = await admin.query<{ n: number }>(
+        `select count(*)::int as n from pg_locks l join pg_database d on d.oid = l.database
+         where l.locktype = 'advisory' and l.classid = $1 and d.datname = $2`, [LOCK_NS.migrate, name]);
+      expect(locks[0]!.n).toBe(0);
+    } finally {
+      await admin.query(`drop database if exists ${name} with (force)`);
+      await admin.end();
+    }
+  });
+
+  it('a worker drains 300 ranges: no prepared-statement error, no error logged, nothing left locked', async () => {
+    server.reset();
+    server.setDefault(behaviours.echo());
+    const conversations: string[] = [];
+    // 30 conversations x 120 pairs: 10 plannable ranges each.
+    for (let i = 0; i < 30; i++) {
+      const c = await createConversation(db.pool);
+      await addPairs(db.pool, c, 120);
+      conversations.push(c);
+    }
+    await db.pool.query('analyze');
+    const w = worker({ SOURCEBOUND_WORKER_CONCURRENCY: '4', SOURCEBOUND_MODEL_CONCURRENCY: '4' });
+    await started(w);
+    await until(async () => (await completedIn(conversations)) === 300, 120_000, '300 ranges completed through PgBouncer');
+    await until(async () => (await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0]!.n === 0, 20_000, 'no job left locked');
+    expect(w.logs.filter((l) => /prepared statement/i.test(JSON.stringify(l)))).toEqual([]);
+    // Errors logged: none but a slow connect on a busy two-core machine (graphile-worker's cron retries those itself).
+    expect(w.logs.filter((l) => l.level >= 50 && !/timeout exceeded when trying to connect/.test(l.msg))).toEqual([]);
+    expect(w.logs.filter((l) => l.msg === 'worker runner restarted')).toEqual([]);
+    expect(server.count).toBe(300);
+    // Multiplexed: all of the worker's clients went through at most 6 server connections.
+    expect(await bouncer.serverConnections(dbName)).toBeLessThanOrEqual(6);
+
+    // Projection reads the same through the pooler as directly; the stable layout it saves through it is kept.
+    const pooled = new pg.Pool({ connectionString: pooledUrl, max: 4 });
+    try {
+      for (const c of conversations.slice(0, 3)) {
+        const args = { conversationId: c, scope: 'tenant-a', budgetBytes: 16 * 1024 };
+        const fresh = await projectConversationHistory({ pool: db.pool, ...args, layout: 'newest-first' });
+        expect(await projectConversationHistory({ pool: pooled, ...args, layout: 'newest-first' })).toEqual(fresh);
+        expect(fresh.items.some((item) => item.kind === 'summary')).toBe(true);
+        const first = await projectConversationHistory({ pool: pooled, ...args });
+        expect(first.cache.layoutSaved).toBe(true);
+        const again = await projectConversationHistory({ pool: pooled, ...args });
+        expect(again.cache.rewrite).toBeNull();
+        expect(again.items).toEqual(first.items);
+        expect(await projectConversationHistory({ pool: db.pool, ...args })).toEqual(again);
+      }
+    } finally {
+      await pooled.end();
+    }
+  }, 180_000);
+
+  it('fleet admission holds its limit across three workers and frees a SIGKILLed holder\'s slots', async () => {
+    server.reset();
+    server.setDefault(behaviours.echo(400));
+    const limit = 3;
+    const env = {
+      SOURCEBOUND_FLEET_CONCURRENCY: String(limit), SOURCEBOUND_WORKER_CONCURRENCY: '2', SOURCEBOUND_MODEL_CONCURRENCY: '2',
+      SOURCEBOUND_LEASE_MS: '3000', SOURCEBOUND_MODEL_TIMEOUT_MS: '2500', SOURCEBOUND_ADMISSION_WAIT_MS: '3000',
+    };
+    const workers = Array.from({ length: 3 }, () => worker(env));
+    await Promise.all(workers.map(started));
+    const slotsHeld = async () => (await db.pool.query<{ n: number }>(
+      `select count(*)::int as n from pg_locks l join pg_database d on d.oid = l.database
+       where l.locktype = 'advisory' and l.classid = $1 and l.granted and d.datname = current_database()`, [LOCK_NS.admission])).rows[0]!.n;
+    let maxHeld = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        maxHeld = Math.max(maxHeld, await slotsHeld());
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    const conversations: string[] = [];
+    // Its claim is taken over after the lease; the sweep is what re-enqueues it in production.
+    const sweeper = setInterval(() => { void db.pool.query('select sourcebound.sweep_compaction()').catch(() => {}); }, 1000);
+    try {
+      for (let i = 0; i < 12; i++) {
+        const c = await createConversation(db.pool);
+        await addPairs(db.pool, c, 30);
+        conversations.push(c);
+      }
+      // Kill a worker while calls are in flight (the fleet's slots are held).
+      await server.waitFor(() => server.inFlight >= 2, 30_000);
+      workers[0]!.child.kill('SIGKILL');
+      await workers[0]!.exited;
+      await until(async () => (await completedIn(conversations)) === 12, 90_000, 'twelve ranges completed');
+    } finally {
+      clearInterval(sweeper);
+      sampling = false;
+      await sampler;
+    }
+    expect(server.maxInFlight).toBeLessThanOrEqual(limit);
+    expect(maxHeld).toBeLessThanOrEqual(limit);
+    expect(maxHeld).toBeGreaterThan(0);
+    // Idle workers hold nothing; killed ones leave nothing behind.
+    await until(async () => (await slotsHeld()) === 0, 10_000, 'no slot held by idle workers');
+    for (const w of workers.slice(1)) {
+      w.child.kill('SIGKILL');
+      await w.exited;
+    }
+    expect(await slotsHeld()).toBe(0);
+  }, 150_000);
+
+  it('writers through PgBouncer: two transactions completing pairs 29 and 30 at once still enqueue', async () => {
+    for (let round = 0; round < 3; round++) {
+      const c = await createConversation(db.pool);
+      await addPairs(db.pool, c, 28);
+      const pending = await addPairs(db.pool, c, 2, undefined, { runStatus: 'running', startAt: 28 });
+      const a = new pg.Client({ connectionString: pooledUrl });
+      const b = new pg.Client({ connectionString: pooledUrl });
+      await Promise.all([a.connect(), b.connect()]);
+      try {
+        await Promise.all([a.query('begin'), b.query('begin')]);
+        await a.query(`update sourcebound.runs set status = 'completed' where id = $1`, [pending[0]!.runId]);
+        const bDone = b.query(`update sourcebound.runs set status = 'completed' where id = $1`, [pending[1]!.runId]);
+        await a.query('commit');
+        await bDone;
+        await b.query('commit');
+      } finally {
+        await Promise.all([a.end(), b.end()]);
+      }
+      expect(await pairCount(db.pool, c)).toBe(30);
+      expect(await compactionJobs(db.pool, c)).toBe(1);
+      expect(await drift(db.pool, c)).toEqual([]);
+    }
+  });
+
+  it('new jobs are picked up by LISTEN on the direct URL: pooled p50 within 2x of direct, never by polling', async () => {
+    // Two databases, one worker each, samples interleaved so both see the same machine load.
+    const other = await createTestDatabase();
+    const poll = 60_000; // a pickup by polling would take up to a minute
+    const side = async (url: string, direct: string) => {
+      const config = loadConfig({ DATABASE_URL: url, DATABASE_DIRECT_URL: direct, SOURCEBOUND_POLL_INTERVAL_MS: String(poll), LOG_LEVEL: 'silent' });
+      const database = await openDatabase(config, silentLogger, 6);
+      const handle = await startWorker({ config, logger: silentLogger, database, summarizer: createOfflineSummarizer({ maxChars: 6000 }), skipMigrations: true });
+      const starts = new Map<string, number>();
+      handle.runner.events.on('job:start', ({ job }) => starts.set(String((job.payload as { conversationId?: string }).conversationId), performance.now()));
+      return { database, handle, starts };
+    };
+    const directSide = await side(other.url, other.url);
+    const pooledSide = await side(pooledUrl, db.url);
+    expect(pooledSide.database.pooled).toBe(true);
+    const sample = async (pool: pg.Pool, s: typeof directSide) => {
+      const c = await createConversation(pool);
+      const t0 = performance.now();
+      await pool.query('select sourcebound.enqueue_compaction($1)', [c]);
+      await until(async () => s.starts.has(c), 10_000, 'job picked up');
+      return s.starts.get(c)! - t0;
+    };
+    const direct: number[] = [];
+    const pooled: number[] = [];
+    try {
+      // Warm-up: the first pickups pay for connections.
+      await sample(other.pool, directSide);
+      await sample(db.pool, pooledSide);
+      for (let i = 0; i < 15; i++) {
+        direct.push(await sample(other.pool, directSide));
+        pooled.push(await sample(db.pool, pooledSide));
+      }
+    } finally {
+      await directSide.handle.stop();
+      await pooledSide.handle.stop();
+      await directSide.database.close();
+      await pooledSide.database.close();
+    }
+    const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    console.log(`pickup p50: direct ${p50(direct).toFixed(1)} ms, through PgBouncer ${p50(pooled).toFixed(1)} ms`);
+    expect(Math.max(...pooled)).toBeLessThan(poll / 10);
+    expect(p50(pooled)).toBeLessThanOrEqual(2 * p50(direct));
+  }, 120_000);
+});
