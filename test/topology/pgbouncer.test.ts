@@ -99,7 +99,7 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     await db.pool.query('analyze');
     const w = worker({ SOURCEBOUND_WORKER_CONCURRENCY: '4', SOURCEBOUND_MODEL_CONCURRENCY: '4' });
     await started(w);
-    await until(async () => (await completedIn(conversations)) === 300, 120_000, '300 ranges completed through PgBouncer');
+    await until(async () => (await completedIn(conversations)) === 300, 200_000, '300 ranges completed through PgBouncer');
     await until(async () => (await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0]!.n === 0, 20_000, 'no job left locked');
     expect(w.logs.filter((l) => /prepared statement/i.test(JSON.stringify(l)))).toEqual([]);
     // Errors logged: none but a slow connect on a busy two-core machine (graphile-worker's cron retries those itself).
@@ -127,7 +127,7 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     } finally {
       await pooled.end();
     }
-  }, 180_000);
+  }, 260_000);
 
   it('fleet admission holds its limit across three workers and frees a SIGKILLed holder\'s slots', async () => {
     server.reset();
