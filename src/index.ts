@@ -27,9 +27,9 @@ export type { Outcome, Summarizer, SummaryRequest } from './gateway/types.ts';
 
 export {
   startRun, recordCorrection, recordModelTurn, recordModelRequest, recordToolCall, recordToolResult, readRunBudget,
-  storeResult, readResult, prepareRunRequest, recoverRunContext, toAnthropicRequest, DEFAULT_RUN_POLICY,
-  RunCompactionError, RunNotFoundError, RunHistoryError, ResultNotFoundError, RunPolicyError,
+  storeResult, readResult, prepareRunRequest, recoverRunContext, toAnthropicRequest, turnOfMessage, READ_RESULT_TOOL, readResultTool,
+  DEFAULT_RUN_POLICY, RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError,
 } from './run/index.ts';
-export type { PreparedRunRequest, PrepareRunRequestOptions, RecoveryReport } from './run/index.ts';
+export type { PreparedRunRequest, PrepareRunRequestOptions, RecoveryReport, CannotFit, ModelTurn } from './run/index.ts';
 
 export * as schema from './db/schema/index.ts';

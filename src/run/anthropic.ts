@@ -1,4 +1,4 @@
-import type { CatalogEntry, RunRequest, RunRequestItem, ThinkingBlock, ToolResultItem } from './types.ts';
+import type { CatalogEntry, RunRequest, RunRequestItem, ThinkingBlock, ToolProposal, ToolResultItem } from './types.ts';
 
 /**
  * The wire form: a RunRequest in Anthropic Messages shape. This is the one
@@ -145,4 +145,46 @@ export function toolResultParts(item: ToolResultItem): string[] {
   if (item.excerpt !== undefined) parts.push(item.excerpt);
   if (item.reference !== undefined) parts.push(`[Result ${item.reference.resultId} version ${item.reference.version}, ${item.reference.bytes} bytes, ${item.reference.lines} lines: ${item.reference.note}]`);
   return parts;
+}
+
+/** A Messages API response, as far as turnOfMessage reads it (the SDK's `Message` is one). */
+export interface ProviderMessage {
+  id: string;
+  content: readonly { type: string }[];
+  stop_reason?: string | null;
+  usage?: { input_tokens?: number | null; output_tokens?: number | null } | null;
+}
+
+/** A provider response as the recording API takes it. */
+export interface ModelTurn {
+  /** The response id: use it as recordModelRequest's requestKey and recordModelTurn's modelRequestKey. */
+  id: string;
+  /** The text blocks, joined by blank lines. */
+  text: string;
+  toolCalls: ToolProposal[];
+  /** Thinking blocks, verbatim and in order (recordModelTurn keeps them; the request sends them back first). */
+  thinking: ThinkingBlock[];
+  usage: { inputTokens: number; outputTokens: number } | null;
+  stopReason: string | null;
+}
+
+/**
+ * A Messages API response as `{ text, toolCalls, thinking }`, so an
+ * application does not pick content blocks apart by hand. Blocks of other
+ * kinds (server tool results, citations) are left out of the text.
+ */
+export function turnOfMessage(message: ProviderMessage): ModelTurn {
+  const texts: string[] = [];
+  const toolCalls: ToolProposal[] = [];
+  const thinking: ThinkingBlock[] = [];
+  for (const block of message.content) {
+    const b = block as { type: string } & Record<string, unknown>;
+    if (b.type === 'text' && typeof b.text === 'string') texts.push(b.text);
+    else if (b.type === 'tool_use' && typeof b.id === 'string' && typeof b.name === 'string') toolCalls.push({ id: b.id, name: b.name, input: b.input ?? {} });
+    else if (b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string') thinking.push({ type: 'thinking', thinking: b.thinking, signature: b.signature });
+    else if (b.type === 'redacted_thinking' && typeof b.data === 'string') thinking.push({ type: 'redacted_thinking', data: b.data });
+  }
+  const u = message.usage;
+  const usage = u && typeof u.input_tokens === 'number' && typeof u.output_tokens === 'number' ? { inputTokens: u.input_tokens, outputTokens: u.output_tokens } : null;
+  return { id: message.id, text: texts.join('\n\n'), toolCalls, thinking, usage, stopReason: message.stop_reason ?? null };
 }

@@ -5,16 +5,19 @@
  */
 export { startRun, recordCorrection, recordModelTurn, recordModelRequest, recordToolCall, recordToolResult, readRunBudget } from './record.ts';
 export type { StartRunOptions, RecordModelTurnOptions, RecordModelRequestOptions, RecordToolResultOptions } from './record.ts';
-export { storeResult, readResult } from './results.ts';
+export { storeResult, readResult, READ_MAX_BYTES } from './results.ts';
 export type { StoreResultOptions, ReadResultOptions, ReadResult, ResultRange } from './results.ts';
 export { prepareRunRequest } from './prepare.ts';
 export type { PrepareRunRequestOptions, PreparedRunRequest } from './prepare.ts';
 export { recoverRunContext } from './recover.ts';
 export type { RecoverRunContextOptions, RecoveryReport, SummaryReceipt } from './recover.ts';
-export { toAnthropicRequest } from './anthropic.ts';
-export type { AnthropicRunRequest } from './anthropic.ts';
+export { toAnthropicRequest, turnOfMessage } from './anthropic.ts';
+export type { AnthropicRunRequest, ModelTurn, ProviderMessage } from './anthropic.ts';
+export { READ_RESULT_TOOL, readResultTool } from './tool.ts';
+export type { ReadResultToolOptions } from './tool.ts';
 export { DEFAULT_RUN_POLICY, resolvePolicy } from './policy.ts';
 export { measureRequest, SUMMARY_NOTE, type RequestInput } from './fitting.ts';
+export type { CannotFit, ByteHolder } from './types.ts';
 export { RUN_HASH_VERSION } from './hash.ts';
 export { RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError } from './errors.ts';
 export type { ToolUnitState } from '../db/queries/run-history.ts';

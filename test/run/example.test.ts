@@ -1,95 +1,145 @@
-import { describe, expect, it } from 'vitest';
+import Anthropic from '@anthropic-ai/sdk';
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { step, type AgentLoop } from '../../examples/run-agent-loop.ts';
 import { createOfflineSummarizer } from '../../src/gateway/offline.ts';
-import {
-  prepareRunRequest, readResult, readRunBudget, recordCorrection, recordModelRequest, recordModelTurn, recordToolCall,
-  recordToolResult, recoverRunContext, startRun, storeResult, toAnthropicRequest, type ToolProposal,
-} from '../../src/run/index.ts';
+import { READ_RESULT_TOOL, recordCorrection, recoverRunContext, startRun, turnOfMessage } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { createConversation, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
+import { behaviours, startMessagesServer, type MessagesServer, type WireBlock } from '../support/messages-server.ts';
+import { createConversation, prepareChecked } from './support/fixtures.ts';
 
+/**
+ * The README's agent loop is examples/run-agent-loop.ts; these tests run it
+ * end to end against the local Messages server through the real SDK (issue
+ * 12, defect 9): in process, step by step, and as its own process.
+ */
 const db = await createTestDatabase();
 const pool = db.pool;
 const scope = 'tenant-42';
+const EXAMPLE = fileURLToPath(new URL('../../examples/run-agent-loop.ts', import.meta.url));
+const README = fileURLToPath(new URL('../../README.md', import.meta.url));
+const MAX_TOKENS_FIELD = Buffer.byteLength(',"max_tokens":4096');
 
-interface ModelReply {
-  id: string;
-  text: string;
-  toolCalls: ToolProposal[];
-  usage: { inputTokens: number; outputTokens: number } | null;
-}
+let server: MessagesServer;
+beforeAll(async () => {
+  server = await startMessagesServer();
+});
+afterAll(async () => {
+  await server.close();
+});
 
-/** The README's agent loop, against a scripted model and scripted tools. */
-describe('the agent loop of src/run/README.md', () => {
-  it('runs, compacts under pressure, keeps corrections, rereads stored results and recovers the same context', async () => {
-    const input = { model: 'claude-sonnet-4-5', system: 'You research funds. Reread stored results with read_result.', tools: [{ name: 'read_result', input_schema: { type: 'object' } }] };
-    const summarizer = createOfflineSummarizer({ maxChars: 6000 });
-    const policy = { ...SMALL_POLICY, thresholdBytes: 48 * 1024, targetBytes: 40 * 1024 };
+const toolUse = (id: string, name: string, input: unknown): WireBlock => ({ type: 'tool_use', id, name, input });
+const text = (t: string): WireBlock => ({ type: 'text', text: t, citations: null });
+
+describe('the agent loop of the README (examples/run-agent-loop.ts)', () => {
+  it('is the code the README shows', () => {
+    const readme = readFileSync(README, 'utf8');
+    const file = readFileSync(EXAMPLE, 'utf8');
+    const start = file.indexOf('export interface AgentLoop');
+    const end = file.indexOf('/** A stand-in research tool');
+    expect(start).toBeGreaterThan(0);
+    expect(readme).toContain(file.slice(start, end).trim());
+  });
+
+  it('runs step by step: every request measured as sent, large results never inline, thinking kept with tool use, recovery the same', async () => {
+    server.reset();
     const conversationId = await createConversation(pool, scope);
-    const { runId } = await startRun({ pool, scope, conversationId, budget: { requests: 60, tokens: 3_000_000 }, request: 'Compare the overlap and fees in my technology funds.' });
-
-    let stored: { resultId: string; version: number } | null = null;
-    const sentRequests: unknown[] = [];
-    const callModel = async (request: unknown, n: number): Promise<ModelReply> => {
-      sentRequests.push(request);
-      const toolCalls: ToolProposal[] = n >= 14 ? [] : n === 6 && stored
-        ? [{ id: `call_${n}_r`, name: 'read_result', input: { ...stored, fromLine: 2, toLine: 3 } }]
-        : [{ id: `call_${n}_a`, name: 'fetch_holdings', input: { fund: `F${n}` } }, { id: `call_${n}_b`, name: 'fetch_fees', input: { fund: `F${n}` } }];
-      return { id: `msg_${n}`, text: `Step ${n}: ${'reasoning about overlap and fees. '.repeat(150)}`, toolCalls, usage: { inputTokens: 1000, outputTokens: 200 } };
+    const { runId } = await startRun({ pool, scope, conversationId, request: 'Compare the overlap and fees in my technology funds.' });
+    const loop: AgentLoop = {
+      pool, scope, runId,
+      client: new Anthropic({ apiKey: server.apiKey, baseURL: server.url, maxRetries: 0 }),
+      model: 'claude-test', system: 'You research funds. Reread stored results with read_result.',
+      tools: [{ name: 'fetch', input_schema: { type: 'object' } }],
+      // 300 KB of CJK with no newline: over the inline limit by bytes, far under it in UTF-16 units.
+      runTool: async (_name, input) => `${JSON.stringify(input)} ${'基金費用'.repeat(25_000)}`,
+      summarizer: createOfflineSummarizer({ maxChars: 6000 }),
     };
-    const runTool = async (name: string, toolInput: { fund: string }, n: number): Promise<string> => {
-      if (name === 'fetch_fees' && n === 3) throw Object.assign(new Error('upstream timed out after the request was sent'), { name: 'TimeoutError' });
-      const rows = name === 'fetch_holdings' && n === 2 ? 5000 : 60;
-      return Array.from({ length: rows }, (_, i) => `${toolInput.fund},holding ${i},weight ${(i % 97) / 10}%`).join('\n');
-    };
-
-    const reports = [];
-    for (let n = 0; ; n++) {
-      if (n === 4) await recordCorrection({ pool, runId, scope, text: 'Do not treat NAV values from a month ago as current.' });
-      const { request, report } = await prepareChecked({ pool, runId, scope, ...input, summarizer, policy });
-      reports.push(report);
-      const reply = await callModel(toAnthropicRequest(request), n);
-      await recordModelRequest({ pool, runId, scope, requestKey: reply.id, requestBytes: report.bytes, usage: reply.usage });
-      await recordModelTurn({ pool, runId, scope, text: reply.text, toolCalls: reply.toolCalls, modelRequestKey: reply.id });
-      for (const call of reply.toolCalls) {
-        const dispatchId = `${runId}:${call.id}`;
-        await recordToolCall({ pool, runId, scope, proposalId: call.id, dispatchId });
-        try {
-          if (call.name === 'read_result') {
-            const { resultId, version, fromLine, toLine } = call.input as { resultId: string; version: number; fromLine: number; toLine: number };
-            const slice = await readResult({ pool, runId, scope, resultId, version, range: { lines: { from: fromLine, to: toLine } } });
-            await recordToolResult({ pool, runId, scope, proposalId: call.id, settlement: 'settled', content: slice.content });
-            continue;
-          }
-          const output = await runTool(call.name, call.input as { fund: string }, n);
-          if (output.length > 64_000) {
-            stored = await storeResult({ pool, runId, scope, content: output, label: `${call.name} output` });
-            await recordToolResult({ pool, runId, scope, proposalId: call.id, settlement: 'settled', resultRef: stored });
-          } else {
-            await recordToolResult({ pool, runId, scope, proposalId: call.id, settlement: 'settled', content: output });
-          }
-        } catch (error) {
-          const settlement = (error as Error).name === 'TimeoutError' ? 'unknown' : 'failed';
-          await recordToolResult({ pool, runId, scope, proposalId: call.id, settlement, error: String(error) });
-        }
-      }
-      if (reply.toolCalls.length === 0) break;
+    const thinking = { type: 'thinking', thinking: 'I should fetch both funds first.', signature: 'sig-1' };
+    const script: WireBlock[][] = [
+      [thinking, text('Fetching.'), toolUse('t1', 'fetch', { fund: 'A' }), toolUse('t2', 'fetch', { fund: 'B' })],
+      [toolUse('t3', 'read_result', { catalog: { offset: 0 } })],
+      [text('Checking the fees.'), toolUse('t4', 'fetch', { fund: 'C' })],
+      [text('Fund A and B overlap by 40%.')],
+    ];
+    const outcomes = [];
+    for (const [n, content] of script.entries()) {
+      server.enqueue(behaviours.blocks(content, n === script.length - 1 ? 'end_turn' : 'tool_use'));
+      if (n === 2) await recordCorrection({ pool, runId, scope, text: 'Do not treat NAV values from a month ago as current.' });
+      outcomes.push(await step(loop));
     }
+    expect(outcomes.map((o) => o.kind)).toEqual(['tool_calls', 'tool_calls', 'tool_calls', 'answered']);
 
-    expect(reports.every((r) => r.fits)).toBe(true);
-    expect(reports.some((r) => r.compaction.decision === 'committed')).toBe(true);
-    expect(reports.some((r) => r.references.length > 0)).toBe(true);
-    // The stored result is in the catalog, not the body; the reread slice was recorded.
-    const { rows } = await pool.query(`select count(*)::int as n from sourcebound.run_tool_units where run_id = $1 and tool_name = 'read_result' and status = 'settled'`, [runId]);
-    expect(rows[0].n).toBe(1);
-    expect(JSON.stringify(sentRequests.at(-1))).toContain('Do not treat NAV values from a month ago as current.');
-    expect(JSON.stringify(sentRequests.at(-1))).not.toContain('holding 4999');
-    expect(await readRunBudget({ pool, runId, scope })).toMatchObject({ requestsUsed: 15 + reports.filter((r) => r.compaction.outcome).length, requestsReserved: 0 });
+    // Every request, as the server received it, is what was measured (plus the max_tokens the loop adds).
+    const { rows } = await pool.query<{ bytes: number }>('select request_bytes as bytes from sourcebound.run_model_requests where run_id = $1 order by id', [runId]);
+    expect(server.requests.map((r) => r.bytes + 16 * 1024 - MAX_TOKENS_FIELD)).toEqual(rows.map((r) => r.bytes));
+    for (const r of server.requests) expect(r.bytes).toBeLessThanOrEqual(256 * 1024);
+    // The bodies went in as content and are shown by excerpt and reference, not whole.
+    const last = server.requests.at(-1)!.body as Anthropic.MessageCreateParams;
+    const results = last.messages.flatMap((m) => (typeof m.content === 'string' ? [] : m.content)).filter((b) => b.type === 'tool_result');
+    expect(results).toHaveLength(4);
+    for (const id of ['t1', 't2', 't4']) {
+      const r = results.find((b) => b.type === 'tool_result' && b.tool_use_id === id) as { content: string };
+      expect(Buffer.byteLength(r.content)).toBeLessThan(4 * 1024);
+      expect(r.content).toMatch(/version 1, \d+ bytes/);
+    }
+    // The thinking block is sent back first in its assistant turn, verbatim, with its tool use.
+    const assistant = last.messages.find((m) => m.role === 'assistant')!;
+    expect((assistant.content as unknown as WireBlock[])[0]).toEqual(thinking);
+    expect((assistant.content as unknown as WireBlock[]).map((b) => b.type)).toEqual(['thinking', 'text', 'tool_use', 'tool_use']);
+    // The correction is carried verbatim.
+    expect(JSON.stringify(last.messages)).toContain('Do not treat NAV values from a month ago as current.');
 
-    // After a crash: the same context from records alone.
-    const { request, report } = await recoverRunContext({ pool, runId, scope, ...input, policy });
-    const again = await prepareChecked({ pool, runId, scope, ...input, policy });
-    expect(request).toEqual(again.request);
-    expect(report.checkpointsUsed.length).toBeGreaterThan(0);
-    expect(report.receipts.every((r) => r.status === 'ok')).toBe(true);
+    // The next request, and after a crash the same body from records alone.
+    const input = { pool, runId, scope, model: loop.model, system: loop.system, tools: [...loop.tools, READ_RESULT_TOOL] };
+    const next = await prepareChecked({ ...input, summarizer: loop.summarizer });
+    const recovered = await recoverRunContext(input);
+    expect(JSON.stringify(recovered.body)).toBe(JSON.stringify(next.body));
+  });
+
+  it('turns a provider response into text, tool calls and thinking blocks', () => {
+    const turn = turnOfMessage({
+      id: 'msg_1', stop_reason: 'tool_use', usage: { input_tokens: 10, output_tokens: 5 },
+      content: [
+        { type: 'thinking', thinking: 'hmm', signature: 's' } as { type: string }, { type: 'redacted_thinking', data: 'opaque' } as { type: string },
+        { type: 'text', text: 'One.' } as { type: string }, { type: 'text', text: 'Two.' } as { type: string },
+        { type: 'tool_use', id: 'tu', name: 'fetch', input: { q: 1 } } as { type: string },
+      ],
+    });
+    expect(turn).toEqual({
+      id: 'msg_1', text: 'One.\n\nTwo.', stopReason: 'tool_use', usage: { inputTokens: 10, outputTokens: 5 },
+      toolCalls: [{ id: 'tu', name: 'fetch', input: { q: 1 } }],
+      thinking: [{ type: 'thinking', thinking: 'hmm', signature: 's' }, { type: 'redacted_thinking', data: 'opaque' }],
+    });
+  });
+
+  it('runs as its own process to the answer, and exits', async () => {
+    server.reset();
+    server.enqueue(
+      behaviours.blocks([text('Fetching.'), toolUse('a1', 'fetch_holdings', { fund: 'TECH' })], 'tool_use'),
+      behaviours.blocks([toolUse('a2', 'fetch_holdings', { fund: 'AB' }), toolUse('a3', 'read_result', { catalog: {} })], 'tool_use'),
+      behaviours.blocks([toolUse('a4', 'fetch_holdings', { fund: 'Q' })], 'tool_use'),
+      behaviours.text('TECH and AB overlap in 12 holdings.'),
+    );
+    const child = spawn(process.execPath, ['--import', 'tsx', EXAMPLE], {
+      env: { ...process.env, DATABASE_URL: db.url, ANTHROPIC_API_KEY: server.apiKey, ANTHROPIC_BASE_URL: server.url, SCOPE: scope },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    expect(err).toBe('');
+    expect(code).toBe(0);
+    const result = JSON.parse(out.trim());
+    expect(result).toMatchObject({ steps: 4, outcome: 'answered', answer: 'TECH and AB overlap in 12 holdings.' });
+    expect(server.count).toBe(4);
+    const { rows } = await pool.query(
+      `select count(*) filter (where status = 'settled')::int as settled, count(*)::int as units from sourcebound.run_tool_units where run_id = $1`, [result.runId]);
+    expect(rows[0]).toEqual({ settled: 4, units: 4 });
+    const { rows: turns } = await pool.query(`select kind from sourcebound.run_turns where run_id = $1 order by seq`, [result.runId]);
+    expect(turns.map((t) => t.kind)).toEqual(['request', 'model', 'model', 'correction', 'model', 'model']);
   });
 });

@@ -82,6 +82,8 @@ export interface RecordedRequest {
   headers: IncomingHttpHeaders;
   /** The parsed JSON body (undefined when it was not JSON). */
   body: unknown;
+  /** UTF-8 bytes of the body as received. */
+  bytes: number;
   /** What the server did: a behaviour, or `rejected` for a missing/wrong key or version header. */
   behaviour: Behaviour['kind'] | 'rejected';
 }
@@ -152,14 +154,14 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
     const key = typeof auth === 'string' && auth.startsWith('Bearer ') ? auth.slice('Bearer '.length) : req.headers['x-api-key'];
     // Rejected requests are recorded too (a client that sends without a key is a finding), but take no behaviour.
     if (key !== apiKey || !req.headers['anthropic-version']) {
-      requests.push({ method: req.method, path, headers: req.headers, body, behaviour: 'rejected' });
+      requests.push({ method: req.method, path, headers: req.headers, body, bytes: Buffer.byteLength(raw, 'utf8'), behaviour: 'rejected' });
       events.emit('change');
       if (key !== apiKey) return sendError(res, 401, 'authentication_error', 'invalid x-api-key');
       return sendError(res, 400, 'invalid_request_error', 'anthropic-version header is required');
     }
 
     const behaviour = queue.shift() ?? defaultBehaviour;
-    requests.push({ method: req.method, path, headers: req.headers, body, behaviour: behaviour.kind });
+    requests.push({ method: req.method, path, headers: req.headers, body, bytes: Buffer.byteLength(raw, 'utf8'), behaviour: behaviour.kind });
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);
     let ended = false;
@@ -277,10 +279,13 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
   };
 }
 
+let messageCount = 0;
+
 function message(t: string, stopReason: string | null, body: unknown): Record<string, unknown> {
   const model = isRecord(body) && typeof body['model'] === 'string' ? body['model'] : 'unknown-model';
   return {
-    id: 'msg_test',
+    // Unique, as the API's are: an application keys its request receipts by it.
+    id: `msg_test_${++messageCount}`,
     type: 'message',
     role: 'assistant',
     model,

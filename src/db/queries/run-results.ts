@@ -91,3 +91,50 @@ export async function runResultsList(db: Queryable, runId: string): Promise<(Cat
      from sourcebound.run_results where run_id = $1 order by created_at, id, version`, [runId]);
   return rows;
 }
+
+export interface ResultListRow {
+  resultId: string;
+  version: number;
+  bytes: number;
+  lines: number;
+  label: string | null;
+}
+
+/** A page of the Run's stored results (newest version of each, in store order) and how many there are. */
+export async function runResultCatalogPage(db: Queryable, runId: string, offset: number, limit: number): Promise<{ total: number; rows: ResultListRow[] }> {
+  const { rows } = await db.query<ResultListRow & { total: number }>(
+    `select x.id as "resultId", x.version, x.byte_size as bytes, x.line_count as lines, x.label, count(*) over ()::int as total
+     from sourcebound.run_results x
+     where x.run_id = $1 and x.kind = 'external'
+       and x.version = (select max(y.version) from sourcebound.run_results y where y.id = x.id)
+     order by x.created_at, x.id
+     offset $2 limit $3`, [runId, offset, limit]);
+  if (rows.length > 0) return { total: rows[0]!.total, rows };
+  const { rows: count } = await db.query<{ total: number }>(
+    `select count(distinct id)::int as total from sourcebound.run_results where run_id = $1 and kind = 'external'`, [runId]);
+  return { total: count[0]!.total, rows: [] };
+}
+
+export interface CompactedCallRow {
+  proposalId: string;
+  tool: string;
+  settlement: string;
+  resultId: string | null;
+  version: number | null;
+  bytes: number | null;
+  lines: number | null;
+}
+
+/** A page of the tool calls one checkpoint (by segment) covers, with their results' sizes; null when there is no such checkpoint. */
+export async function runCheckpointCallsPage(db: Queryable, runId: string, segment: number, offset: number, limit: number): Promise<{ total: number; rows: CompactedCallRow[] } | null> {
+  const { rows } = await db.query<{ total: number; calls: CompactedCallRow[] }>(
+    `select jsonb_array_length(k.tool_result_refs)::int as total,
+       (select coalesce(json_agg(json_build_object(
+           'proposalId', r.v->>'proposalId', 'tool', r.v->>'tool', 'settlement', r.v->>'settlement',
+           'resultId', r.v->>'resultId', 'version', (r.v->>'version')::int, 'bytes', x.byte_size, 'lines', x.line_count) order by r.ord), '[]')
+        from (select v, ord from jsonb_array_elements(k.tool_result_refs) with ordinality as e(v, ord) order by ord offset $3 limit $4) r
+        left join sourcebound.run_results x on x.id = (r.v->>'resultId')::uuid and x.version = (r.v->>'version')::int) as calls
+     from sourcebound.run_checkpoints k where k.run_id = $1 and k.segment = $2`, [runId, segment, offset, limit]);
+  if (rows.length === 0) return null;
+  return { total: rows[0]!.total, rows: rows[0]!.calls };
+}

@@ -1,0 +1,116 @@
+import type pg from 'pg';
+import { runInScopeGet } from '../db/queries/run-history.ts';
+import { runCheckpointCallsPage, runResultCatalogPage } from '../db/queries/run-results.ts';
+import { RunHistoryError, RunNotFoundError } from './errors.ts';
+import { READ_MAX_BYTES, readResult, type ResultRange } from './results.ts';
+
+/**
+ * The `read_result` tool: how the model rereads what the request shows only
+ * by reference, excerpt or catalog line. The request's notes name it (the
+ * catalog's "... and N older", a checkpoint's "list them with read_result
+ * {"checkpoint": n}"), so an application that offers its schema and routes
+ * its calls to readResultTool gets bounded rereads without writing any.
+ * Every answer is at most `maxBytes` (32 KiB), and says how to go on.
+ */
+
+/** The tool schema to offer the model (Anthropic `tools` entry). */
+export const READ_RESULT_TOOL = Object.freeze({
+  name: 'read_result',
+  description:
+    'Reread a stored result by id and version: whole, a byte range (startByte, endByte) or a line range (fromLine, toLine, 1-based). ' +
+    'Answers are at most 32 KiB; a cut answer says where to go on. {"catalog": {"offset": 0}} lists stored results; ' +
+    '{"checkpoint": n} lists the tool calls a checkpoint summary covers, with their result ids.',
+  input_schema: Object.freeze({
+    type: 'object',
+    properties: Object.freeze({
+      resultId: { type: 'string' },
+      version: { type: 'integer', minimum: 1 },
+      startByte: { type: 'integer', minimum: 0 },
+      endByte: { type: 'integer', minimum: 0 },
+      fromLine: { type: 'integer', minimum: 1 },
+      toLine: { type: 'integer', minimum: 1 },
+      catalog: { type: 'object', properties: { offset: { type: 'integer', minimum: 0 }, limit: { type: 'integer', minimum: 1 } } },
+      checkpoint: { type: 'integer', minimum: 1 },
+      offset: { type: 'integer', minimum: 0 },
+      limit: { type: 'integer', minimum: 1 },
+    }),
+  }),
+});
+
+export interface ReadResultToolOptions {
+  pool: pg.Pool;
+  runId: string;
+  scope: string;
+  /** The tool call's input, as the model sent it. */
+  input: unknown;
+  /** Most bytes of the answer. (Default: 32768) */
+  maxBytes?: number;
+}
+
+/** Entries one listing returns at most (each line is about 120 bytes: far under the answer's bound). */
+const PAGE = 50;
+
+/**
+ * Answers one `read_result` call as text for its tool result.
+ * @throws RunHistoryError for an input that asks for nothing it can answer (the call then failed).
+ * @throws ResultNotFoundError / RunNotFoundError when the result or Run is not there.
+ */
+export async function readResultTool(options: ReadResultToolOptions): Promise<string> {
+  const { pool, runId, scope } = options;
+  const maxBytes = options.maxBytes ?? READ_MAX_BYTES;
+  const input = (options.input ?? {}) as Record<string, unknown>;
+  const int = (v: unknown, name: string, min: number): number | undefined => {
+    if (v === undefined || v === null) return undefined;
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) throw new RunHistoryError(`read_result: ${name} must be an integer of at least ${min}`);
+    return v;
+  };
+
+  if (input.catalog !== undefined || input.checkpoint !== undefined) {
+    if (!(await runInScopeGet(pool, runId, scope))) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
+    const page = (typeof input.catalog === 'object' && input.catalog !== null ? input.catalog : input) as Record<string, unknown>;
+    const offset = int(page.offset, 'offset', 0) ?? 0;
+    const limit = Math.min(int(page.limit, 'limit', 1) ?? PAGE, PAGE);
+    if (input.checkpoint !== undefined) {
+      const segment = int(input.checkpoint, 'checkpoint', 1)!;
+      const calls = await runCheckpointCallsPage(pool, runId, segment, offset, limit);
+      if (calls === null) throw new RunHistoryError(`read_result: no checkpoint ${segment} in this run`);
+      const lines = calls.rows.map((c) => `- ${c.proposalId} ${c.tool}: ${c.settlement}${c.resultId ? `, result ${c.resultId} v${c.version} (${c.bytes} bytes, ${c.lines} lines)` : ', no result'}`);
+      return bounded(`Tool calls of checkpoint ${segment}: ${offset + 1}-${offset + calls.rows.length} of ${calls.total}${more(offset, calls.rows.length, calls.total, segment)}\n${lines.join('\n')}`, maxBytes);
+    }
+    const catalog = await runResultCatalogPage(pool, runId, offset, limit);
+    const lines = catalog.rows.map((c) => `- ${c.resultId} v${c.version}: ${c.bytes} bytes, ${c.lines} lines${c.label ? `, ${c.label.replace(/\s+/g, ' ').slice(0, 80)}` : ''}`);
+    return bounded(`Stored results ${offset + 1}-${offset + catalog.rows.length} of ${catalog.total}${more(offset, catalog.rows.length, catalog.total, null)}\n${lines.join('\n')}`, maxBytes);
+  }
+
+  if (typeof input.resultId !== 'string' || input.resultId === '') throw new RunHistoryError('read_result: give resultId and version, {"catalog": {}} or {"checkpoint": n}');
+  const version = int(input.version, 'version', 1);
+  if (version === undefined) throw new RunHistoryError('read_result: version is required (results are versioned; the catalog lists each version)');
+  const startByte = int(input.startByte, 'startByte', 0);
+  const endByte = int(input.endByte, 'endByte', 0);
+  const fromLine = int(input.fromLine, 'fromLine', 1);
+  const toLine = int(input.toLine, 'toLine', 1);
+  let range: ResultRange | undefined;
+  if (startByte !== undefined || endByte !== undefined) range = { bytes: { start: startByte ?? 0, ...(endByte === undefined ? {} : { end: endByte }) } };
+  else if (fromLine !== undefined || toLine !== undefined) range = { lines: { from: fromLine ?? 1, ...(toLine === undefined ? {} : { to: toLine }) } };
+  // The header and the "go on" line take some of the answer's bytes.
+  const read = await readResult({ pool, runId, scope, resultId: input.resultId, version, range, maxBytes: Math.max(4, maxBytes - 512) });
+  const where = read.range.kind === 'bytes' ? `bytes ${read.range.start}-${read.range.end}` : read.range.kind === 'lines' ? `lines ${read.range.from}-${read.range.to}` : 'whole';
+  const next = read.next !== null && 'bytes' in read.next ? read.next.bytes.start : null;
+  const tail = next === null ? '' : `\n[cut at ${maxBytes - 512} bytes: go on with {"resultId": "${read.resultId}", "version": ${read.version}, "startByte": ${next}}]`;
+  return `[result ${read.resultId} version ${read.version}, ${where} of ${read.bytes} bytes]\n${read.content}${tail}`;
+}
+
+function more(offset: number, shown: number, total: number, checkpoint: number | null): string {
+  if (offset + shown >= total) return '';
+  const next = checkpoint === null ? `{"catalog": {"offset": ${offset + shown}}}` : `{"checkpoint": ${checkpoint}, "offset": ${offset + shown}}`;
+  return ` (more: ${next})`;
+}
+
+/** `text` within `maxBytes` (a listing never needs it at PAGE entries, but the bound is the tool's promise). */
+function bounded(text: string, maxBytes: number): string {
+  const buf = Buffer.from(text, 'utf8');
+  if (buf.length <= maxBytes) return text;
+  let end = maxBytes;
+  while (end > 0 && (buf[end]! & 0xc0) === 0x80) end--;
+  return buf.toString('utf8', 0, end);
+}
