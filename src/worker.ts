@@ -107,6 +107,7 @@ interface Generation {
   claimOwner: string;
   pool: pg.Pool;
   runner: Runner;
+  /** The ids graphile-worker locks this runner's jobs with (its worker pool's). */
   graphileWorkerIds: Set<string>;
   tasks: Set<Promise<unknown>>;
   retired: boolean;
@@ -171,7 +172,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       return events.emit(name as never, payload as never);
     }) as typeof own.emit;
     const gen: Generation = { n, claimOwner, pool, runner: null!, graphileWorkerIds: new Set(), tasks: new Set(), retired: false };
-    own.on('worker:create', ({ worker }) => gen.graphileWorkerIds.add(worker.workerId));
+    // graphile-worker 0.17 locks jobs with its worker *pool's* id (get_job's worker_id is `pool-...`).
+    own.on('pool:create', ({ workerPool }) => gen.graphileWorkerIds.add(workerPool.id));
     // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
     own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
     own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void recover('listen_connection_lost', error); });
@@ -244,7 +246,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       try {
         const unlockedJobs = await workerJobsUnlock(database.pool, [...gen.graphileWorkerIds]);
         const resumed = await ownClaimsRelease(database.pool, gen.claimOwner);
-        logger.info({ workerId, generation: gen.n, unlockedJobs, resumedClaims: resumed.length }, 'the retired runner\'s jobs and claims are handed back');
+        logger.info({ workerId, generation: gen.n, graphileWorkerIds: [...gen.graphileWorkerIds], unlockedJobs, resumedClaims: resumed.length },
+          'the retired runner\'s jobs and claims are handed back');
         return;
       } catch (error) {
         if (stopping) return;
