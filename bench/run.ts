@@ -5,7 +5,7 @@
  *
  *   npm run bench                      quick mode (a few minutes on 2 cores)
  *   npm run bench -- --full            larger sizes, more repetitions
- *   npm run bench -- --only P2,P5      a subset
+ *   npm run bench -- --only P2,P5      a subset (the others' last results are kept in bench/results)
  *   npm run bench -- --check           exit 1 when a goal ratio is missed
  *
  * See bench/README.md for what each benchmark measures and how to read it.
@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';
-import { missed, textTable, writeResults, type BenchResult, type RunInfo } from './lib/report.ts';
+import { missed, textTable, withEarlierResults, writeResults, type BenchResult, type RunInfo } from './lib/report.ts';
 import { startBenchServer } from './lib/server.ts';
 import { benchWrite } from './p1-write.ts';
 import { benchProjection } from './p2-projection.ts';
@@ -103,7 +103,10 @@ async function main(): Promise<number> {
     dataset: dataset().source,
     seconds: (performance.now() - started) / 1000,
   };
-  await writeResults(RESULTS_DIR, info, results);
+  for (const r of results) r.measuredAt = info.date;
+  // A run of some benchmarks (--only) keeps the others' last results beside its own.
+  const written = only ? await withEarlierResults(RESULTS_DIR, results, BENCHMARKS.map((b) => b.id)) : results;
+  await writeResults(RESULTS_DIR, info, written);
   process.stdout.write(`\n${textTable(results)}\n\nwritten: ${RESULTS_DIR}/latest.json, latest.md (${info.seconds.toFixed(0)} s)\n`);
 
   const misses = missed(results);

@@ -1,4 +1,4 @@
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { Spread } from './stats.ts';
 
 /**
@@ -38,6 +38,8 @@ export interface BenchResult {
   figures: Figure[];
   headlines: Headline[];
   notes: string[];
+  /** When the run that measured it started (a run with --only keeps the other benchmarks' last results). */
+  measuredAt?: string;
 }
 
 export interface RunInfo {
@@ -53,9 +55,10 @@ export interface RunInfo {
   seconds: number;
 }
 
-/** Whether a headline meets its goal (null when it has none). Compared on the median. */
+/** Whether a headline meets its goal (null when it has none). Compared on the median; a goal whose ratio could not be measured is missed. */
 export function met(h: Headline): boolean | null {
-  if (h.goal === null || Number.isNaN(h.ratio.median)) return null;
+  if (h.goal === null) return null;
+  if (!Number.isFinite(h.ratio.median)) return false;
   return h.goal.op === '>=' ? h.ratio.median >= h.goal.target : h.ratio.median <= h.goal.target;
 }
 
@@ -138,10 +141,28 @@ export function markdownReport(info: RunInfo, results: readonly BenchResult[]): 
     if (r.status !== 'ok') lines.push(`${r.status}: ${r.reason ?? ''}`, '');
     const params = Object.entries(r.params).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : String(v)}`).join(', ');
     if (params) lines.push(`Parameters: ${params}. Took ${r.seconds.toFixed(1)} s.`, '');
+    if (r.measuredAt !== undefined && r.measuredAt !== info.date) lines.push(`Measured in an earlier run (${r.measuredAt}); this run did not include it.`, '');
     for (const n of r.notes) lines.push(`- ${n}`);
     if (r.notes.length > 0) lines.push('');
   }
   return lines.join('\n');
+}
+
+/**
+ * The results to write: this run's, and for the benchmarks it did not run
+ * (--only) the last ones written in `dir`, in `order`.
+ */
+export async function withEarlierResults(dir: string, run: readonly BenchResult[], order: readonly string[]): Promise<BenchResult[]> {
+  let earlier: BenchResult[] = [];
+  try {
+    const json = JSON.parse(await readFile(`${dir}/latest.json`, 'utf8')) as { info: RunInfo; results: (BenchResult & { headlines: (Headline & { met?: unknown })[] })[] };
+    earlier = json.results.map((r) => ({ ...r, measuredAt: r.measuredAt ?? json.info.date, headlines: r.headlines.map(({ label, ratio, goal }) => ({ label, ratio, goal })) }));
+  } catch {
+    // No earlier results (or unreadable): this run's alone.
+  }
+  const ran = new Set(run.map((r) => r.id));
+  const all = [...run, ...earlier.filter((r) => !ran.has(r.id))];
+  return all.sort((a, b) => order.indexOf(a.id) - order.indexOf(b.id));
 }
 
 /** Writes latest.json and latest.md into `dir`. */

@@ -47,33 +47,48 @@ export function requestCost(bytes: { read: number; written: number; uncached: nu
 }
 
 /**
+ * Turns, of the next `horizon`, that a conversation which has lasted
+ * `turnsSoFar` turns is expected to still have. With nothing else known, a
+ * conversation that has lasted s turns goes on for n more with probability
+ * s / (s + n) (it is as likely to be in its first half as in its second), so
+ * the expectation is the sum of that over n = 1..horizon, about
+ * s * ln(1 + horizon / s): a young conversation may end before a rewrite pays
+ * back, an old one is expected to use most of the horizon.
+ */
+export function expectedTurns(horizon: number, turnsSoFar: number): number {
+  if (!(horizon > 0) || !(turnsSoFar > 0)) return 0;
+  return turnsSoFar * Math.log1p(horizon / turnsSoFar);
+}
+
+/**
  * Whether an optional rewrite of the history (summaries that became usable
  * replacing their ranges' raw pairs) pays for itself under the price model:
- * the reads it saves over the expected turns to the next rewrite exceed what
- * it costs now, writing the new prefix to the cache instead of reading the
- * current one. The expected turns are those until the current layout would
- * reach the budget, but no more than the turns it has lasted so far (a
- * conversation is expected to go on about as long as it has; one that just
- * started may end before a rewrite pays back). A forced rewrite (the budget
- * reached, the prefix changed) needs no such test.
+ * the reads it saves on the turns expected before the next forced rewrite
+ * (until the current layout would reach the budget; expectedTurns) exceed
+ * what it costs now: writing what follows the unchanged prefix to the cache
+ * instead of reading the whole current history from it. A forced rewrite (the
+ * budget reached, the prefix changed) needs no such test.
  */
 export function rewritePays(args: {
-  /** Bytes of the history as it would be sent without the rewrite (its prefix is cached). */
+  /** Bytes of the history as it would be sent without the rewrite (all of it cached). */
   currentBytes: number;
   /** Bytes of the same history after the rewrite. */
   rewrittenBytes: number;
+  /** Bytes at the start the rewrite leaves as they are (still read from the cache). */
+  unchangedBytes: number;
   budgetBytes: number;
   /** Bytes an exchange adds, on average. */
   bytesPerTurn: number;
-  /** Turns the current layout has lasted. */
+  /** Turns the conversation has lasted. */
   turnsSoFar: number;
 }): boolean {
   const { currentBytes, rewrittenBytes, budgetBytes } = args;
   const saved = currentBytes - rewrittenBytes;
   if (saved <= 0) return false;
-  const turnsLeft = Math.min(Math.max(0, (budgetBytes - currentBytes) / Math.max(1, args.bytesPerTurn)), Math.max(0, args.turnsSoFar));
-  const costNow = rewrittenBytes * CACHE_PRICES.write - currentBytes * CACHE_PRICES.read;
-  return saved * CACHE_PRICES.read * turnsLeft > costNow * 2;
+  const horizon = Math.max(0, (budgetBytes - currentBytes) / Math.max(1, args.bytesPerTurn));
+  const unchanged = Math.min(args.unchangedBytes, rewrittenBytes);
+  const costNow = requestCost({ read: unchanged, written: rewrittenBytes - unchanged, uncached: 0 }) - requestCost({ read: currentBytes, written: 0, uncached: 0 });
+  return saved * CACHE_PRICES.read * expectedTurns(horizon, args.turnsSoFar) > costNow;
 }
 
 /**

@@ -208,13 +208,14 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
     notUsed.push({ fromPair, toPair, reason: 'kept_raw_for_cache', recordId: v.record.id });
   }
   const rawPairs = items.filter((it) => it.kind === 'pair').length;
+  const firstSwap = items.findIndex((it) => it.kind === 'pair' && swaps.has(it.pairIndex));
   if (swaps.size > 0 && rewritePays({
     currentBytes: bytes,
     rewrittenBytes: bytes - saves,
+    unchangedBytes: firstSwap <= 0 ? 0 : messagesBytes(toAnthropicMessages({ items: items.slice(0, firstSwap), omitted })),
     budgetBytes,
     bytesPerTurn: rawPairs === 0 ? bytes : items.reduce((n, it) => n + (it.kind === 'pair' ? itemBytes(it) : 0), 0) / rawPairs,
-    // A layout that has lasted few turns may belong to a conversation that ends soon.
-    turnsSoFar: count - endPair + 1,
+    turnsSoFar: count,
   })) {
     const swapped: ProjectionItem[] = [];
     for (let j = 0; j < items.length; j++) {

@@ -22,6 +22,18 @@ const reply = (i: number) => ({
   assistant: `answer ${i}: ${'because of the fund fees and overlap. '.repeat(3 + (i * 11) % 29)}`,
 });
 
+/** Verbatim user messages a projection carries (raw pairs, and the ten beside each summary). */
+const users = (p: ConversationProjection) => p.items.reduce((n, i) => n + (i.kind === 'pair' ? 1 : i.userMessages.length), 0);
+
+/** One more turn: the next projection at `budget` keeps the layout and extends `before` byte for byte. */
+async function extendsOnNextTurn(id: string, budget: number, before: ConversationProjection, turn: number): Promise<ConversationProjection> {
+  await addPairs(db.pool, id, 1, reply, { startAt: turn });
+  const next = await project(id, budget);
+  expect(next.cache.rewrite).toBeNull();
+  expect(plain(next).slice(0, plain(before).length)).toEqual(plain(before));
+  return next;
+}
+
 /** Every summary item binds its current source now: ids and hash recomputed from the stored pairs. */
 async function checkBindings(conversationId: string, p: ConversationProjection): Promise<void> {
   for (const item of p.items) {
@@ -105,12 +117,31 @@ describe('cache-stable projection (default layout)', () => {
     expect(p.bytes).toBeLessThanOrEqual(low);
     expect(p.bytes).toBeGreaterThanOrEqual(low - largest - 200);
     // The note about omitted exchanges is fixed until the next rewrite.
-    await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
-    const next = await project(id, budget);
-    expect(next.cache.rewrite).toBeNull();
+    const next = await extendsOnNextTurn(id, budget, p, turn);
     expect(next.omitted).toEqual(p.omitted);
-    expect(plain(next).slice(0, plain(p).length)).toEqual(plain(p));
   });
+
+  it('a conversation that has just outgrown the budget keeps its cached head; a summary block comes once the layout has saved its price', async () => {
+    const id = await createConversation(db.pool);
+    const budget = 16 * 1024;
+    const rewrites: ConversationProjection[] = [];
+    for (let turn = 0; turn < 90; turn++) {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn });
+      if (turn >= 30 && turn % 10 === 0) await insertSummary(db.pool, { conversationId: id, fromPair: turn - 30, summary: `Fees of pairs ${turn - 30}-${turn - 21}.` });
+      const p = await project(id, budget);
+      expect(p.bytes).toBeLessThanOrEqual(budget);
+      await checkBindings(id, p);
+      if (p.cache.rewrite === 'budget') rewrites.push(p);
+    }
+    // The first budget rewrite: nothing saved yet, so the head of the whole history stays (read from the cache).
+    expect(rewrites[0]!.items[0]).toMatchObject({ kind: 'pair', pairIndex: 0 });
+    expect(rewrites[0]!.omitted).toHaveLength(1);
+    // Later, with summaries ready and reads saved, a block of summaries (ten user messages each) replaces it.
+    const block = rewrites.find((p) => p.items[0]!.kind === 'summary');
+    expect(block).toBeDefined();
+    const before = rewrites[rewrites.indexOf(block!) - 1]!;
+    expect(users(block!)).toBeGreaterThan(users(before));
+  }, 60_000);
 
   it('a pair edited inside the prefix rewrites it with the new text, never the old', async () => {
     const id = await createConversation(db.pool);
@@ -129,8 +160,7 @@ describe('cache-stable projection (default layout)', () => {
     const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
     const before = await project(id, 1_000_000);
     expect(before.items[0]).toMatchObject({ kind: 'summary', recordId });
-    await addPairs(db.pool, id, 1, reply, { startAt: 45 });
-    expect((await project(id, 1_000_000)).cache.rewrite).toBeNull();
+    await extendsOnNextTurn(id, 1_000_000, before, 45);
     await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [written[3]!.assistantMessageId, 'a different answer']);
     const after = await project(id, 1_000_000);
     expect(after.cache.rewrite).toBe('changed');
@@ -139,31 +169,30 @@ describe('cache-stable projection (default layout)', () => {
     await checkBindings(id, after);
   });
 
-  it('summaries that become ready wait for the next rewrite unless swapping them in pays for itself', async () => {
+  it('a summary that becomes ready waits for the next rewrite unless swapping it in pays for itself in the turns left', async () => {
     const id = await createConversation(db.pool);
     await addPairs(db.pool, id, 45, reply);
-    const budget = 1_000_000;
-    expect((await project(id, budget)).cache.rewrite).toBe('first');
-    // Forty turns on the same layout: the conversation has lasted, so savings are expected to last too.
-    for (let t = 45; t < 85; t++) {
-      await addPairs(db.pool, id, 1, reply, { startAt: t });
-      expect((await project(id, budget)).cache.rewrite).toBeNull();
-    }
-    // One short summary of one range does not pay for rewriting a long prefix: it waits.
-    const first = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
-    const waited = await project(id, budget);
+    // The same conversation at two budgets: one its history almost fills (a forced rewrite is a few turns
+    // away), one it will not reach for a thousand turns.
+    const whole = await project(id, 1_000_000);
+    const tight = whole.bytes + 3000;
+    expect((await project(id, tight)).cache.rewrite).toBe('first');
+    expect(whole.cache.rewrite).toBe('first');
+    await addPairs(db.pool, id, 1, reply, { startAt: 45 });
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
+    // A few turns of smaller reads do not pay for writing the history again: it waits.
+    const waited = await project(id, tight);
     expect(waited.cache.rewrite).toBeNull();
-    expect(waited.summaryNotUsed.find((s) => s.fromPair === 0)).toEqual({ fromPair: 0, toPair: 9, reason: 'kept_raw_for_cache', recordId: first });
-    // Four of them together save enough reads to pay for it: swapped in at once.
-    for (const fromPair of [10, 20, 30]) await insertSummary(db.pool, { conversationId: id, fromPair, summary: 'Fees compared.' });
-    const swapped = await project(id, budget);
+    expect(waited.summaryNotUsed.find((s) => s.fromPair === 0)).toEqual({ fromPair: 0, toPair: 9, reason: 'kept_raw_for_cache', recordId });
+    // Hundreds of expected turns of smaller reads do: swapped in at once.
+    const swapped = await project(id, 1_000_000);
     expect(swapped.cache.rewrite).toBe('summaries');
-    expect(swapped.items.slice(0, 4).map((i) => (i.kind === 'summary' ? i.fromPair : null))).toEqual([0, 10, 20, 30]);
+    expect(swapped.items[0]).toMatchObject({ kind: 'summary', fromPair: 0, recordId });
     expect(swapped.bytes).toBeLessThan(waited.bytes);
     await checkBindings(id, swapped);
-    // And the next turn extends the swapped layout.
-    await addPairs(db.pool, id, 1, reply, { startAt: 85 });
-    const next = await project(id, budget);
+    // And the next turn extends each layout.
+    await extendsOnNextTurn(id, tight, waited, 46);
+    const next = await project(id, 1_000_000);
     expect(next.cache.rewrite).toBeNull();
     expect(plain(next).slice(0, plain(swapped).length)).toEqual(plain(swapped));
   });
@@ -196,10 +225,7 @@ describe('cache-stable projection (default layout)', () => {
     expect(marked).toEqual([2 * firstPair - 1, messages.length - 1]);
     await checkBindings(id, p);
     // Turns append after the tail; the block and the note stay byte for byte.
-    await addPairs(db.pool, id, 1, reply, { startAt: 80 });
-    const next = await project(id, budget);
-    expect(next.cache.rewrite).toBeNull();
-    expect(plain(next).slice(0, plain(p).length)).toEqual(plain(p));
+    await extendsOnNextTurn(id, budget, p, 80);
   });
 
   it('a pair that stops being eligible rewrites the layout', async () => {
