@@ -349,6 +349,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     throw error;
   }
   metrics.runnerUp.set(1);
+  // A first answer now, so /healthz is ok from the start; a failure here is the probe's to report.
+  await probe.check().catch(() => {});
   probe.start();
   logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model, pooled: database.pooled }, 'worker started');
 

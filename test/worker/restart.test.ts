@@ -1,0 +1,107 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { openDatabase } from '../../src/db/database.ts';
+import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
+import { createOfflineSummarizer } from '../../src/gateway/index.ts';
+import type { Summarizer } from '../../src/gateway/types.ts';
+import { silentLogger } from '../../src/logger.ts';
+import { startWorker } from '../../src/worker.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+import { behaviours, startMessagesServer } from '../support/messages-server.ts';
+import { spawnSourcebound, until } from '../support/processes.ts';
+import { startTcpProxy } from '../support/tcp-proxy.ts';
+
+/**
+ * A worker whose PostgreSQL goes away and comes back (a TCP proxy cuts every
+ * connection and refuses new ones: what a restart looks like to a client).
+ * The fault suite's scenario 2 restarts a real server; these are the cheap,
+ * deterministic cases.
+ */
+const db = await createTestDatabase();
+const target = new URL(db.url);
+const server = await startMessagesServer();
+afterAll(() => server.close());
+
+/** The offline summarizer, except that the first call waits until `release()`. */
+function gatedSummarizer() {
+  const offline = createOfflineSummarizer({ maxChars: 6000 });
+  let release!: () => void;
+  const gate = new Promise<void>((r) => { release = r; });
+  let entered!: () => void;
+  const inFlight = new Promise<void>((r) => { entered = r; });
+  let calls = 0;
+  const summarizer: Summarizer = {
+    model: offline.model,
+    async summarize(request) {
+      if (calls++ === 0) {
+        entered();
+        await gate;
+      }
+      return offline.summarize(request);
+    },
+  };
+  return { summarizer, release, inFlight };
+}
+
+describe('a worker through a PostgreSQL outage', () => {
+  it('rides it out in-process: a new runner, its interrupted claim taken over at once (not after the 60 s lease)', async () => {
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const config = loadConfig({
+      DATABASE_URL: proxy.through(db.url), SOURCEBOUND_POLL_INTERVAL_MS: '200', SOURCEBOUND_LEASE_MS: '60000',
+      SOURCEBOUND_SHUTDOWN_TIMEOUT_MS: '1000', SOURCEBOUND_RECOVERY_TIMEOUT_MS: '30000', LOG_LEVEL: 'silent',
+    });
+    const database = await openDatabase(config, silentLogger, 8);
+    const gated = gatedSummarizer();
+    const handle = await startWorker({ config, logger: silentLogger, database, summarizer: gated.summarizer, skipMigrations: true });
+    try {
+      const c = await createConversation(db.pool);
+      await addPairs(db.pool, c, 30);
+      await gated.inFlight;
+      await proxy.down();
+      await until(async () => handle.health().recovering, 10_000, 'the worker notices the outage');
+      // The call returns while the database is away: its commit fails.
+      gated.release();
+      await new Promise((r) => setTimeout(r, 500));
+      await proxy.up();
+      const back = Date.now();
+      await until(async () => (await summariesOfConversationRead(db.pool, c)).some((r) => r.status === 'completed'), 30_000, 'range completed after the outage');
+      expect(Date.now() - back).toBeLessThan(30_000);
+      expect(handle.health()).toMatchObject({ running: true, recovering: false, restarts: 1 });
+      const attempts = await attemptsOfConversationRead(db.pool, c);
+      expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([['unknown', true], ['ok', true]]);
+      // Both by this process: the first generation's claim, handed back, then the second's.
+      expect(attempts[1]!.workerId).toBe(`${handle.workerId}/r1`);
+      expect(attempts[0]!.workerId).toBe(handle.workerId);
+      const { rows } = await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null');
+      expect(rows[0]!.n).toBe(0);
+      expect(await handle.metrics.registry.getSingleMetricAsString('sourcebound_worker_restarts_total')).toMatch(/sourcebound_worker_restarts_total\{reason="[a-z_]+"\} 1/);
+    } finally {
+      await handle.stop();
+      await database.close();
+      await proxy.close();
+    }
+  });
+
+  it('exits 1 with the reason at error when PostgreSQL does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS', async () => {
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    try {
+      const w = spawnSourcebound(['worker', '--no-migrate'], {
+        DATABASE_URL: proxy.through(db.url), ANTHROPIC_API_KEY: server.apiKey, ANTHROPIC_BASE_URL: server.url,
+        SOURCEBOUND_FLEET_CONCURRENCY: '0', SOURCEBOUND_RECOVERY_TIMEOUT_MS: '2000', SOURCEBOUND_POLL_INTERVAL_MS: '200',
+      });
+      server.setDefault(behaviours.echo());
+      await w.waitForLog((l) => l.msg === 'worker started', 60_000);
+      await proxy.down();
+      const lost = Date.now();
+      expect(await w.exited).toBe(1);
+      // The recovery timeout, plus the shutdown of what is left: bounded, never a hang.
+      expect(Date.now() - lost).toBeLessThan(20_000);
+      const gaveUp = w.logs.find((l) => /could not start again within 2000 ms/.test(l.msg));
+      expect(gaveUp?.level).toBe(50);
+      expect(w.logs.find((l) => l.msg.startsWith('worker lost its database'))?.level).toBe(50);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
