@@ -42,8 +42,13 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
   };
 
   let textOffset = 0;
-  /** One measurement: every client writes its share, conversation after conversation. Pairs per second. */
-  const measure = async (side: 'T' | 'B', pairsEach: number, convsPerClient: number): Promise<{ rate: number; jobs: number }> => {
+  /**
+   * One measurement: every client writes its share, conversation after
+   * conversation. Pairs per second, and the milliseconds of each pair's
+   * transaction by pair number (1-based: the transaction that completes pair n).
+   */
+  const measure = async (side: 'T' | 'B', pairsEach: number, convsPerClient: number): Promise<{ rate: number; jobs: number; byPair: Map<number, number[]> }> => {
+    const byPair = new Map<number, number[]>();
     const conversations = await createConversations(admin[side], clients * convsPerClient);
     const offset = textOffset;
     textOffset += clients * convsPerClient * pairsEach;
@@ -51,13 +56,19 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
     await Promise.all(writers[side].map(async (client: pg.Client, c) => {
       for (let k = 0; k < convsPerClient; k++) {
         const conversationId = conversations[c * convsPerClient + k]!;
-        for (let p = 0; p < pairsEach; p++) await pairTransaction(client, conversationId, textAt(offset + (c * convsPerClient + k) * pairsEach + p));
+        for (let p = 0; p < pairsEach; p++) {
+          const t0 = performance.now();
+          await pairTransaction(client, conversationId, textAt(offset + (c * convsPerClient + k) * pairsEach + p));
+          const list = byPair.get(p + 1) ?? [];
+          list.push(performance.now() - t0);
+          byPair.set(p + 1, list);
+        }
       }
     }));
     const seconds = (performance.now() - start) / 1000;
     const { rows } = await admin[side].query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs');
     await admin[side].query('delete from graphile_worker._private_jobs');
-    return { rate: (clients * convsPerClient * pairsEach) / seconds, jobs: rows[0]!.n };
+    return { rate: (clients * convsPerClient * pairsEach) / seconds, jobs: rows[0]!.n, byPair };
   };
 
   const result: BenchResult = {
@@ -75,11 +86,21 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
       await measure('B', load.pairsEach, load.convsPerClient);
       const rates = { T: [] as number[], B: [] as number[] };
       const jobs: number[] = [];
+      // The crossing write: the transaction completing pair 30 (and 40) against the one completing pair 31 (41), same round.
+      const crossing: number[] = [];
+      const crossingMs = { at: [] as number[], next: [] as number[] };
       for (let i = 0; i < rounds; i++) {
         for (const side of sidesInRound(i, 'T' as const, 'B' as const)) {
           const m = await measure(side, load.pairsEach, load.convsPerClient);
           rates[side].push(m.rate);
           if (side === 'T') jobs.push(m.jobs);
+          if (side === 'T' && load.key === 'crossing') {
+            const at = [...(m.byPair.get(30) ?? []), ...(m.byPair.get(40) ?? [])];
+            const next = [...(m.byPair.get(31) ?? []), ...(m.byPair.get(41) ?? [])];
+            crossing.push(spread(at).median / spread(next).median);
+            crossingMs.at.push(spread(at).median);
+            crossingMs.next.push(spread(next).median);
+          }
         }
       }
       ctx.log(`P1 ${load.key}: with triggers ${spread(rates.T).median.toFixed(0)}/s, baseline ${spread(rates.B).median.toFixed(0)}/s (medians of ${rounds})`);
@@ -93,6 +114,17 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
         goal: { op: '>=', target: load.key === 'below' ? 0.9 : 0.8 },
       });
       result.notes.push(`${load.label}: compact_conversation jobs the triggers added per round: ${spread(jobs).median} (baseline: none; deleted between rounds).`);
+      if (load.key === 'crossing') {
+        result.figures.push(
+          { label: 'crossing write: transaction completing pair 30 or 40', unit: 'ms', value: spread(crossingMs.at) },
+          { label: 'crossing write: transaction completing pair 31 or 41', unit: 'ms', value: spread(crossingMs.next) },
+        );
+        result.headlines.push({
+          label: 'P1 crossing write: pair 30 / pair 31 transaction (median per round, with triggers)',
+          ratio: spread(crossing),
+          goal: { op: '<=', target: 1.15 },
+        });
+      }
     }
     const pairs = async (c: pg.Client) => (await c.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs')).rows[0]!.n;
     result.notes.push(`Sanity: pairs indexed with triggers ${await pairs(admin.T)}, with triggers disabled ${await pairs(admin.B)} (expected 0).`);
