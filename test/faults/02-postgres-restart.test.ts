@@ -93,7 +93,10 @@ describe('fault scenario 2: PostgreSQL restart drills under draining workers', (
       const { writeFileSync } = await import('node:fs');
       writeFileSync(process.env.FAULTS_LOG_FILE, fleet.logs.map((lines, i) => lines.map((l) => JSON.stringify({ proc: i, ...l })).join('\n')).join('\n'));
     }
-    await quiesce(pool, server, { timeoutMs: 120_000, what: 'PostgreSQL restart drills' });
+    await quiesce(pool, server, { timeoutMs: 120_000, what: 'PostgreSQL restart drills' }).catch(async (error: Error) => {
+      const { rows } = await pool.query(`select id, key, attempts, max_attempts, run_at, locked_at, locked_by, left(last_error, 200) as last_error from graphile_worker._private_jobs`);
+      throw new Error(`${error.message}; jobs: ${JSON.stringify(rows)}`, { cause: error });
+    });
     const checks = await finalChecks(pool, { canaries });
     const exits = fleet.unexpectedExits();
     const restartLines = fleet.findLogs((l) => l.msg === 'worker runner restarted');

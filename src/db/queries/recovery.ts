@@ -19,8 +19,12 @@ export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonl
  * Ends the leases of running claims owned by `leaseOwner` (the old runner's
  * claims: its tasks have ended or were aborted), so the next claim takes them
  * over now: the takeover settles the interrupted attempt as `unknown`, spent
- * (it may have reached the model), exactly as after a lease expiry. Then the
- * conversations' jobs are made runnable now. Returns the conversations.
+ * (it may have reached the model), exactly as after a lease expiry. Then each
+ * conversation gets a job that runs now, under its own key: re-adding the
+ * conversation's usual job while a new runner is running it would make
+ * graphile-worker give that running job `attempts = max_attempts` (it clears
+ * the key of a locked job), so a failure of that run would leave it dead.
+ * Returns the conversations.
  */
 export async function ownClaimsRelease(db: Queryable, leaseOwner: string): Promise<string[]> {
   const { rows } = await db.query<{ conversationId: string }>(
@@ -34,7 +38,7 @@ export async function ownClaimsRelease(db: Queryable, leaseOwner: string): Promi
   for (const { conversationId } of rows) {
     await db.query(
       `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::uuid),
-         run_at := now(), job_key := 'sourcebound:compact:' || $1, job_key_mode := 'replace')`,
+         run_at := now(), job_key := 'sourcebound:compact-resume:' || $1, job_key_mode := 'replace')`,
       [conversationId],
     );
   }

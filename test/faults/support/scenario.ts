@@ -86,7 +86,8 @@ export async function quiesce(pool: pg.Pool, server: MessagesServer, options: { 
     if (open === 0) open = await openRanges(pool).catch(() => -1);
     const { rows } = await pool.query<{ runnable: number; changed: string; attempts: number }>(
       `select (select count(*)::int from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
-               where t.identifier = 'compact_conversation' and j.locked_at is null and j.run_at <= now() + interval '1 second') as runnable,
+               where t.identifier = 'compact_conversation' and j.locked_at is null and j.run_at <= now() + interval '1 second'
+                 and j.attempts < j.max_attempts) as runnable,
               (select coalesce(max(updated_at), 'epoch')::text from sourcebound.conversation_summaries) as changed,
               (select count(*)::int from sourcebound.conversation_summary_attempts) as attempts`,
     ).catch(() => ({ rows: [{ runnable: -1, changed: '', attempts: -1 }] }));
