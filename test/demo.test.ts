@@ -19,7 +19,7 @@ describe('sourcebound demo', () => {
     const { rows } = await db.pool.query(
       `select model, count(*)::int as n from sourcebound.conversation_summaries s join sourcebound.conversations c on c.id = s.conversation_id
        where c.scope = $1 and s.status = 'completed' group by model`, [DEMO_SCOPE]);
-    expect(rows).toEqual([{ model: 'sourcebound/extractive@1', n: 7 }]);
+    expect(rows).toEqual([{ model: 'sourcebound/extractive@2', n: 7 }]);
     // Running it again reuses the same conversations.
     const again = spawnSourcebound(['demo', '--timeout', '60'], { DATABASE_URL: db.url });
     expect(await again.exited).toBe(0);

@@ -17,7 +17,7 @@ const replies: MaterialItem[] = [
 ];
 
 async function summarize(items: readonly MaterialItem[], maxChars: number) {
-  return createOfflineSummarizer({ maxChars }).summarize({ promptVersion: 'conversation-compaction@3', items });
+  return createOfflineSummarizer({ maxChars }).summarize({ promptVersion: 'conversation-compaction@4', items });
 }
 
 function okText(outcome: Awaited<ReturnType<typeof summarize>>): string {
@@ -28,7 +28,7 @@ function okText(outcome: Awaited<ReturnType<typeof summarize>>): string {
 describe('offline extractive summarizer', () => {
   it('has its own model identity and no usage or request id', async () => {
     expect(await summarize(replies, 6000)).toMatchObject({ kind: 'ok', model: OFFLINE_MODEL, usage: null, requestId: null });
-    expect(OFFLINE_MODEL).toBe('sourcebound/extractive@1');
+    expect(OFFLINE_MODEL).toBe('sourcebound/extractive@2');
   });
 
   it('keeps every item in order, tagged with its short id, and whole when it fits', async () => {
@@ -40,7 +40,7 @@ describe('offline extractive summarizer', () => {
     ]);
   });
 
-  it('prefers sentences with figures, dates and identifiers, keeps their order, and copies them byte-exact', async () => {
+  it('keeps the most central sentences (TextRank) in their order, copied byte-exact', async () => {
     const text = okText(await summarize([replies[0]!], 150));
     expect(codePointLength(text)).toBeLessThanOrEqual(150);
     expect(text).toBe('[0b6f1c2e] The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00.');
@@ -69,7 +69,7 @@ describe('offline extractive summarizer', () => {
 
   it('is stable: same input, same output, across runs and instances', async () => {
     const a = okText(await summarize(replies, 200));
-    const b = okText(await createOfflineSummarizer({ maxChars: 1 }).summarize({ promptVersion: 'conversation-compaction@3', items: replies, maxChars: 200 }));
+    const b = okText(await createOfflineSummarizer({ maxChars: 1 }).summarize({ promptVersion: 'conversation-compaction@4', items: replies, maxChars: 200 }));
     expect(b).toBe(a);
     expect(extractiveSummary(replies, 200)).toBe(a);
   });
@@ -110,7 +110,7 @@ describe('offline extractive summarizer', () => {
   it('rejects an unknown prompt version as config and honours an aborted signal', async () => {
     const s = createOfflineSummarizer({ maxChars: 100 });
     expect(await s.summarize({ promptVersion: 'nope@1', items: replies })).toMatchObject({ kind: 'config' });
-    expect(await s.summarize({ promptVersion: 'run-compaction@1', items: replies, signal: AbortSignal.abort() })).toMatchObject({
+    expect(await s.summarize({ promptVersion: 'run-compaction@2', items: replies, signal: AbortSignal.abort() })).toMatchObject({
       kind: 'deferred', reason: 'aborted_before_send',
     });
   });
