@@ -1,5 +1,7 @@
 import { resolve } from 'node:path';
 import { z } from 'zod';
+import { GROUNDING_POLICIES, type GroundingPolicy } from './grounding.ts';
+import { SUMMARY_CHAR_CEILING } from './gateway/types.ts';
 
 /**
  * Configuration: the environment is read and validated once, here, and turned
@@ -40,8 +42,12 @@ const schema = z.object({
   ANTHROPIC_BASE_URL: z.string().url().optional(),
   /** Anthropic model used for summaries. (Default: claude-haiku-4-5) */
   SOURCEBOUND_MODEL: z.string().min(1).default('claude-haiku-4-5'),
-  /** Maximum characters of an accepted summary. (Default: 6000) */
-  SOURCEBOUND_SUMMARY_MAX_CHARS: int(100, 100_000).default(6000),
+  /** Maximum characters of an accepted summary; the contract's ceiling is 6000, a lower limit may be set. (Default: 6000) */
+  SOURCEBOUND_SUMMARY_MAX_CHARS: z.coerce.number().int().min(100)
+    .max(SUMMARY_CHAR_CEILING, `at most ${SUMMARY_CHAR_CEILING}: the 6,000-character cap is the summary contract's ceiling; a lower limit may be configured, a higher one may not`)
+    .default(SUMMARY_CHAR_CEILING),
+  /** What a summary fact not found in its material does: reject (invalid answer, attempt spent) or flag (completed, labelled). (Default: reject) */
+  SOURCEBOUND_GROUNDING: z.enum(GROUNDING_POLICIES as [GroundingPolicy, ...GroundingPolicy[]]).default('reject'),
   /** Deadline of one model call in milliseconds. (Default: 120000) */
   SOURCEBOUND_MODEL_TIMEOUT_MS: int(100).default(120_000),
   /** Concurrent model calls per worker process. (Default: 4) */
@@ -78,6 +84,7 @@ export interface Config {
   embeddedPort: number;
   anthropic: { apiKey: string | undefined; baseURL: string | undefined; model: string };
   summaryMaxChars: number;
+  grounding: GroundingPolicy;
   modelTimeoutMs: number;
   modelConcurrency: number;
   fleetConcurrency: number;
@@ -116,6 +123,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     embeddedPort: e.SOURCEBOUND_EMBEDDED_PORT,
     anthropic: Object.freeze({ apiKey: e.ANTHROPIC_API_KEY, baseURL: e.ANTHROPIC_BASE_URL, model: e.SOURCEBOUND_MODEL }),
     summaryMaxChars: e.SOURCEBOUND_SUMMARY_MAX_CHARS,
+    grounding: e.SOURCEBOUND_GROUNDING,
     modelTimeoutMs: e.SOURCEBOUND_MODEL_TIMEOUT_MS,
     modelConcurrency: e.SOURCEBOUND_MODEL_CONCURRENCY,
     fleetConcurrency: e.SOURCEBOUND_FLEET_CONCURRENCY,

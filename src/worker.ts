@@ -184,7 +184,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       void running.then(() => gen.tasks.delete(running), () => gen.tasks.delete(running));
       return running;
     };
-    const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs };
+    const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding };
     try {
       gen.runner = await run({
         pgPool: pool,

@@ -34,4 +34,17 @@ describe('configuration', () => {
     expect(message).toMatch(/SOURCEBOUND_WORKER_CONCURRENCY/);
     expect(message).toMatch(/LOG_LEVEL/);
   });
+
+  it('allows a lower summary cap but refuses one above the contract\'s 6,000 characters', () => {
+    expect(loadConfig({ SOURCEBOUND_SUMMARY_MAX_CHARS: '2500' }).summaryMaxChars).toBe(2500);
+    expect(loadConfig({ SOURCEBOUND_SUMMARY_MAX_CHARS: '6000' }).summaryMaxChars).toBe(6000);
+    expect(() => loadConfig({ SOURCEBOUND_SUMMARY_MAX_CHARS: '6001' })).toThrow(ConfigError);
+    expect(() => loadConfig({ SOURCEBOUND_SUMMARY_MAX_CHARS: '20000' })).toThrow(/SOURCEBOUND_SUMMARY_MAX_CHARS: at most 6000: the 6,000-character cap is the summary contract's ceiling/);
+  });
+
+  it('rejects ungrounded summaries by default; flag is the one alternative', () => {
+    expect(loadConfig({}).grounding).toBe('reject');
+    expect(loadConfig({ SOURCEBOUND_GROUNDING: 'flag' }).grounding).toBe('flag');
+    expect(() => loadConfig({ SOURCEBOUND_GROUNDING: 'ignore' })).toThrow(/SOURCEBOUND_GROUNDING/);
+  });
 });

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import type { Grounding } from '../grounding.ts';
 import type { Outcome } from '../gateway/types.ts';
 import { sourceHash, sourceMessageIds } from '../hash.ts';
 import * as q from '../db/queries/summaries.ts';
@@ -33,7 +34,9 @@ export const DEFAULT_RETRY_DELAYS: Readonly<RetryDelays> = Object.freeze({ defer
 /**
  * Settles one attempt in one transaction: the lease must still be ours; an
  * `ok` summary is committed only after re-reading the source and re-checking
- * its hash.
+ * its hash. The grounding check was made before (compact.ts, in TypeScript,
+ * with no transaction open); its result travels on the outcome and is stored
+ * with the attempt.
  */
 export function commitOutcome(
   pool: pg.Pool,
@@ -59,7 +62,7 @@ async function commitInTransaction(
   // attempt. The record is locked, so this read cannot race a takeover.
   if (!record.attemptOpen) return { kind: 'lease_lost' };
 
-  const settle = (o: string, spent: boolean, reason: string | null, extra: { requestId?: string | null; usage?: unknown } = {}) =>
+  const settle = (o: string, spent: boolean, reason: string | null, extra: { requestId?: string | null; usage?: unknown; grounding?: Grounding | undefined } = {}) =>
     q.attemptsSettleUpdate(db, record.id, { outcome: o, spent, reason, ...extra }, claim.attemptId);
 
   switch (outcome.kind) {
@@ -72,7 +75,7 @@ async function commitInTransaction(
         // The call was dispatched and produced output: it spent the attempt of
         // this identity (DESIGN.md "Attempts"), or a source flipping back and
         // forth would reach the model with one identity any number of times.
-        await settle('stale', true, 'the source changed while the summary was being made', { requestId: outcome.requestId, usage: outcome.usage });
+        await settle('stale', true, 'the source changed while the summary was being made', { requestId: outcome.requestId, usage: outcome.usage, grounding: outcome.grounding });
         const final = record.attemptsSpent + 1 >= MAX_ATTEMPTS;
         const stale = await q.summarySettleUpdate(db, record.id, {
           status: final ? 'failed' : 'stale',
@@ -81,13 +84,17 @@ async function commitInTransaction(
         });
         return { kind: 'stale', record: stale };
       }
-      await settle('ok', true, null, { requestId: outcome.requestId, usage: outcome.usage });
+      await settle('ok', true, null, { requestId: outcome.requestId, usage: outcome.usage, grounding: outcome.grounding });
       const completed = await q.summarySettleUpdate(db, record.id, { status: 'completed', spend: true, summary: outcome.text });
       return { kind: 'completed', record: completed };
     }
     case 'invalid':
     case 'unknown': {
-      await settle(outcome.kind, true, outcome.reason, { requestId: outcome.requestId, usage: outcome.kind === 'invalid' ? outcome.usage : undefined });
+      await settle(outcome.kind, true, outcome.reason, {
+        requestId: outcome.requestId,
+        usage: outcome.kind === 'invalid' ? outcome.usage : undefined,
+        grounding: outcome.kind === 'invalid' ? outcome.grounding : undefined,
+      });
       const final = record.attemptsSpent + 1 >= MAX_ATTEMPTS;
       const next = await q.summarySettleUpdate(db, record.id, {
         status: final ? 'failed' : 'pending',

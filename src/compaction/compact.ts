@@ -2,6 +2,7 @@ import type pg from 'pg';
 import type { Logger } from '../logger.ts';
 import type { Summarizer } from '../gateway/types.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
+import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '../grounding.ts';
 import { plannableRangeCount, plannableRanges } from '../plan.ts';
 import * as q from '../db/queries/summaries.ts';
 import { claimRange } from './claim.ts';
@@ -21,6 +22,8 @@ export interface CompactionContext {
   leaseMs: number;
   promptVersion?: string;
   retryDelays?: Readonly<RetryDelays>;
+  /** What an ungrounded fact in a summary does: `reject` spends the attempt, `flag` completes it and labels it. (Default: reject) */
+  grounding?: GroundingPolicy;
 }
 
 export type RangeResult =
@@ -84,11 +87,10 @@ export async function compactConversation(ctx: CompactionContext, conversationId
 
       log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'summarizing range');
       // No transaction is open here: the call may take minutes.
-      const outcome = await ctx.summarizer.summarize({
-        promptVersion,
-        items: claim.pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })),
-        signal,
-      });
+      const items = claim.pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
+      const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
+      // Every figure, date and identifier must be in the replies it summarizes (src/grounding.ts).
+      const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
       const committed = await commitOutcome(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome, ctx.retryDelays ?? DEFAULT_RETRY_DELAYS);
       switch (committed.kind) {
         case 'completed':

@@ -1,7 +1,7 @@
 import type { Admission, Slot } from './admission.ts';
 import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
 import { codePointLength } from './text.ts';
-import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
+import { SUMMARY_CHAR_CEILING, type Outcome, type Summarizer, type SummaryRequest } from './types.ts';
 
 export interface GatewayOptions {
   summarizer: Summarizer;
@@ -33,7 +33,8 @@ export function createGateway(options: GatewayOptions): Gateway {
   async function summarize(input: SummaryRequest): Promise<Outcome> {
     const request: SummaryRequest = {
       ...input,
-      maxChars: input.maxChars ?? defaults.maxChars,
+      // The contract's ceiling holds whatever a caller asks for.
+      maxChars: Math.min(input.maxChars ?? defaults.maxChars, SUMMARY_CHAR_CEILING),
       deadlineMs: input.deadlineMs ?? defaults.deadlineMs,
     };
     const maxChars = request.maxChars!;

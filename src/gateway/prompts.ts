@@ -24,15 +24,18 @@ export interface PromptEntry {
 }
 
 /** The version new conversation summaries are made with. */
-export const CONVERSATION_PROMPT_VERSION = 'conversation-compaction@3';
+export const CONVERSATION_PROMPT_VERSION = 'conversation-compaction@4';
 /** The version new run checkpoints are made with. */
-export const RUN_PROMPT_VERSION = 'run-compaction@1';
+export const RUN_PROMPT_VERSION = 'run-compaction@2';
 
 const entries: readonly PromptEntry[] = Object.freeze(([
   { version: 'conversation-compaction@1', inputKind: 'mixed_conversation', projectable: false, current: false },
   { version: 'conversation-compaction@2', inputKind: 'assistant_replies', projectable: true, current: false },
-  { version: 'conversation-compaction@3', inputKind: 'assistant_replies', projectable: true, current: true },
-  { version: 'run-compaction@1', inputKind: 'run_work', projectable: false, current: true },
+  { version: 'conversation-compaction@3', inputKind: 'assistant_replies', projectable: true, current: false },
+  // @4: @3 plus the grounding rule (every figure copied from the material; src/grounding.ts checks it).
+  { version: 'conversation-compaction@4', inputKind: 'assistant_replies', projectable: true, current: true },
+  { version: 'run-compaction@1', inputKind: 'run_work', projectable: false, current: false },
+  { version: 'run-compaction@2', inputKind: 'run_work', projectable: false, current: true },
 ] satisfies PromptEntry[]).map((e) => Object.freeze(e)));
 
 const byVersion = new Map(entries.map((e) => [e.version, e]));
@@ -48,7 +51,7 @@ export function promptEntry(version: string): PromptEntry | undefined {
   return byVersion.get(version);
 }
 
-/** True only for known assistant-only conversation versions (@2, @3): never @1, never unknown versions. */
+/** True only for known assistant-only conversation versions (@2, @3, @4): never @1, never unknown versions. */
 export function isProjectable(version: string): boolean {
   const entry = byVersion.get(version);
   return entry !== undefined && entry.projectable && entry.inputKind === 'assistant_replies';

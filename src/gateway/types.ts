@@ -1,3 +1,5 @@
+import type { Grounding } from '../grounding.ts';
+
 /**
  * Terminology
  * - Summarizer: something that turns material (texts tagged with ids) into one
@@ -10,6 +12,13 @@
  *   outcome costs (an attempt, a deferral, a loud failure); the gateway only
  *   names it.
  */
+
+/**
+ * The summary contract's ceiling in characters (code points): a summary is
+ * never longer. A lower limit may be configured, a higher one may not, and
+ * the read projection refuses a completed record over it.
+ */
+export const SUMMARY_CHAR_CEILING = 6000;
 
 /** Token usage as reported by the provider (null when the provider gave none). */
 export interface Usage {
@@ -25,6 +34,8 @@ export interface OkOutcome {
   model: string;
   usage: Usage | null;
   requestId: string | null;
+  /** The grounding check of the text (src/grounding.ts), once it was made. */
+  grounding?: Grounding;
 }
 
 /** The model answered, but the answer is not a summary (tool use, truncation, refusal, empty, too long...). Spends an attempt. */
@@ -34,6 +45,8 @@ export interface InvalidOutcome {
   model: string;
   usage: Usage | null;
   requestId: string | null;
+  /** Set when the answer was invalid because of its grounding check (reason `ungrounded: ...`). */
+  grounding?: Grounding;
 }
 
 /** The provider refused before generating (429, 529, 503, admission wait timed out). Spends no attempt. */

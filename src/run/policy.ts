@@ -1,3 +1,4 @@
+import { DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES } from '../grounding.ts';
 import { RunPolicyError } from './errors.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
@@ -27,6 +28,7 @@ export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({
   inlineResultBytes: 32 * 1024,
   excerptBytes: 2 * 1024,
   catalogBytes: 4 * 1024,
+  grounding: DEFAULT_GROUNDING_POLICY,
 });
 
 /**
@@ -48,6 +50,7 @@ export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefine
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new RunPolicyError(`policy.${key} must be a non-negative integer, got ${String(v)}`);
   }
   if (typeof policy.enabled !== 'boolean') throw new RunPolicyError('policy.enabled must be a boolean');
+  if (!GROUNDING_POLICIES.includes(policy.grounding)) throw new RunPolicyError(`policy.grounding must be one of ${GROUNDING_POLICIES.join(', ')}, got ${String(policy.grounding)}`);
   if (policy.targetBytes > policy.thresholdBytes) throw new RunPolicyError(`policy.targetBytes (${policy.targetBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
   if (policy.maxAttempts < 1 || policy.maxAttempts > 2) throw new RunPolicyError('policy.maxAttempts must be 1 or 2 (the database allows at most 2 per identity)');
   if (policy.summaryCapBytes < 1) throw new RunPolicyError('policy.summaryCapBytes must be at least 1');

@@ -19,6 +19,7 @@ import { gateAndCommit, type StepGoal } from './gate.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { cannotFitOf } from './overflow.ts';
 import { floorOf, type Fitted, type RequestInput } from './fitting.ts';
+import { groundOutcome } from '../grounding.ts';
 import { settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type {
@@ -186,7 +187,8 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     const bytesBefore = step.cursor.current.fitted.bytes;
     await observe(hooks, 'onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore, compaction: step.compaction }, hookErrors);
     // No transaction is open during the model call: the receipt is already committed.
-    const outcome = await summaryCall(summarizer!, step.items, step.allowance, policy.summaryDeadlineMs, signal);
+    // Every figure of the summary must be in its material (src/grounding.ts); checked before the checkpoint.
+    const outcome = groundOutcome(await summaryCall(summarizer!, step.items, step.allowance, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
     const leg = await inTransaction(pool, async (client) => {
       await runLockWait(client, runId);
       const made: Decision[] = [];

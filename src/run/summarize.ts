@@ -80,6 +80,7 @@ export function settlementOf(outcome: Outcome, reservedTokens: number, now: numb
         status: outcome.kind, spent: true, reason: outcome.kind === 'invalid' ? outcome.reason : null,
         summary: outcome.kind === 'ok' ? outcome.text : null, answerModel: outcome.model,
         providerRequestId: outcome.requestId, usage: outcome.usage, chargedRequests: 1, chargedTokens: used, notBefore: null,
+        grounding: outcome.grounding ?? null,
       };
     }
     case 'unknown':

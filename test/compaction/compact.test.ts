@@ -42,7 +42,7 @@ describe('compact_conversation', () => {
     expect(report.ranges).toEqual([{ fromPair: 0, toPair: 9, result: 'completed', recordId: expect.any(String) }]);
     const [record, ...others] = await summariesOfConversationRead(db.pool, c);
     expect(others).toEqual([]);
-    expect(record).toMatchObject({ status: 'completed', fromPair: 0, toPair: 9, model: 'anthropic/claude-test', promptVersion: 'conversation-compaction@3', attemptsSpent: 1, hashVersion: 1 });
+    expect(record).toMatchObject({ status: 'completed', fromPair: 0, toPair: 9, model: 'anthropic/claude-test', promptVersion: 'conversation-compaction@4', attemptsSpent: 1, hashVersion: 1 });
     expect(record!.sourceMessageIds).toEqual(written.slice(0, 10).flatMap((w) => [w.userMessageId, w.assistantMessageId]));
     expect(record!.summary).toMatch(/Summary of 10 items/);
     // The model saw every assistant reply of the range, tagged with its id, and no user text at all.

@@ -73,7 +73,7 @@ describe('admission across processes', () => {
     /** Call i runs in process calls[i]. */
     const calls = Array.from({ length: 20 }, (_, i) => i % 3);
     const running = Promise.all(calls.map((p, i) => gateways[p]!.summarize({
-      promptVersion: 'conversation-compaction@3',
+      promptVersion: 'conversation-compaction@4',
       items: [{ id: `msg_${i}`, text: `Reply number ${i}.` }],
     })));
     /** The process a recorded request came from, read back from the item id it carries. */
@@ -128,7 +128,7 @@ describe('admission across processes', () => {
       defaults: { maxChars: 6000, deadlineMs: 10_000 },
     });
     const outcomes = await Promise.all(Array.from({ length: 6 }, (_, i) => gateway.summarize({
-      promptVersion: 'conversation-compaction@3', items: [{ id: `m${i}`, text: 'x' }],
+      promptVersion: 'conversation-compaction@4', items: [{ id: `m${i}`, text: 'x' }],
     })));
     expect(outcomes.every((o) => o.kind === 'ok')).toBe(true);
     expect(server.maxInFlight).toBe(2);
@@ -149,7 +149,7 @@ describe('admission across processes', () => {
       admission: waiter,
       defaults: { maxChars: 6000, deadlineMs: 1_000 },
     });
-    expect(await gateway.summarize({ promptVersion: 'conversation-compaction@3', items: [{ id: 'm', text: 'x' }] })).toEqual({
+    expect(await gateway.summarize({ promptVersion: 'conversation-compaction@4', items: [{ id: 'm', text: 'x' }] })).toEqual({
       kind: 'deferred', reason: 'admission_timeout', retryAfterMs: null,
     });
     expect(server.count).toBe(0);

@@ -29,7 +29,7 @@ const replies: MaterialItem[] = [
   { id: 'msg_a1', text: 'The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05.' },
   { id: 'msg_a2', text: 'Deployment v2.3.1 finished; latency p99 is 180 ms.' },
 ];
-const request = (over: Partial<SummaryRequest> = {}): SummaryRequest => ({ promptVersion: 'conversation-compaction@3', items: replies, ...over });
+const request = (over: Partial<SummaryRequest> = {}): SummaryRequest => ({ promptVersion: 'conversation-compaction@4', items: replies, ...over });
 
 /** The user turn exactly as the server received it. */
 function userContent(index = 0): string {
@@ -112,7 +112,7 @@ describe('what is sent', () => {
     expect(Object.keys(body).sort()).toEqual(['max_tokens', 'messages', 'model', 'system']);
     expect(body['model']).toBe(MODEL);
     expect(body['max_tokens']).toBe(maxTokensFor(1000));
-    expect(body['system']).toContain(promptText('conversation-compaction@3').trim());
+    expect(body['system']).toContain(promptText('conversation-compaction@4').trim());
     expect(body['system']).toContain('at most 1000 characters');
   });
 
@@ -177,9 +177,9 @@ describe('what is sent', () => {
   });
 
   it('tags run work as items', async () => {
-    await summarizer().summarize(request({ promptVersion: 'run-compaction@1' }));
+    await summarizer().summarize(request({ promptVersion: 'run-compaction@2' }));
     expect(userContent()).toContain('<item id="msg_a1">');
-    expect((server.requests[0]!.body as { system: string }).system).toContain(promptText('run-compaction@1').trim());
+    expect((server.requests[0]!.body as { system: string }).system).toContain(promptText('run-compaction@2').trim());
   });
 
   it('replaces lone surrogates with U+FFFD instead of crashing or sending them', async () => {

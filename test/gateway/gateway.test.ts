@@ -12,7 +12,7 @@ import { databaseUrl, namespaceFor } from './database.ts';
 /** This file's advisory-lock namespaces (admission.test.ts uses 0x7E5A0100 + n). */
 const NAMESPACE_BASE = 0x7e5a0200;
 
-const request: SummaryRequest = { promptVersion: 'conversation-compaction@3', items: [{ id: 'msg_1', text: 'The total is 42.' }] };
+const request: SummaryRequest = { promptVersion: 'conversation-compaction@4', items: [{ id: 'msg_1', text: 'The total is 42.' }] };
 
 /** A summarizer that records what it was asked and answers with `answer`. */
 function scripted(answer: (r: SummaryRequest) => Outcome | Promise<Outcome>): Summarizer & { seen: SummaryRequest[] } {

@@ -32,7 +32,7 @@ describe('the messages server in its own process', () => {
     expect(await queued.json()).toEqual({ queued: 2 });
 
     const summarizer = createAnthropicSummarizer({ apiKey: 'test-key', baseURL: url, model: 'm', maxChars: 6000, timeoutMs: 5_000 });
-    const request = { promptVersion: 'conversation-compaction@3', items: [{ id: 'msg_1', text: 'Hello.' }] };
+    const request = { promptVersion: 'conversation-compaction@4', items: [{ id: 'msg_1', text: 'Hello.' }] };
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'deferred', reason: 'http_529:overloaded_error' });
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'invalid', reason: 'stop_reason:refusal' });
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'ok' });

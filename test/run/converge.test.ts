@@ -63,7 +63,8 @@ describe('a Run many times over the threshold', () => {
       onBeforeCompaction: (o: { compaction: { decision: string } }) => void seen.push(`before:${o.compaction.decision}`),
       onAfterCompaction: (o: { compaction: { decision: string } }) => void seen.push(`after:${o.compaction.decision}`),
     };
-    const { request, report } = await prepare(runId, { summarizer, hooks });
+    // The canaries are invented identifiers: recorded by the grounding check (flag), not rejected.
+    const { request, report } = await prepare(runId, { summarizer, hooks, policy: { ...CHUNKED, grounding: 'flag' } });
 
     expect(report.fits).toBe(true);
     expect(report.reason).toBeNull();

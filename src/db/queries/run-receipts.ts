@@ -77,6 +77,8 @@ export interface ReceiptSettlement {
   chargedRequests: number;
   chargedTokens: number;
   notBefore: Date | null;
+  /** The answer's grounding check (src/grounding.ts), when one was made. */
+  grounding?: { checked: string[]; ungrounded: string[] } | null;
 }
 
 /**
@@ -89,7 +91,8 @@ export async function runSummaryRequestSettle(db: Queryable, id: string, s: Rece
     `with s as (
        update sourcebound.run_summary_requests
        set status = $2, spent = $3, reason = $4, summary = $5, answer_model = $6, provider_request_id = $7, usage = $8,
-           charged_requests = $9, charged_tokens = $10, not_before = $11, settled_at = now()
+           charged_requests = $9, charged_tokens = $10, not_before = $11, settled_at = now(),
+           grounding_checked = $12::text[], grounding_ungrounded = $13::text[]
        where id = $1 and status = 'dispatched'
        returning run_id, reserved_requests, reserved_tokens
      ), b as (
@@ -101,7 +104,8 @@ export async function runSummaryRequestSettle(db: Queryable, id: string, s: Rece
      )
      select (select count(*) from s)::int as settled`,
     [id, s.status, s.spent, s.reason, s.summary, s.answerModel, s.providerRequestId,
-      s.usage === null || s.usage === undefined ? null : JSON.stringify(s.usage), s.chargedRequests, s.chargedTokens, s.notBefore]);
+      s.usage === null || s.usage === undefined ? null : JSON.stringify(s.usage), s.chargedRequests, s.chargedTokens, s.notBefore,
+      s.grounding?.checked ?? null, s.grounding?.ungrounded ?? null]);
   return rows[0]!.settled === 1;
 }
 

@@ -3,6 +3,7 @@
  * takes the client it runs on, so callers decide the transaction.
  */
 import type pg from 'pg';
+import type { Grounding } from '../../grounding.ts';
 import { LOCK_NS } from '../locks.ts';
 
 export type Queryable = Pick<pg.ClientBase, 'query'>;
@@ -212,14 +213,16 @@ export async function summarySettleUpdate(
 export async function attemptsSettleUpdate(
   db: Queryable,
   summaryId: string,
-  settle: { outcome: string; spent: boolean; reason: string | null; requestId?: string | null; usage?: unknown },
+  settle: { outcome: string; spent: boolean; reason: string | null; requestId?: string | null; usage?: unknown; grounding?: Grounding | undefined },
   onlyAttemptId?: number,
 ): Promise<number> {
   const { rowCount } = await db.query(
     `update sourcebound.conversation_summary_attempts
-     set outcome = $2, spent = $3, reason = $4, request_id = $5, usage = $6::jsonb, finished_at = now()
+     set outcome = $2, spent = $3, reason = $4, request_id = $5, usage = $6::jsonb, finished_at = now(),
+         grounding_checked = $8::text[], grounding_ungrounded = $9::text[]
      where summary_id = $1 and outcome is null and ($7::bigint is null or id = $7)`,
-    [summaryId, settle.outcome, settle.spent, settle.reason, settle.requestId ?? null, settle.usage === undefined ? null : JSON.stringify(settle.usage), onlyAttemptId ?? null],
+    [summaryId, settle.outcome, settle.spent, settle.reason, settle.requestId ?? null, settle.usage === undefined ? null : JSON.stringify(settle.usage), onlyAttemptId ?? null,
+      settle.grounding?.checked ?? null, settle.grounding?.ungrounded ?? null],
   );
   return rowCount ?? 0;
 }
@@ -236,13 +239,17 @@ export interface AttemptRow {
   requestId: string | null;
   usage: unknown;
   inputChars: number | null;
+  /** Facts of the answer checked against its material (`kind:text`), and those not found; null when nothing was checked. */
+  groundingChecked: string[] | null;
+  groundingUngrounded: string[] | null;
 }
 
 /** Every attempt of a conversation's records, in order. */
 export async function attemptsOfConversationRead(db: Queryable, conversationId: string): Promise<AttemptRow[]> {
   const { rows } = await db.query<AttemptRow>(
     `select a.id::int as id, a.summary_id as "summaryId", a.worker_id as "workerId", a.started_at as "startedAt",
-            a.finished_at as "finishedAt", a.outcome, a.spent, a.reason, a.request_id as "requestId", a.usage, a.input_chars as "inputChars"
+            a.finished_at as "finishedAt", a.outcome, a.spent, a.reason, a.request_id as "requestId", a.usage, a.input_chars as "inputChars",
+            a.grounding_checked as "groundingChecked", a.grounding_ungrounded as "groundingUngrounded"
      from sourcebound.conversation_summary_attempts a
      join sourcebound.conversation_summaries s on s.id = a.summary_id
      where s.conversation_id = $1 order by a.id`,

@@ -156,9 +156,14 @@ export const conversationSummaryAttempts = sourcebound.table('conversation_summa
   requestId: text('request_id'),
   usage: jsonb('usage'),
   inputChars: integer('input_chars'),
+  // The grounding check of the answer (src/grounding.ts), as `kind:text`: every fact checked, and
+  // those its material does not contain. Null when no answer text was checked.
+  groundingChecked: text('grounding_checked').array(),
+  groundingUngrounded: text('grounding_ungrounded').array(),
 }, (t) => [
   check('conversation_summary_attempts_outcome_known', sql`outcome is null or ${inList('outcome', ATTEMPT_OUTCOMES)}`),
   check('conversation_summary_attempts_settled', sql`(outcome is null) = (finished_at is null) and (outcome is null) = (spent is null)`),
+  check('conversation_summary_attempts_grounding', sql`(${t.groundingChecked} is null) = (${t.groundingUngrounded} is null) and ${t.groundingUngrounded} <@ ${t.groundingChecked}`),
   index('conversation_summary_attempts_summary_idx').on(t.summaryId),
 ]);
 

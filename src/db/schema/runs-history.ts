@@ -204,6 +204,9 @@ export const runSummaryRequests = sourcebound.table('run_summary_requests', {
   answerModel: text('answer_model'),
   providerRequestId: text('provider_request_id'),
   usage: jsonb('usage'),
+  /** The grounding check of the answer (src/grounding.ts), as `kind:text`: facts checked, and those not in the material. */
+  groundingChecked: text('grounding_checked').array(),
+  groundingUngrounded: text('grounding_ungrounded').array(),
   reservedRequests: integer('reserved_requests').notNull(),
   reservedTokens: bigint('reserved_tokens', { mode: 'number' }).notNull(),
   chargedRequests: integer('charged_requests'),
@@ -219,6 +222,7 @@ export const runSummaryRequests = sourcebound.table('run_summary_requests', {
   foreignKey({ name: 'run_summary_requests_scope_fk', columns: [t.conversationId, t.scope], foreignColumns: [conversations.id, conversations.scope] }).onDelete('cascade'),
   check('run_summary_requests_status_known', inList('status', SUMMARY_REQUEST_STATUSES)),
   check('run_summary_requests_settled', sql`(${t.status} = 'dispatched') = (${t.settledAt} is null) and (${t.status} = 'dispatched') = (${t.spent} is null)`),
+  check('run_summary_requests_grounding', sql`(${t.groundingChecked} is null) = (${t.groundingUngrounded} is null) and ${t.groundingUngrounded} <@ ${t.groundingChecked}`),
   check('run_summary_requests_ok_has_text', sql`${t.status} <> 'ok' or (${t.summary} is not null and length(${t.summary}) > 0)`),
   check('run_summary_requests_range', sql`${t.fromSeq} <= ${t.toSeq} and cardinality(${t.compactedSeqs}) >= 1`),
   check('run_summary_requests_attempt_positive', sql`${t.attempt} >= 1`),
