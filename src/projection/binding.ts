@@ -1,5 +1,7 @@
 import type { ProjectionSummaryRow } from '../db/queries/projection.ts';
 import { CONVERSATION_PROMPT_VERSION, isProjectable } from '../gateway/prompts.ts';
+import { codePointLength } from '../gateway/text.ts';
+import { SUMMARY_CHAR_CEILING } from '../gateway/types.ts';
 import { sourceHash, sourceMessageIds, type SourcePair } from '../hash.ts';
 import { isAlignedRange } from '../plan.ts';
 import type { SummaryNotUsedReason } from './types.ts';
@@ -8,7 +10,8 @@ import type { SummaryNotUsedReason } from './types.ts';
  * Whether a stored summary record may be used for a range now (DESIGN.md
  * "Projection"; seed Case B). A record is usable only when all hold:
  * its range is ten pairs aligned on a multiple of ten, it is completed, its
- * prompt version is projectable (@2, @3; never @1 or an unknown version), its
+ * prompt version is projectable (@2, @3, @4; never @1 or an unknown version),
+ * its text is at most the 6,000-character ceiling, its
  * 20 source message ids equal the current ids of the range's pairs in order
  * (user, assistant, user, assistant...), and the source hash recomputed over
  * the current texts with the record's hash version equals its source hash
@@ -34,6 +37,8 @@ export function recordIdCheck(record: ProjectionSummaryRow, fromPair: number, cu
   if (!isAlignedRange(record.fromPair, record.toPair) || record.fromPair !== fromPair) return 'misaligned';
   if (record.status !== 'completed' || record.summary === null || record.summary.length === 0) return 'not_yet_summarized';
   if (!isProjectable(record.promptVersion)) return 'version_not_allowed';
+  // The contract's ceiling: a record over it is never projected, whatever made it.
+  if (codePointLength(record.summary) > SUMMARY_CHAR_CEILING) return 'over_cap';
   if (!sameIds(record.sourceMessageIds, currentIds)) return 'binding_changed';
   return null;
 }
@@ -57,7 +62,7 @@ export function currentIds(pairs: readonly Pick<SourcePair, 'userMessageId' | 'a
 
 // When no record is usable, the range reports the most telling reason: a real
 // summary whose source changed says more than one made with a banned version.
-const RANK: readonly SummaryNotUsedReason[] = ['binding_changed', 'hash_version_unknown', 'version_not_allowed', 'misaligned'];
+const RANK: readonly SummaryNotUsedReason[] = ['binding_changed', 'hash_version_unknown', 'over_cap', 'version_not_allowed', 'misaligned'];
 
 /** The most telling of several failed checks (with its record). */
 export function mostTelling(failures: readonly { reason: SummaryNotUsedReason; recordId: string }[]): { reason: SummaryNotUsedReason; recordId: string } | undefined {

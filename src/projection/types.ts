@@ -51,7 +51,12 @@ export interface SummaryItem {
   /** The ten user messages of the range in pair order. */
   userMessages: SummaryUserMessage[];
   summary: string;
-  /** Marks the summary as a non-authoritative summary of the assistant replies of pairs fromPair-toPair. */
+  /**
+   * Facts of the summary its sources do not contain (`kind:text`), recorded
+   * when the grounding policy is `flag`; empty for a grounded summary.
+   */
+  ungrounded: string[];
+  /** Marks the summary as a non-authoritative summary of the assistant replies of pairs fromPair-toPair (and names any ungrounded facts). */
   label: string;
 }
 
@@ -85,6 +90,8 @@ export type SummaryNotUsedReason =
   | 'version_not_allowed'
   /** A completed record whose source hash version this build cannot compute. */
   | 'hash_version_unknown'
+  /** A completed record longer than the contract's 6,000-character ceiling: never projected. */
+  | 'over_cap'
   /** A completed record whose 20 message ids or source hash no longer match the current pairs (Case B). */
   | 'binding_changed'
   /** A usable summary whose candidate (ten user messages + summary) did not fit the budget left (Case C). */

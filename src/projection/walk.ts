@@ -306,7 +306,8 @@ export function summaryItem(record: ProjectionSummaryRow & { summary: string }, 
     model: record.model,
     userMessages: pairs.map((p) => ({ pairIndex: p.pairIndex, messageId: p.userMessageId, text: p.userText })),
     summary: record.summary,
-    label: summaryLabel(record.fromPair, record.toPair),
+    ungrounded: record.ungrounded ?? [],
+    label: summaryLabel(record.fromPair, record.toPair, record.ungrounded ?? []),
   };
 }
 

@@ -6,12 +6,22 @@
 /**
  * The label in front of a summary: it says the text is a model-written,
  * non-authoritative summary of the assistant replies of pairs fromPair-toPair,
- * never the user's words nor the assistant's original text.
+ * never the user's words nor the assistant's original text. A summary
+ * accepted under the `flag` grounding policy names the facts its sources do
+ * not contain.
  */
-export function summaryLabel(fromPair: number, toPair: number): string {
+export function summaryLabel(fromPair: number, toPair: number, ungrounded: readonly string[] = []): string {
   return `[sourcebound: non-authoritative summary of the assistant's replies for pairs ${fromPair}-${toPair}. ` +
     `The user's ${toPair - fromPair + 1} original messages for these pairs are in the previous turn, verbatim; ` +
-    `this summary is not the assistant's original text and may be incomplete.]`;
+    `this summary is not the assistant's original text and may be incomplete.` +
+    (ungrounded.length === 0 ? ']' : ` Warning: ${ungrounded.length === 1 ? 'this figure is' : 'these figures are'} not in the replies it summarizes ` +
+      `and may be wrong: ${ungrounded.map(factText).join('; ')}.]`);
+}
+
+/** `number:0.9%` -> `0.9%`: the fact as written, without its kind. */
+function factText(fact: string): string {
+  const colon = fact.indexOf(':');
+  return colon < 0 ? fact : fact.slice(colon + 1);
 }
 
 /** The note at the start of the history when `omittedPairs` (> 0) earlier exchanges were left out. */

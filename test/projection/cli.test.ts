@@ -30,7 +30,7 @@ describe('sourcebound project', () => {
     const all = await run(id, 1_000_000, false);
     expect(all[0]).toBe(`conversation ${id} (scope tenant-a): 35 pairs`);
     expect(all.slice(1, -2)).toEqual([
-      `pairs 0-9  summarized (record ${recordId}, conversation-compaction@3)`,
+      `pairs 0-9  summarized (record ${recordId}, conversation-compaction@4)`,
       'pairs 10-19  raw; summary not used: not_yet_summarized',
       'pairs 20-29  raw; summary not used: not_yet_summarized',
       'pairs 30-34  raw; summary not used: incomplete_range',

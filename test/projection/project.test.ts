@@ -62,14 +62,14 @@ describe('projectConversationHistory', () => {
     expect(toAnthropicMessages(p)).toEqual([]);
   });
 
-  it('uses a completed, source-bound @3 summary beside the ten original user messages', async () => {
+  it('uses a completed, source-bound @4 summary beside the ten original user messages', async () => {
     const { id, written } = await conversation(30);
     const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'The assistant compared two funds.' });
     const p = await project(id);
     checkInvariants(p);
     const [summary] = summaries(p);
     expect(summary).toMatchObject({
-      kind: 'summary', fromPair: 0, toPair: 9, recordId, promptVersion: 'conversation-compaction@3', model: 'test/model',
+      kind: 'summary', fromPair: 0, toPair: 9, recordId, promptVersion: 'conversation-compaction@4', model: 'test/model',
       summary: 'The assistant compared two funds.',
     });
     expect(summary!.userMessages).toEqual(range(0, 9).map((i) => ({ pairIndex: i, messageId: written[i]!.userMessageId, text: `question ${i}` })));
@@ -101,19 +101,32 @@ describe('projectConversationHistory', () => {
     }
   });
 
+  it('refuses a completed record over the 6,000-character ceiling, whatever made it', async () => {
+    const { id } = await conversation(30);
+    const over = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: '😀'.repeat(6001) });
+    const p = await project(id);
+    expect(summaries(p)).toEqual([]);
+    expect(pairIndexes(p)).toEqual(range(0, 29));
+    expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'over_cap', recordId: over });
+    // At the ceiling (counted in code points, not UTF-16 units) a record passes this check.
+    const other = await conversation(30);
+    await insertSummary(db.pool, { conversationId: other.id, fromPair: 0, summary: '😀'.repeat(6000) });
+    expect((await project(other.id)).summaryNotUsed.filter((n) => n.reason === 'over_cap')).toEqual([]);
+  });
+
   it('prefers the current prompt version, then the newest record', async () => {
     const { id } = await conversation(30);
     await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2', summary: 'v2, newest', ageSeconds: 0 });
-    await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'old/model', summary: 'v3, older', ageSeconds: 200 });
-    const newest = await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'new/model', summary: 'v3, newer', ageSeconds: 100 });
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'old/model', summary: 'v4, older', ageSeconds: 200 });
+    const newest = await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'new/model', summary: 'v4, newer', ageSeconds: 100 });
     const p = await project(id);
-    expect(summaries(p).map((s) => [s.recordId, s.summary, s.model])).toEqual([[newest, 'v3, newer', 'new/model']]);
+    expect(summaries(p).map((s) => [s.recordId, s.summary, s.model])).toEqual([[newest, 'v4, newer', 'new/model']]);
   });
 
   it('falls back to a usable older-version record when the current one no longer binds', async () => {
     const { id, written } = await conversation(30);
     const v2 = await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2' });
-    // A @3 record bound to a different assistant message in pair 4.
+    // A @4 record bound to a different assistant message in pair 4.
     const ids = (await rangeSource(db.pool, id, 0)).flatMap((s) => [s.userMessageId, s.assistantMessageId]);
     ids[9] = written[20]!.assistantMessageId;
     await insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceMessageIds: ids });

@@ -53,7 +53,7 @@ export async function insertSummary(db: Queryable, input: SummaryRecordInput): P
       input.sourceHash ?? sourceHash(source),
       input.hashVersion ?? 1,
       input.model ?? 'test/model',
-      input.promptVersion ?? 'conversation-compaction@3',
+      input.promptVersion ?? 'conversation-compaction@4',
       status,
       input.summary === undefined ? (status === 'completed' ? `Summary of pairs ${input.fromPair}-${toPair}.` : null) : input.summary,
       input.ageSeconds ?? 0,

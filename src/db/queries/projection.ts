@@ -49,6 +49,8 @@ export interface ProjectionSummaryRow {
   summary: string | null;
   completedAt: Date | null;
   createdAt: Date;
+  /** Facts of the summary its sources do not contain (`kind:text`), recorded under the `flag` grounding policy; null or empty when none. */
+  ungrounded: string[] | null;
 }
 
 /**
@@ -106,7 +108,9 @@ export async function pairsPageRead(
 const SUMMARY_COLUMNS = `s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
             s.source_message_ids::text[] as "sourceMessageIds", s.source_hash as "sourceHash",
             s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
-            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt"`;
+            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt",
+            (select a.grounding_ungrounded from sourcebound.conversation_summary_attempts a
+             where a.summary_id = s.id and a.outcome = 'ok' order by a.id desc limit 1) as "ungrounded"`;
 
 /**
  * Completed and failed summary records of a conversation in a scope whose
