@@ -25,7 +25,11 @@ export interface InspectedRecord {
   summaryChars: number | null;
   createdAt: Date;
   completedAt: Date | null;
-  attempts: { outcome: string | null; spent: boolean | null; reason: string | null; workerId: string; startedAt: Date; finishedAt: Date | null; requestId: string | null }[];
+  attempts: {
+    outcome: string | null; spent: boolean | null; reason: string | null; workerId: string; startedAt: Date; finishedAt: Date | null; requestId: string | null;
+    /** The grounding check of the answer (src/grounding.ts): facts checked and those not in the sources (`kind:text`); null when no answer was checked. */
+    grounding: { checked: string[]; ungrounded: string[] } | null;
+  }[];
 }
 
 /** A stored inconsistency, what it means and the command that repairs it. */
@@ -92,6 +96,7 @@ export async function inspectConversation(pool: pg.Pool, conversationId: string,
       completedAt: s.completedAt,
       attempts: attempts.filter((a) => a.summaryId === s.id).map((a) => ({
         outcome: a.outcome, spent: a.spent, reason: a.reason, workerId: a.workerId, startedAt: a.startedAt, finishedAt: a.finishedAt, requestId: a.requestId,
+        grounding: a.groundingChecked === null ? null : { checked: a.groundingChecked, ungrounded: a.groundingUngrounded ?? [] },
       })),
     });
   }

@@ -23,6 +23,13 @@ export const inspectCommand: Command = {
   },
 };
 
+/** `grounding: 3 facts checked, 1 not in the sources: number:0.9%` (or `all in the sources`), then the facts checked. */
+function groundingLine(g: { checked: string[]; ungrounded: string[] }): string {
+  if (g.checked.length === 0) return 'grounding: no checkable facts';
+  const verdict = g.ungrounded.length === 0 ? 'all in the sources' : `${g.ungrounded.length} NOT in the sources: ${g.ungrounded.join(', ')}`;
+  return `grounding: ${g.checked.length} fact(s) checked, ${verdict}; checked: ${g.checked.join(', ')}`;
+}
+
 export function renderInspection(i: Inspection): string {
   const lines = [
     `conversation ${i.conversationId} (scope ${i.scope})`,
@@ -40,6 +47,7 @@ export function renderInspection(i: Inspection): string {
     if (r.failureReason && r.status !== 'completed') lines.push(`  last failure: ${r.failureReason}`);
     for (const [n, a] of r.attempts.entries()) {
       lines.push(`  attempt ${n + 1}: ${a.outcome ?? 'in flight'}${a.spent === null ? '' : a.spent ? ' (spent)' : ' (not spent)'}${a.reason ? ` — ${a.reason}` : ''} [${a.workerId}]`);
+      if (a.grounding !== null) lines.push(`    ${groundingLine(a.grounding)}`);
     }
   }
   return `${lines.join('\n')}\n`;

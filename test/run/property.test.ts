@@ -37,7 +37,7 @@ interface Model {
   seed: number;
   runId: string;
   variant: Variant;
-  policy: Omit<typeof SMALL_POLICY, 'keepRecentGroups' | 'maxSummaryInputBytes'> & { keepRecentGroups: number; maxSummaryInputBytes: number; maxSummariesPerPrepare?: number };
+  policy: Omit<typeof SMALL_POLICY, 'keepRecentGroups' | 'maxSummaryInputBytes'> & { keepRecentGroups: number; maxSummaryInputBytes: number; maxSummariesPerPrepare?: number; grounding: 'flag' };
   protectedTexts: string[];
   /** proposal id -> settlement status now */
   units: Map<string, 'dispatched' | 'settled' | 'failed' | 'unknown'>;
@@ -51,7 +51,8 @@ interface Model {
 
 async function generate(seed: number, behaviour: Behaviour, variant: Variant = 'one'): Promise<Model> {
   const r = prng(seed * 1_000_003 + (behaviour === 'flaky' ? 17 : 0) + (variant === 'chunked' ? 31 : 0));
-  const policy: Model['policy'] = { ...SMALL_POLICY, keepRecentGroups: r.int(1, 3) };
+  // The summaries carry invented canaries (SUMMARY-CANARY-seed-n): recorded by the grounding check, not rejected.
+  const policy: Model['policy'] = { ...SMALL_POLICY, keepRecentGroups: r.int(1, 3), grounding: 'flag' };
   if (variant === 'chunked') {
     policy.maxSummaryInputBytes = r.int(3, 12) * 1024;
     // The reliable runs must finish their plans in one call (the oracle below expects it).

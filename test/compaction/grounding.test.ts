@@ -1,0 +1,155 @@
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { compactConversation, type CompactionContext } from '../../src/compaction/compact.ts';
+import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
+import type { FactKind } from '../../src/grounding.ts';
+import { renderInspection } from '../../src/cli/inspect.ts';
+import { inspectConversation } from '../../src/inspect.ts';
+import { silentLogger } from '../../src/logger.ts';
+import { projectConversationHistory, type SummaryItem } from '../../src/projection/index.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+import { gatewayFor } from '../support/gateway.ts';
+import { behaviours, startMessagesServer } from '../support/messages-server.ts';
+
+/**
+ * The grounding check at commit, through the real SDK against the local
+ * Messages server: the model's answer is scripted, everything else (gateway,
+ * claim, commit, attempts, projection) is the product's own path.
+ */
+const db = await createTestDatabase();
+const server = await startMessagesServer();
+afterAll(() => server.close());
+beforeEach(() => server.reset());
+
+const ctx = (overrides: Partial<CompactionContext> = {}): CompactionContext => ({
+  pool: db.pool,
+  summarizer: gatewayFor(server),
+  logger: silentLogger,
+  workerId: 'test-worker',
+  leaseMs: 60_000,
+  retryDelays: { deferMs: 0, afterSpentMs: 0 },
+  ...overrides,
+});
+
+// Pair 3's reply holds one fact of every kind; the others are plain.
+const FACTS = 'Order INV-2231 costs $1,250.00 with a fee of 0.5% and weighs 12 kg; billed on 2024-03-05 at 14:30. '
+  + 'Docs: https://example.com/fees and src/billing/fees.ts, mail billing@example.com, upgrade to v2.3.1 and run `npm ci --no-audit`.';
+const reply = (i: number) => (i === 3 ? FACTS : `Reply ${i} says the plan is fine. ${"It goes on about the plan at some length. ".repeat(8)}`);
+
+async function conversation() {
+  const c = await createConversation(db.pool);
+  await addPairs(db.pool, c, 30, (i) => ({ user: `question ${i}`, assistant: reply(i) }));
+  return c;
+}
+
+/** A faithful summary whose one fact of `kind` is replaced by an invented one. */
+const WRONG: Record<FactKind, [string, string]> = {
+  number: ['The fee is 0.9%.', 'number:0.9%'],
+  money: ['The order costs $1,260.00.', 'money:$1260.00'],
+  date: ['It was billed on 2024-03-06.', 'date:2024-03-06'],
+  time: ['It was billed at 15:30.', 'time:15:30'],
+  identifier: ['Order INV-2232 was billed.', 'identifier:INV-2232'],
+  url: ['Docs at https://example.com/prices.', 'url:https://example.com/prices'],
+  email: ['Mail sales@example.com.', 'email:sales@example.com'],
+  path: ['See src/billing/prices.ts.', 'path:src/billing/prices.ts'],
+  version: ['Upgrade to v2.4.0.', 'version:v2.4.0'],
+  code: ['Run `npm install --force`.', 'code:`npm install --force`'],
+};
+
+describe('grounding at commit', () => {
+  it('accepts a faithful summary that reformats its figures (separators, percent spacing, date style, case)', async () => {
+    const c = await conversation();
+    server.enqueue(behaviours.text('Order inv-2231 costs $1250 (fee 0.5 %), weighs 12kg, billed March 5, 2024 at 2:30 pm; '
+      + 'docs HTTPS://EXAMPLE.COM/fees, src/billing/fees.ts, Billing@Example.com, 2.3.1, `npm ci --no-audit`.'));
+    const report = await compactConversation(ctx(), c);
+    expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
+    const [attempt] = await attemptsOfConversationRead(db.pool, c);
+    expect(attempt).toMatchObject({ outcome: 'ok', spent: true, groundingUngrounded: [] });
+    expect(attempt!.groundingChecked).toHaveLength(11);
+  });
+
+  describe('policy reject (default)', () => {
+    it.each(Object.entries(WRONG) as [FactKind, [string, string]][])('an invented %s makes the answer invalid and spends exactly one attempt', async (_kind, [text, fact]) => {
+      const c = await conversation();
+      server.enqueue(behaviours.text(`Reply 3 says: ${text}`));
+      const report = await compactConversation(ctx(), c);
+      expect(server.count).toBe(1);
+      expect(report.ranges.map((r) => r.result)).toEqual(['attempt_spent']);
+      const [record] = await summariesOfConversationRead(db.pool, c);
+      expect(record).toMatchObject({ status: 'pending', attemptsSpent: 1, summary: null });
+      expect(record!.failureReason).toBe(`invalid: ungrounded: 1 fact(s) not in the material: ${fact}`);
+      const attempts = await attemptsOfConversationRead(db.pool, c);
+      expect(attempts).toHaveLength(1);
+      expect(attempts[0]).toMatchObject({ outcome: 'invalid', spent: true, groundingUngrounded: [fact] });
+      expect(attempts[0]!.groundingChecked).toContain(fact);
+      // The raw pairs stay in use: nothing is projected as a summary.
+      const projection = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 1 << 20 });
+      expect(projection.items.filter((i) => i.kind === 'summary')).toEqual([]);
+      expect(projection.items).toHaveLength(30);
+    });
+
+    it('a second ungrounded answer fails the identity for good, like any invalid answer; no third call', async () => {
+      const c = await conversation();
+      server.enqueue(behaviours.text('The fee is 0.9%.'), behaviours.text('Order INV-9999.'));
+      expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['attempt_spent']);
+      expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['failed']);
+      expect(server.count).toBe(2);
+      const [record] = await summariesOfConversationRead(db.pool, c);
+      expect(record).toMatchObject({ status: 'failed', attemptsSpent: 2 });
+      expect((await attemptsOfConversationRead(db.pool, c)).map((a) => a.groundingUngrounded)).toEqual([['number:0.9%'], ['identifier:INV-9999']]);
+      server.reset();
+      expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['failed']);
+      expect(server.count).toBe(0);
+    });
+
+    it('after one ungrounded answer, a grounded second one completes the range', async () => {
+      const c = await conversation();
+      server.enqueue(behaviours.text('The fee is 0.9%.'), behaviours.text('The fee is 0.5%.'));
+      expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['attempt_spent']);
+      expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['completed']);
+      const [record] = await summariesOfConversationRead(db.pool, c);
+      expect(record).toMatchObject({ status: 'completed', attemptsSpent: 2, summary: 'The fee is 0.5%.' });
+    });
+  });
+
+  describe('policy flag', () => {
+    it.each(Object.entries(WRONG) as [FactKind, [string, string]][])('an invented %s completes, is recorded, and the projection names it in the label', async (_kind, [text, fact]) => {
+      const c = await conversation();
+      server.enqueue(behaviours.text(`Reply 3 says: ${text}`));
+      const report = await compactConversation(ctx({ grounding: 'flag' }), c);
+      expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
+      const [attempt] = await attemptsOfConversationRead(db.pool, c);
+      expect(attempt).toMatchObject({ outcome: 'ok', spent: true, groundingUngrounded: [fact] });
+      const projection = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 1 << 20 });
+      const [summary] = projection.items.filter((i): i is SummaryItem => i.kind === 'summary');
+      expect(summary).toMatchObject({ fromPair: 0, ungrounded: [fact] });
+      expect(summary!.label).toContain(`Warning: this figure is not in the replies it summarizes and may be wrong: ${fact.slice(fact.indexOf(':') + 1)}.`);
+    });
+
+    it('a grounded summary under flag has a plain label', async () => {
+      const c = await conversation();
+      server.enqueue(behaviours.text('Reply 3: the fee is 0.5% on 2024-03-05.'));
+      await compactConversation(ctx({ grounding: 'flag' }), c);
+      const projection = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 1 << 20 });
+      const [summary] = projection.items.filter((i): i is SummaryItem => i.kind === 'summary');
+      expect(summary).toMatchObject({ ungrounded: [] });
+      expect(summary!.label).not.toContain('Warning');
+    });
+  });
+
+  it('sourcebound inspect shows, per record and attempt, what was checked and what failed', async () => {
+    const c = await conversation();
+    server.enqueue(behaviours.text('Reply 3: the fee is 0.9% for INV-2231.'), behaviours.text('Reply 3: the fee is 0.5% for INV-2231.'));
+    await compactConversation(ctx(), c);
+    await compactConversation(ctx(), c);
+    const inspection = await inspectConversation(db.pool, c, 'tenant-a');
+    expect(inspection.records[0]!.attempts.map((a) => [a.outcome, a.grounding])).toEqual([
+      ['invalid', { checked: ['number:0.9%', 'identifier:INV-2231'], ungrounded: ['number:0.9%'] }],
+      ['ok', { checked: ['number:0.5%', 'identifier:INV-2231'], ungrounded: [] }],
+    ]);
+    const text = renderInspection(inspection);
+    expect(text).toContain('attempt 1: invalid (spent) — ungrounded: 1 fact(s) not in the material: number:0.9%');
+    expect(text).toContain('grounding: 2 fact(s) checked, 1 NOT in the sources: number:0.9%; checked: number:0.9%, identifier:INV-2231');
+    expect(text).toContain('grounding: 2 fact(s) checked, all in the sources; checked: number:0.5%, identifier:INV-2231');
+  });
+});

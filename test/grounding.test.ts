@@ -1,0 +1,131 @@
+import { describe, expect, it } from 'vitest';
+import { extractFacts, groundOutcome, groundSummary, normalizeText, type FactKind } from '../src/grounding.ts';
+import type { Outcome } from '../src/gateway/types.ts';
+
+const material = [
+  {
+    id: '3f2a1b4c-9d8e-4f00-a1b2-c3d4e5f6a7b8',
+    text: 'The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30. Order INV-2231 ships in 3 days. '
+      + 'Docs at https://Example.com/fees/ and src/billing/fees.ts; mail billing@example.com. '
+      + 'Upgrade to v2.3.1 and run `npm ci --no-audit`. It weighs 12kg and costs $1,250.00. '
+      + 'Latency fell 40 percent in March 2024.',
+  },
+  { id: 'msg_02', text: 'Le taux est 3,5 % depuis le 1er mars; total 2\u202f500\u202f000 unités (avec\u00a0espaces) et 1\u00a0000\u00a0€.' },
+];
+
+const facts = (text: string) => extractFacts(text).map((f) => `${f.kind}:${f.text}`);
+const ungrounded = (summary: string) => groundSummary(summary, material).ungrounded;
+
+describe('fact extraction', () => {
+  it('finds each kind of checkable fact', () => {
+    const text = 'See https://a.example/x, write to ops@example.org, open /etc/nginx/nginx.conf and src/app.ts; '
+      + 'on 5 March 2024 at 2:30 pm it cost $12.50 and weighed 3.5 kg (50 %), v1.2.3, ticket ABC-123, `make test`.';
+    expect(facts(text)).toEqual([
+      'url:https://a.example/x', 'email:ops@example.org', 'path:/etc/nginx/nginx.conf', 'path:src/app.ts',
+      'date:5 March 2024', 'time:2:30 pm', 'money:$12.50', 'number:3.5 kg', 'number:50 %', 'version:v1.2.3',
+      'identifier:ABC-123', 'code:`make test`',
+    ]);
+  });
+
+  it('does not check small bare integers, ordinals, words or unit ratios', () => {
+    expect(facts('Step 3 of 10: the 2nd reply, in 5 steps, at 60 km/h and 10 MB/s, and/or 24/7.')).toEqual(['number:60 km/h', 'number:10 MB']);
+    expect(facts('No figures here, only words and names like Alice.')).toEqual([]);
+  });
+
+  it('checks bare numbers with a decimal part, a thousands separator or three digits', () => {
+    expect(facts('0.9 and 1,200 and 250 and 42')).toEqual(['number:0.9', 'number:1200', 'number:250']);
+  });
+});
+
+describe('grounding against the material', () => {
+  it('grounds every fact copied as written', () => {
+    const summary = '[3f2a1b4c] The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30 for INV-2231; '
+      + 'docs https://Example.com/fees/, src/billing/fees.ts, billing@example.com, v2.3.1, `npm ci --no-audit`, 12kg, $1,250.00.';
+    expect(groundSummary(summary, material)).toEqual({ checked: expect.any(Array), ungrounded: [] });
+    expect(groundSummary(summary, material).checked.length).toBeGreaterThanOrEqual(12);
+  });
+
+  it.each<[string, string]>([
+    ['thousands separators', 'The amount was 1234567 EUR.'],
+    ['thousands separators, other direction', 'Order total 2,500,000 units.'],
+    ['no-break spaces as separators', 'It came to 1 000 € in all.'],
+    ['percent with a space', 'The fee is 0.5 %.'],
+    ['percent as a word', 'The fee is 0.5 percent.'],
+    ['a decimal comma', 'The rate is 3,5 %.'],
+    ['a written date for an ISO one', 'Billed on March 5, 2024.'],
+    ['a day-first written date', 'Billed on 5 March 2024.'],
+    ['an ordinal written date', 'Billed on Mar 5th, 2024.'],
+    ['a date without its year', 'Billed on March 5.'],
+    ['a month and year', 'It was billed in March 2024.'],
+    ['a 12-hour time', 'It was billed at 2:30 pm.'],
+    ['a currency code for its symbol', 'It costs 1250 USD.'],
+    ['a currency word', 'It costs 1,250 dollars.'],
+    ['a unit with a space and in full', 'It weighs 12 kg; it ships in 3 days.'],
+    ['letter case of identifiers, URLs and e-mail', 'Order inv-2231, see HTTPS://EXAMPLE.COM/fees, mail Billing@Example.com.'],
+    ['a version without its v', 'Upgrade to 2.3.1.'],
+    ['full-width digits (NFKC)', 'Order INV-２２３１.'],
+    ['quoted code with other spacing', 'Run `npm  ci   --no-audit`.'],
+    ['a year alone', 'The invoice dates from 2024.'],
+    ['a short id of a source', '[3f2a1b4c] says so.'],
+    ['a fact cut short with an ellipsis', 'See src/billing/fe… and INV-22…'],
+  ])('accepts %s', (_rule, summary) => {
+    expect(ungrounded(summary)).toEqual([]);
+  });
+
+  it.each<[FactKind, string, string]>([
+    ['number', 'The fee is 0.9%.', 'number:0.9%'],
+    ['number', 'It weighs 13kg.', 'number:13kg'],
+    ['number', 'It fell 40 % in a day and 41 % later.', 'number:41 %'],
+    ['money', 'It costs $1,260.00.', 'money:$1260.00'],
+    ['money', 'It costs 1,250 EUR.', 'money:1250 EUR'],
+    ['date', 'Billed on 2024-03-06.', 'date:2024-03-06'],
+    ['date', 'Billed on March 6, 2024.', 'date:March 6, 2024'],
+    ['date', 'Billed in April 2024.', 'date:April 2024'],
+    ['time', 'Billed at 15:30.', 'time:15:30'],
+    ['identifier', 'Order INV-2232 ships.', 'identifier:INV-2232'],
+    ['url', 'Docs at https://example.com/prices.', 'url:https://example.com/prices'],
+    ['email', 'Mail sales@example.com.', 'email:sales@example.com'],
+    ['path', 'Edit src/billing/prices.ts now.', 'path:src/billing/prices.ts'],
+    ['version', 'Upgrade to v2.3.2.', 'version:v2.3.2'],
+    ['code', 'Run `npm install --force`.', 'code:`npm install --force`'],
+  ])('flags a %s the material does not contain', (_kind, summary, fact) => {
+    expect(ungrounded(summary)).toEqual([fact]);
+  });
+
+  it('keeps path and code case: a path with other letter case is not the same file', () => {
+    expect(ungrounded('Edit SRC/Billing/Fees.ts.')).toEqual(['path:SRC/Billing/Fees.ts']);
+    expect(ungrounded('Run `NPM CI --no-audit`.')).toEqual(['code:`NPM CI --no-audit`']);
+  });
+
+  it('does not let a longer number ground a shorter one, nor a date in another year ground a full date', () => {
+    expect(ungrounded('About 123,456 EUR.')).toEqual(['money:123456 EUR']);
+    expect(ungrounded('Billed on 2023-03-05.')).toEqual(['date:2023-03-05']);
+  });
+
+  it('normalizes NFKC, separators, percent and white space the same way on both sides', () => {
+    expect(normalizeText('１２,３４５\u00a0€ — 50 %  and 7 per cent')).toBe('12345 € — 50% and 7%');
+  });
+});
+
+describe('groundOutcome', () => {
+  const ok = (text: string): Outcome => ({ kind: 'ok', text, model: 'm', usage: null, requestId: 'r' });
+
+  it('reject (default): an ungrounded fact makes the answer invalid, with the check attached', () => {
+    const outcome = groundOutcome(ok('The fee is 0.9% for INV-2231.'), material);
+    expect(outcome).toMatchObject({ kind: 'invalid', reason: 'ungrounded: 1 fact(s) not in the material: number:0.9%', model: 'm', requestId: 'r' });
+    expect(outcome.kind === 'invalid' && outcome.grounding).toEqual({ checked: ['number:0.9%', 'identifier:INV-2231'], ungrounded: ['number:0.9%'] });
+  });
+
+  it('flag: the answer stays ok and carries the ungrounded facts', () => {
+    const outcome = groundOutcome(ok('The fee is 0.9%.'), material, 'flag');
+    expect(outcome).toMatchObject({ kind: 'ok', grounding: { checked: ['number:0.9%'], ungrounded: ['number:0.9%'] } });
+  });
+
+  it('a grounded answer stays ok under either policy; other outcomes pass unchanged', () => {
+    for (const policy of ['reject', 'flag'] as const) {
+      expect(groundOutcome(ok('The fee is 0.5%.'), material, policy)).toMatchObject({ kind: 'ok', grounding: { checked: ['number:0.5%'], ungrounded: [] } });
+    }
+    const unknown: Outcome = { kind: 'unknown', reason: 'timeout', requestId: null };
+    expect(groundOutcome(unknown, material)).toBe(unknown);
+  });
+});
