@@ -25,6 +25,7 @@ import { benchLatency } from './p4-latency.ts';
 import { benchSavings } from './p5-savings.ts';
 import { benchRunCompaction } from './p6-run.ts';
 import { benchCache } from './p8-cache.ts';
+import { benchGrounding } from './p9-grounding.ts';
 
 const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promise<BenchResult> }[] = [
   { id: 'P1', title: 'write overhead of the triggers', run: benchWrite },
@@ -34,6 +35,7 @@ const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promi
   { id: 'P5', title: 'savings on real conversations', run: benchSavings },
   { id: 'P6', title: 'run compaction (prepareRunRequest)', run: benchRunCompaction },
   { id: 'P8', title: 'cache economics with prompt caching on', run: benchCache },
+  { id: 'P9', title: 'grounding check on real ranges', run: benchGrounding },
 ];
 
 const RESULTS_DIR = fileURLToPath(new URL('./results', import.meta.url));

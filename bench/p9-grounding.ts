@@ -1,0 +1,222 @@
+import { createHash } from 'node:crypto';
+import { claimRange } from '../src/compaction/claim.ts';
+import { commitOutcome } from '../src/compaction/commit.ts';
+import { conversationIdFor, writeThread } from '../src/demo.ts';
+import { extractiveSummary } from '../src/gateway/offline.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../src/gateway/prompts.ts';
+import type { MaterialItem, Outcome } from '../src/gateway/types.ts';
+import { extractFacts, groundOutcome, groundSummary, normalizeText, type Fact } from '../src/grounding.ts';
+import { plannableRanges } from '../src/plan.ts';
+import type { BenchContext } from './lib/context.ts';
+import { dataset } from './lib/data.ts';
+import type { BenchResult } from './lib/report.ts';
+import { benchPool } from './lib/server.ts';
+import { spread } from './lib/stats.ts';
+
+/**
+ * P9 grounding on the real ranges: every plannable range (ten assistant
+ * replies) of the shared threads, summarized three ways, each checked by
+ * src/grounding.ts against its replies:
+ * (a) a stand-in model that copies every fact faithfully but reformats it
+ *     (thousands separators added, percent and units spaced, ISO dates
+ *     written out and written dates made ISO, times in 12-hour form,
+ *     identifiers, URLs and e-mails upper-cased, a version's `v` dropped):
+ *     every flag is a false flag;
+ * (b) the same stand-in changing one figure, date or identifier per summary
+ *     (or inventing one when the summary has none) to a value its replies do
+ *     not contain: every summary must be flagged;
+ * (c) the offline summarizer (sourcebound/extractive@2): no flag expected.
+ * Then the check's cost against the commit's: for each range, claimed in a
+ * real database, the time of groundOutcome and of commitOutcome, p50 of each.
+ */
+export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
+  const { threads, source } = dataset();
+  const ranges: { threadId: string; fromPair: number; items: MaterialItem[] }[] = [];
+  for (const thread of threads) {
+    for (const range of plannableRanges(thread.pairs.length)) {
+      ranges.push({
+        threadId: thread.id,
+        fromPair: range.fromPair,
+        items: thread.pairs.slice(range.fromPair, range.toPair + 1).map((p, i) => ({ id: messageId(thread.id, range.fromPair + i), text: p.assistant })),
+      });
+    }
+  }
+  const result: BenchResult = {
+    id: 'P9', title: 'grounding check on real ranges', status: 'ok', seconds: 0,
+    params: { ranges: ranges.length, summarizer: 'sourcebound/extractive@2 and a reformatting / tampering stand-in', summaryMaxChars: 6000 },
+    figures: [], headlines: [], notes: [`Data: ${source}.`],
+  };
+
+  let offlineFlagged = 0;
+  let faithfulFlagged = 0;
+  let tamperedFlagged = 0;
+  let reformatted = 0;
+  let invented = 0;
+  let checkedFacts = 0;
+  const falseFlags: string[] = [];
+  for (const r of ranges) {
+    const offline = extractiveSummary(r.items, 6000)!;
+    const c = groundSummary(offline, r.items);
+    checkedFacts += c.checked.length;
+    if (c.ungrounded.length > 0) offlineFlagged++;
+
+    const faithful = reformatFaithfully(offline);
+    reformatted += faithful.changed;
+    const a = groundSummary(faithful.text, r.items);
+    if (a.ungrounded.length > 0) {
+      faithfulFlagged++;
+      falseFlags.push(...a.ungrounded.slice(0, 2));
+    }
+
+    // On the normalized faithful text, so every fact stands as the extractor reads it.
+    const tampered = tamper(normalizeText(faithful.text), r.items);
+    if (tampered.invented) invented++;
+    const b = groundSummary(tampered.text, r.items);
+    if (b.ungrounded.length > 0) tamperedFlagged++;
+  }
+  const n = ranges.length;
+  const one = (x: number) => spread([x]);
+  result.figures.push(
+    { label: `ranges checked (real threads, ten assistant replies each)`, unit: 'ranges', value: one(n) },
+    { label: 'facts checked in the offline summaries', unit: 'facts', value: one(checkedFacts) },
+    { label: '(a) faithful, reformatted stand-in: summaries flagged (false flags)', unit: 'summaries', value: one(faithfulFlagged) },
+    { label: '(b) one figure/date/identifier changed or invented: summaries flagged', unit: 'summaries', value: one(tamperedFlagged) },
+    { label: '(c) offline summarizer extractive@2: summaries flagged', unit: 'summaries', value: one(offlineFlagged) },
+  );
+  result.headlines.push(
+    { label: 'P9 (a) false flags / faithful reformatted summaries', ratio: one(faithfulFlagged / n), goal: { op: '<=', target: 0 } },
+    { label: 'P9 (b) flagged / tampered summaries', ratio: one(tamperedFlagged / n), goal: { op: '>=', target: 1 } },
+    { label: 'P9 (c) flagged / offline summaries', ratio: one(offlineFlagged / n), goal: { op: '<=', target: 0 } },
+  );
+  result.notes.push(
+    `The faithful stand-in reformatted ${reformatted} facts in ${n} summaries; the tampering one changed a fact in ${n - invented} and invented one in ${invented} (summaries without a figure, date or identifier).`,
+    ...(falseFlags.length > 0 ? [`False flags, first ones: ${falseFlags.slice(0, 6).join(' | ')}`] : []),
+  );
+
+  // The check's cost beside the commit's, in a real database: claim each range, then time both.
+  const url = await ctx.server.freshDatabase('p9_grounding');
+  const pool = benchPool(url, 4);
+  try {
+    const wanted = new Set(ranges.map((r) => r.threadId));
+    for (const thread of threads.filter((t) => wanted.has(t.id))) await writeThread(pool, thread, 'bench');
+    await pool.query('delete from graphile_worker._private_jobs');
+    await pool.query('analyze');
+    const check: number[] = [];
+    const commit: number[] = [];
+    const repetitions = ctx.full ? 3 : 1;
+    for (let rep = 0; rep < repetitions; rep++) {
+      for (const r of ranges) {
+        const conversationId = conversationIdFor(r.threadId);
+        const claim = await claimRange(pool, {
+          conversationId, range: { fromPair: r.fromPair, toPair: r.fromPair + 9 }, model: `bench/p9@${rep}`,
+          promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'bench-p9', leaseMs: 60_000,
+        });
+        if (claim.kind !== 'claimed') throw new Error(`P9: range ${r.threadId}:${r.fromPair} not claimable (${claim.kind})`);
+        const items = claim.pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
+        const answer: Outcome = { kind: 'ok', text: extractiveSummary(items, 6000)!, model: 'bench', usage: null, requestId: null };
+        const t0 = performance.now();
+        const outcome = groundOutcome(answer, items);
+        const t1 = performance.now();
+        const committed = await commitOutcome(pool, { record: claim.record, attemptId: claim.attemptId, workerId: 'bench-p9' }, outcome);
+        const t2 = performance.now();
+        if (committed.kind !== 'completed') throw new Error(`P9: commit ${committed.kind}`);
+        check.push(t1 - t0);
+        commit.push(t2 - t1);
+      }
+    }
+    const p50 = (xs: number[]) => spread(xs).median;
+    result.figures.push(
+      { label: 'grounding check per range (groundOutcome), p50 over ranges', unit: 'ms', value: spread([p50(check)]) },
+      { label: 'commit per range (commitOutcome: lock, re-read, re-hash, settle), p50 over ranges', unit: 'ms', value: spread([p50(commit)]) },
+    );
+    result.headlines.push({ label: 'P9 grounding check / commit time, p50', ratio: one(p50(check) / p50(commit)), goal: { op: '<=', target: 0.05 } });
+  } finally {
+    await pool.end();
+  }
+  return result;
+}
+
+/** A message id per thread and pair, shaped like the ones the database gives (the summaries tag replies by them). */
+function messageId(threadId: string, pair: number): string {
+  const h = createHash('sha256').update(`${threadId}:${pair}`).digest('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
+const MONTH_NAMES = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December'];
+
+/**
+ * The summary with every fact rewritten in another faithful form. Starts from
+ * the normalized text (so separators the source had are gone), then rewrites
+ * each fact where it stands.
+ */
+function reformatFaithfully(summary: string): { text: string; changed: number } {
+  let text = normalizeText(summary);
+  let changed = 0;
+  let from = 0;
+  for (const fact of extractFacts(text)) {
+    const at = text.indexOf(fact.text, from);
+    if (at < 0) continue;
+    const next = fact.truncated ? fact.text : rewrite(fact);
+    if (next !== fact.text) changed++;
+    text = text.slice(0, at) + next + text.slice(at + fact.text.length);
+    from = at + next.length;
+  }
+  return { text, changed };
+}
+
+function rewrite(fact: Fact): string {
+  const t = fact.text;
+  switch (fact.kind) {
+    case 'number':
+    case 'money':
+      // Separators in a whole part of four or more digits (never after a point, never with a leading zero).
+      return t.replace(/(?<![\d.,])[1-9]\d{3,}(?!\d)/, (d) => Number(d).toLocaleString('en-US')).replace(/(\d)%/, '$1 %').replace(/(\d)(kg|km|mb|gb|ms|cm|mm)\b/i, '$1 $2');
+    case 'date': {
+      const iso = /^(\d{4})-(\d{2})-(\d{2})$/.exec(t);
+      if (iso) return `${MONTH_NAMES[Number(iso[2]) - 1]} ${Number(iso[3])}, ${iso[1]}`;
+      return /^\d{4}-\d{2}-\d{2}$/.test(fact.key) ? fact.key : t;
+    }
+    case 'time': {
+      const m = /^(\d{1,2}):(\d{2})$/.exec(t);
+      if (!m || Number(m[1]) > 23) return t;
+      const h = Number(m[1]);
+      return `${h % 12 === 0 ? 12 : h % 12}:${m[2]} ${h < 12 ? 'am' : 'pm'}`;
+    }
+    case 'identifier':
+    case 'url':
+    case 'email':
+      return t.toUpperCase() === t ? t.toLowerCase() : t.toUpperCase();
+    case 'version':
+      return /^v/i.test(t) ? t.slice(1) : `v${t}`;
+    default:
+      return t; // paths and quoted code are copied exactly: their case matters
+  }
+}
+
+/**
+ * The summary with one figure, date or identifier changed to a value the
+ * material does not contain, or, when it has none, with an invented figure.
+ */
+function tamper(summary: string, items: readonly MaterialItem[]): { text: string; invented: boolean } {
+  const material = normalizeText(items.map((i) => `${i.id}\n${i.text}`).join('\n')).toLowerCase();
+  const absent = (s: string) => !material.includes(normalizeText(s).toLowerCase());
+  for (const fact of extractFacts(summary)) {
+    if (fact.truncated || !['number', 'money', 'date', 'identifier', 'time'].includes(fact.kind)) continue;
+    const at = summary.indexOf(fact.text);
+    // Not a reply's tag ([3f2a1b4c]): the change goes into what the summary says.
+    if (at < 0 || summary[at - 1] === '[') continue;
+    // Change the fact's last digit, trying each other digit until the result is not in the material.
+    const last = fact.text.search(/\d(?=\D*$)/);
+    for (let bump = 1; bump <= 9; bump++) {
+      const digit = String((Number(fact.text[last]) + bump) % 10);
+      const changed = fact.text.slice(0, last) + digit + fact.text.slice(last + 1);
+      const check = extractFacts(changed)[0];
+      if (check === undefined || !absent(changed)) continue;
+      return { text: summary.slice(0, at) + changed + summary.slice(at + fact.text.length), invented: false };
+    }
+  }
+  for (const figure of ['0.93%', '4,817 kg', '$7,306.25', 'INV-58213']) {
+    if (absent(figure)) return { text: `${summary}\nThe total came to ${figure}.`, invented: true };
+  }
+  throw new Error('P9: no absent figure to invent');
+}
