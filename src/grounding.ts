@@ -209,6 +209,8 @@ export function normalizeText(text: string): string {
     // Before NFKC, which turns no-break and thin spaces into plain ones.
     .replace(THOUSANDS, '$1')
     .normalize('NFKC')
+    // Again: full-width digits are digits only after NFKC.
+    .replace(THOUSANDS, '$1')
     .replace(PERCENT_WORD, '$1%')
     .replace(/(\d) +%/g, '$1%')
     .replace(/\s+/g, ' ');
@@ -260,9 +262,12 @@ const CURRENCY_WORD: Readonly<Record<string, string>> = {
   jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
 };
 const SCALE = String.raw`(?:\s?(k|m|bn|b|thousand|million|billion|trillion))?`;
-const AMOUNT = String.raw`(\d[\d,.]*)`;
-/** A token that is only a figure and its unit (`12kg`, `5-day`, `3.5GB`): a number, not an identifier. */
-const FIGURE_TOKEN = new RegExp(`^\\d+(?:[.,]\\d+)?-?${ANY_UNIT}$`, 'iu');
+const AMOUNT = String.raw`(\d+(?:[.,]\d+)*)`;
+/**
+ * A token that is only a figure and its unit (`12kg`, `5-day`, `3.5GB`): a
+ * number, not an identifier. A leading zero makes it a code (`0634102a`).
+ */
+const FIGURE_TOKEN = new RegExp(`^(?:0|[1-9]\\d*)(?:[.,]\\d+)?-?${ANY_UNIT}$`, 'iu');
 
 /** One match of a kind: where it is, what it is, and its key (null: not a fact after all, but masked). */
 interface Match {
@@ -440,7 +445,7 @@ const PATTERNS: readonly Pattern[] = [
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
 export function extractFacts(text: string): Fact[] {
   // Thousands separators and no-break spaces are handled before anything is matched.
-  let rest = text.replace(THOUSANDS, '$1').normalize('NFKC').replace(PERCENT_WORD, '$1%');
+  let rest = text.replace(THOUSANDS, '$1').normalize('NFKC').replace(THOUSANDS, '$1').replace(PERCENT_WORD, '$1%');
   const found: { at: number; fact: Fact }[] = [];
   for (const pattern of PATTERNS) {
     const spans: [number, number][] = [];
