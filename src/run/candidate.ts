@@ -86,8 +86,29 @@ function compactableGroups(state: RunState, projection: Projection, policy: Read
     if (!isSettled(g)) break;
     groups.push(g);
   }
-  if (groups.length === 0) return { ok: false, reason: `unsettled_work:${open[0]!.seq}` };
+  if (groups.length === 0) return { ok: false, reason: openUnitReason(open[0]!) };
   return { ok: true, groups };
+}
+
+/**
+ * The first tool unit that is not settled in the work compaction could take
+ * (after the newest checkpoint, before the newest groups), or null. Nothing
+ * after it can be compacted until the application settles it (after a crash
+ * between recording a turn and dispatching its calls: as failed or unknown).
+ */
+export function blockingUnit(state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>): { seq: number; proposalId: string; status: string } | null {
+  const after = state.checkpoints.at(-1)?.toSeq ?? 0;
+  const open = projection.visibleGroups.filter((g) => g.seq > after);
+  for (const g of open.slice(0, Math.max(0, open.length - policy.keepRecentGroups))) {
+    const u = g.units.find((x) => x.status === 'proposed' || x.status === 'dispatched');
+    if (u) return { seq: g.seq, proposalId: u.proposalId, status: u.status };
+  }
+  return null;
+}
+
+function openUnitReason(g: Group): string {
+  const u = g.units.find((x) => x.status === 'proposed' || x.status === 'dispatched')!;
+  return `open_tool_unit:${u.proposalId}: tool call ${u.proposalId} in turn ${g.seq} is ${u.status}, not settled; nothing after it can be compacted until it is settled (recordToolResult: settled, failed or unknown)`;
 }
 
 /**

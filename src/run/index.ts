@@ -10,14 +10,14 @@ export type { StoreResultOptions, ReadResultOptions, ReadResult, ResultRange } f
 export { prepareRunRequest } from './prepare.ts';
 export type { PrepareRunRequestOptions, PreparedRunRequest } from './prepare.ts';
 export { recoverRunContext } from './recover.ts';
-export type { RecoverRunContextOptions, RecoveryReport, SummaryReceipt } from './recover.ts';
+export type { OpenUnit, RecoverRunContextOptions, RecoveryReport, SummaryReceipt } from './recover.ts';
 export { toAnthropicRequest, turnOfMessage } from './anthropic.ts';
 export type { AnthropicRunRequest, ModelTurn, ProviderMessage } from './anthropic.ts';
 export { READ_RESULT_TOOL, readResultTool } from './tool.ts';
 export type { ReadResultToolOptions } from './tool.ts';
 export { DEFAULT_RUN_POLICY, resolvePolicy } from './policy.ts';
 export { measureRequest, SUMMARY_NOTE, type RequestInput } from './fitting.ts';
-export type { CannotFit, ByteHolder } from './types.ts';
+export type { CannotFit, ByteHolder, ExhaustedIdentity } from './types.ts';
 export { RUN_HASH_VERSION } from './hash.ts';
 export { RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError } from './errors.ts';
 export type { ToolUnitState } from '../db/queries/run-history.ts';

@@ -8,11 +8,11 @@ import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Summarizer } from '../gateway/types.ts';
 import {
-  candidateOver, excerptRefs, planCompaction, selectCandidate, summaryMaterial, type Candidate, type MaterialSizes, type Plan,
+  blockingUnit, candidateOver, excerptRefs, planCompaction, selectCandidate, summaryMaterial, type Candidate, type MaterialSizes, type Plan,
 } from './candidate.ts';
 import { isUniqueViolation, RunNotFoundError, RunPolicyError } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
-import { observe } from './hooks.ts';
+import { hookQueue } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
 import { evaluate, materialize, requestInput, type Evaluated } from './assemble.ts';
 import { gateAndCommit, type StepGoal } from './gate.ts';
@@ -20,10 +20,10 @@ import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { cannotFitOf } from './overflow.ts';
 import { floorOf, type Fitted, type RequestInput } from './fitting.ts';
 import { groundOutcome } from '../grounding.ts';
-import { settlementOf, summaryCall } from './summarize.ts';
+import { charLimitFor, settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type {
-  CannotFit, CandidateReport, CompactionPlanReport, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
+  CannotFit, CandidateReport, CompactionPlanReport, ExhaustedIdentity, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
   SummaryBudgetOptions,
 } from './types.ts';
 
@@ -41,6 +41,8 @@ export interface PrepareRunRequestOptions extends RequestInput {
   signal?: AbortSignal;
   /** Epoch milliseconds; leases and deferrals are judged by it. (Default: Date.now) */
   clock?: () => number;
+  /** How long prepareRunRequest waits, at its end, for each hook still running (it never waits while a summary request is unsettled). (Default: 5000) */
+  hookTimeoutMs?: number;
 }
 
 /**
@@ -73,7 +75,10 @@ interface Dispatch {
   items: MaterialItem[];
   receiptId: string;
   attempt: number;
+  /** The summary's room in bytes. */
   allowance: number;
+  /** The character limit the summarizer is told for that room, in its material's script (charLimitFor). */
+  maxChars: number;
   reservedTokens: number;
   compaction: CompactionReport;
 }
@@ -150,11 +155,12 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const clock = options.clock ?? Date.now;
   const budget = budgetOptions(options.budget);
   const hookErrors: string[] = [];
+  const observers = hookQueue(hooks, hookErrors, options.hookTimeoutMs ?? 5_000);
   const decisions: Decision[] = [];
-  const emit = async (made: readonly Decision[]) => {
+  const emit = (made: readonly Decision[]) => {
     for (const d of made) {
       decisions.push(d);
-      if (d.observed) await observe(hooks, 'onAfterCompaction', { phase: 'after', runId, scope, bytesBefore: d.bytesBefore, compaction: d.compaction }, hookErrors);
+      if (d.observed) observers.push('onAfterCompaction', { phase: 'after', runId, scope, bytesBefore: d.bytesBefore, compaction: d.compaction });
     }
   };
 
@@ -179,16 +185,17 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     return { expired, before, made, context, next: await advance(client, cursor, context, made) };
   });
 
-  await emit(phase1.made);
+  emit(phase1.made);
   let next = phase1.next;
   while (next.kind === 'dispatch') {
     const step = next;
     const context = phase1.context!;
     const bytesBefore = step.cursor.current.fitted.bytes;
-    await observe(hooks, 'onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore, compaction: step.compaction }, hookErrors);
+    // Observed, not waited for: the receipt's lease runs from its commit, and the call is sent now.
+    observers.push('onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore, compaction: step.compaction });
     // No transaction is open during the model call: the receipt is already committed.
     // Every figure of the summary must be in its material (src/grounding.ts); checked before the checkpoint.
-    const outcome = groundOutcome(await summaryCall(summarizer!, step.items, step.allowance, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
+    const outcome = groundOutcome(await summaryCall(summarizer!, step.items, step.maxChars, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
     const leg = await inTransaction(pool, async (client) => {
       await runLockWait(client, runId);
       const made: Decision[] = [];
@@ -221,7 +228,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
       }
       return result;
     });
-    await emit(leg.made);
+    emit(leg.made);
     if (leg.error !== undefined) throw leg.error;
     next = leg.next;
   }
@@ -235,6 +242,8 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const committed = compactions.filter((c) => c.decision === 'committed').length;
   const fits = final.fitted.bytes <= policy.thresholdBytes;
   const request = await materialize(pool, runId, final.fitted);
+  // Every summary request is settled by now: hooks no longer hold anything. Each is bounded.
+  await observers.drain();
   const cannotFit = fits ? null : cannotFitOf(final, request, policy);
   const report: PrepareReport = {
     runId,
@@ -299,9 +308,11 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   let candidate = selection.candidate;
   if (state.receipts.some((r) => r.status === 'dispatched')) return stop('summary_in_flight', { candidate: candidateReport(candidate, current.fitted) });
 
-  // An unknown outcome pins its identity: the same material is never sent again under another one.
+  // An unknown outcome pins its identity: the same material is never sent again under another one,
+  // while that identity has an attempt left.
+  const spentOn = (key: string) => state.receipts.filter((r) => r.identityKey === key && r.spent === true).length;
   const lastSpent = findLast(state.receipts, (r) => r.spent === true);
-  if (lastSpent?.status === 'unknown' && lastSpent.identityKey !== candidate.identityKey) {
+  if (lastSpent?.status === 'unknown' && lastSpent.identityKey !== candidate.identityKey && spentOn(lastSpent.identityKey) < policy.maxAttempts) {
     const pinned = lastSpent.model === summarizer.model
       ? candidateOver(state, current.projection, policy, summarizer.model, lastSpent.compactedSeqs) : null;
     if (!pinned || pinned.identityKey !== lastSpent.identityKey) {
@@ -309,35 +320,63 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
     }
     candidate = pinned;
   }
+  // Material whose identity has spent every attempt is never sent again, under any identity. The
+  // next candidate is different material: the same groups and the next one (a later boundary),
+  // once the Run has grown one; until then, nothing is sent and the report says why.
+  let exhausted: ExhaustedIdentity | null = null;
+  for (;;) {
+    const hit = exhaustedMaterial(state.receipts, candidate, policy.maxAttempts);
+    if (hit === null) break;
+    exhausted ??= hit;
+    const last = selection.compactable.findIndex((g) => g.seq === candidate.toSeq);
+    const next = last < 0 ? undefined : selection.compactable[last + 1];
+    const later = next === undefined ? null : candidateOver(state, current.projection, policy, summarizer.model, [...candidate.seqs, next.seq]);
+    if (later === null) {
+      return stop(`exhausted:${hit.identityKey}: turns ${hit.fromSeq}-${hit.toSeq} spent ${hit.attempts} attempt(s), the last ${hit.lastOutcome}; ` +
+        `that material is never sent again; the next candidate takes a later boundary once settled work follows turn ${candidate.toSeq}`,
+      { candidate: candidateReport(candidate, current.fitted), exhausted });
+    }
+    candidate = later;
+  }
+  // A candidate that grew past exhausted material says so too.
+  exhausted ??= exhaustedMaterial(state.receipts, candidate, policy.maxAttempts, true);
   const report = candidateReport(candidate, current.fitted);
+  const withExhausted = exhausted === null ? {} : { exhausted };
   const same = state.receipts.filter((r) => r.identityKey === candidate.identityKey);
   // A summary of exactly this material already came back (and was not committed): re-judged below, no new call.
   const reusable = findLast(same, (r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null);
   if (!reusable) {
     if (same.filter((r) => r.spent === true).length >= policy.maxAttempts) {
-      return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report });
+      return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report, ...withExhausted });
     }
     const waiting = findLast(same, (r) => r.status === 'deferred' && r.notBefore !== null && Date.parse(r.notBefore) > context.clock());
-    if (waiting) return stop(`deferred_until:${waiting.notBefore}`, { candidate: report });
+    if (waiting) return stop(`deferred_until:${waiting.notBefore}`, { candidate: report, ...withExhausted });
   }
 
   // The plan: nothing is summarized unless its checkpoints reach the target. An unknown
   // summary size is never taken as zero: each summarizer is held to its allowance.
   const plan = planCompaction(state, current, input, policy, candidate, selection.compactable, context.sizes, floor);
   const planned = planReport(plan);
-  if (!plan.reachable) return stop(insufficientRoom(plan, policy), { candidate: report, plan: planned });
+  if (!plan.reachable) {
+    // Work after an open tool unit can never be compacted: say so, not only that there is no room.
+    const open = blockingUnit(state, current.projection, policy);
+    const why = open === null ? '' : `open_tool_unit:${open.proposalId}: tool call ${open.proposalId} in turn ${open.seq} is ${open.status}, not settled; ` +
+      'nothing after it can be compacted until it is settled (recordToolResult: settled, failed or unknown); ';
+    return stop(why + insufficientRoom(plan, policy), { candidate: report, plan: planned, ...withExhausted });
+  }
   const goal: StepGoal = { remaining: plan.chunks.length - 1, planFloorBytes: plan.floor.bytes };
   if (reusable) {
     const gated = await gateAndCommit(client, state, input, policy, current, candidate, reusable, reusable.summary!, reusable.answerModel ?? reusable.model, goal);
     return {
       kind: 'reused', checkpoint: gated.checkpoint, final: gated.final,
-      compaction: { ...emptyCompaction('rejected', null), ...gated.compaction, candidate: report, plan: planned, reusedSummary: true, outcome: 'ok' },
+      compaction: { ...emptyCompaction('rejected', null), ...gated.compaction, candidate: report, plan: planned, reusedSummary: true, outcome: 'ok', ...withExhausted },
     };
   }
   const allowance = plan.allowance;
-  if (allowance < policy.minSummaryBytes) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned });
+  if (allowance < policy.minSummaryBytes) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned, ...withExhausted });
 
   const material = summaryMaterial(candidate, policy, await runResultExcerpts(client, runId, excerptRefs(candidate), policy.toolExcerptBytes));
+  const maxChars = charLimitFor(allowance, material.items);
   await runBudgetEnsure(client, runId, null, null);
   const tokensFor = (inputBytes: number) => budget.summaryTokens ?? Math.ceil(inputBytes / 3) + allowance + 512;
   const reservedTokens = tokensFor(material.inputBytes);
@@ -348,7 +387,7 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   await savepoint(client, 'dispatch');
   if (!(await runBudgetReserve(client, runId, 1, reservedTokens, budget.finalizationRequests + rest.length, budget.finalizationTokens + restTokens))) {
     await rollbackTo(client, 'dispatch');
-    return stop('finalization_reserve', { candidate: report, plan: planned });
+    return stop('finalization_reserve', { candidate: report, plan: planned, ...withExhausted });
   }
   let receipt: { id: string; attempt: number };
   try {
@@ -356,21 +395,21 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
       runId, conversationId: state.run.conversationId, scope: state.run.scope, identityKey: candidate.identityKey,
       predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
       sourceHash: candidate.sourceHash, hashVersion: RUN_HASH_VERSION, model: summarizer.model, promptVersion: RUN_PROMPT_VERSION,
-      maxChars: allowance, inputBytes: material.inputBytes, reservedRequests: 1, reservedTokens,
+      maxChars, inputBytes: material.inputBytes, reservedRequests: 1, reservedTokens,
       leaseExpiresAt: new Date(context.clock() + policy.summaryDeadlineMs + policy.leaseGraceMs),
     });
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code !== '23000' && !isUniqueViolation(error)) throw error;
     await rollbackTo(client, 'dispatch');
-    return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report, plan: planned });
+    return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report, plan: planned, ...withExhausted });
   }
   context.summaries++;
   return {
-    kind: 'dispatch', cursor, candidate, goal, items: material.items, receiptId: receipt.id, attempt: receipt.attempt, allowance, reservedTokens,
+    kind: 'dispatch', cursor, candidate, goal, items: material.items, receiptId: receipt.id, attempt: receipt.attempt, allowance, maxChars, reservedTokens,
     compaction: {
-      ...emptyCompaction('pending', null), candidate: { ...report, inputBytes: material.inputBytes }, plan: planned,
-      summaryRequestId: receipt.id, attempt: receipt.attempt, summaryAllowance: allowance,
+      ...emptyCompaction('pending', null), candidate: { ...report, inputBytes: material.inputBytes }, plan: planned, ...withExhausted,
+      summaryRequestId: receipt.id, attempt: receipt.attempt, summaryAllowance: allowance, summaryMaxChars: maxChars,
     },
   };
 }
@@ -410,7 +449,7 @@ function candidateReport(c: Candidate, fitted: Fitted): CandidateReport {
 export function emptyCompaction(decision: CompactionReport['decision'], reason: string | null): CompactionReport {
   return {
     decision, reason, candidate: null, plan: null, summaryRequestId: null, attempt: null, outcome: null, reusedSummary: false,
-    summaryAllowance: null, summaryBytes: null, bytesWithSummary: null, checkpointId: null,
+    summaryAllowance: null, summaryMaxChars: null, summaryBytes: null, bytesWithSummary: null, checkpointId: null, exhausted: null,
   };
 }
 
@@ -421,6 +460,26 @@ function budgetOptions(b: SummaryBudgetOptions | undefined): { finalizationReque
     if (!Number.isSafeInteger(v) || v < 0) throw new RunPolicyError(`budget.${k} must be a non-negative integer`);
   }
   return { finalizationRequests, finalizationTokens, summaryTokens: b?.summaryTokens };
+}
+
+/** The identity that spent every attempt on exactly this material (same predecessor, same groups; with `prefix`, on a part of it that starts it), if any. */
+function exhaustedMaterial(receipts: readonly RunState['receipts'][number][], c: Candidate, maxAttempts: number, prefix = false): ExhaustedIdentity | null {
+  const spent = new Map<string, RunState['receipts'][number][]>();
+  const within = (seqs: readonly number[]) => prefix
+    ? seqs.length < c.seqs.length && seqs.every((s, i) => c.seqs[i] === s)
+    : seqs.join() === c.seqs.join();
+  for (const r of receipts) {
+    if (r.spent !== true || r.predecessorId !== c.predecessorId || !within(r.compactedSeqs)) continue;
+    spent.set(r.identityKey, [...(spent.get(r.identityKey) ?? []), r]);
+  }
+  for (const [identityKey, rs] of spent) {
+    if (rs.length < maxAttempts) continue;
+    // A summary that came back ok (and was not committed) is re-judged, not exhausted.
+    if (rs.some((r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null)) continue;
+    const last = rs.at(-1)!;
+    return { identityKey, fromSeq: last.fromSeq, toSeq: last.toSeq, attempts: rs.length, lastOutcome: last.status as ExhaustedIdentity['lastOutcome'], reason: last.reason };
+  }
+  return null;
 }
 
 function findLast<T>(items: readonly T[], predicate: (item: T) => boolean): T | undefined {

@@ -52,6 +52,21 @@ export interface RecoveryReport {
   inFlight: string[];
   /** Receipts found past their lease and settled as unknown now. */
   expiredReceipts: string[];
+  /**
+   * Tool calls proposed or dispatched but never settled, oldest first: after a
+   * crash, settle each (recordToolResult as failed, or unknown when it may have
+   * run): work after an open one is never compacted.
+   */
+  openUnits: OpenUnit[];
+}
+
+export interface OpenUnit {
+  /** The model turn that proposed it. */
+  seq: number;
+  proposalId: string;
+  tool: string;
+  status: 'proposed' | 'dispatched';
+  dispatchId: string | null;
 }
 
 /**
@@ -94,6 +109,8 @@ export async function recoverRunContext(options: RecoverRunContextOptions): Prom
         receipts,
         inFlight: receipts.filter((r) => r.status === 'dispatched').map((r) => r.id),
         expiredReceipts: expired,
+        openUnits: state.units.filter((u) => u.status === 'proposed' || u.status === 'dispatched')
+          .map((u) => ({ seq: u.turnSeq, proposalId: u.proposalId, tool: u.tool, status: u.status as OpenUnit['status'], dispatchId: u.dispatchId })),
       },
     };
   });

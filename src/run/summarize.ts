@@ -63,6 +63,35 @@ function checked(outcome: Outcome, maxChars: number): Outcome {
   return text === outcome.text ? outcome : { ...outcome, text };
 }
 
+/**
+ * The character limit to tell the summarizer for an allowance in bytes (the
+ * seed's cap is 6,000 *bytes*; the summarizer contract counts characters). A
+ * model writes in the script of its material, so the limit is the allowance
+ * divided by the UTF-8 bytes per character of that script: the widest byte
+ * length (1 to 4) held by at least 5% of the material's characters. A summary
+ * of CJK material in CJK that keeps to the limit keeps to the bytes; one of
+ * Latin material keeps nearly the whole allowance in characters.
+ */
+export function charLimitFor(allowanceBytes: number, items: readonly MaterialItem[]): number {
+  const byLength = [0, 0, 0, 0, 0];
+  let chars = 0;
+  for (const item of items) {
+    for (const ch of item.text) {
+      const cp = ch.codePointAt(0)!;
+      byLength[cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4]!++;
+      chars++;
+    }
+  }
+  let width = 1;
+  for (let w = 4; w > 1; w--) {
+    if (byLength[w]! >= chars * 0.05 && byLength[w]! > 0) {
+      width = w;
+      break;
+    }
+  }
+  return Math.max(1, Math.floor(allowanceBytes / width));
+}
+
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /**

@@ -345,12 +345,31 @@ export interface CompactionReport {
   outcome: OutcomeKind | null;
   /** The summary text came from an earlier ok receipt of the same identity: no model call. */
   reusedSummary: boolean;
-  /** The allowance given to the summarizer (maxChars). */
+  /** The summary's room in UTF-8 bytes (at most summaryCapBytes). */
   summaryAllowance: number | null;
+  /** The character limit the summarizer was told for that room, for the script of its material (bytes / 1 to 4). */
+  summaryMaxChars: number | null;
   summaryBytes: number | null;
   /** The full next request's bytes with the summary, after fitting. */
   bytesWithSummary: number | null;
   checkpointId: string | null;
+  /**
+   * An identity that spent every attempt (maxAttempts) on the material this
+   * call would have summarized first: that material is never sent again, so
+   * the candidate moved to a later boundary (or, with none yet, nothing was sent).
+   */
+  exhausted: ExhaustedIdentity | null;
+}
+
+/** A candidate identity with no attempt left, and why. */
+export interface ExhaustedIdentity {
+  identityKey: string;
+  fromSeq: number;
+  toSeq: number;
+  attempts: number;
+  lastOutcome: 'ok' | 'invalid' | 'unknown';
+  /** The last attempt's reason (e.g. deadline_exceeded, a contract failure). */
+  reason: string | null;
 }
 
 export interface PrepareReport {

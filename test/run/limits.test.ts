@@ -1,16 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import {
-  BlankTextError, prepareRunRequest, readResult, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, startRun, storeResult,
-  toAnthropicRequest,
+  BlankTextError, prepareRunRequest, readResult, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, startRun,
+  storeResult, toAnthropicRequest,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { buildRun, createConversation, forbiddenSummarizer, INPUT, prepareChecked, recordingSummarizer } from './support/fixtures.ts';
+import { buildRun, createConversation, forbiddenSummarizer, INPUT, ok, prepareChecked, recordingSummarizer } from './support/fixtures.ts';
 
 /**
  * The library's own guarantee at the default policy (256 KiB): bodies over a
  * byte limit never go inline, fitting reaches into the newest groups before
  * it gives up, what is measured is the body sent, and a request that cannot
- * fit is a typed result (issue 12, defects 1, 2 and 5).
+ * fit is a typed result (issue 12, defects 1, 2 and 5); summaries in any
+ * script (3); hooks that never hold a request (4); open tool units named (8).
  */
 const db = await createTestDatabase();
 const pool = db.pool;
@@ -131,5 +132,94 @@ describe('user text (defect 5)', () => {
     const { request } = await prepareChecked({ pool, runId, scope, ...INPUT });
     const texts = toAnthropicRequest(request).messages.flatMap((m) => m.content).filter((b) => b.type === 'text');
     expect(texts.every((b) => b.type === 'text' && b.text.trim() !== '')).toBe(true);
+  });
+});
+
+describe('summaries in any script (defect 3)', () => {
+  it('tells the summarizer a character limit it can obey in the script of its material, and commits an obedient CJK summary', async () => {
+    const conversationId = await createConversation(pool, scope);
+    const { runId } = await startRun({ pool, scope, conversationId, request: '比較してください。' });
+    for (let g = 0; g < 12; g++) await turn(runId, `cjk_${g}`, body('cjk', 3000, `結果${g}`), `第${g}段：${'基金の重複と費用を調べる。'.repeat(180)}`);
+    // An obedient model: exactly as many characters as it was told, all CJK (3 bytes each).
+    const summarizer = recordingSummarizer((req) => ok('長'.repeat(req.maxChars!)));
+    const policy = { thresholdBytes: 48 * KIB, targetBytes: 40 * KIB, minSavingBytes: 1024, keepRecentGroups: 2, responseReserveBytes: 1024 };
+    const { report } = await prepareChecked({ pool, runId, scope, ...INPUT, summarizer, policy });
+    const c = report.compactions[0]!;
+    expect(c.summaryMaxChars).toBe(Math.floor(c.summaryAllowance! / 3));
+    expect(c.decision).toBe('committed');
+    expect(c.summaryBytes).toBeLessThanOrEqual(c.summaryAllowance!);
+    expect(summarizer.calls[0]!.maxChars).toBe(c.summaryMaxChars);
+    expect(report.fits).toBe(true);
+  });
+
+  it('keeps the whole allowance in characters for Latin material', async () => {
+    const { runId } = await buildRun(pool, { scope, groups: 12, turnBytes: 2500, resultBytes: 100, request: 'Compare the funds.' });
+    const summarizer = recordingSummarizer((req) => ok('s'.repeat(Math.min(req.maxChars!, 300))));
+    const { report } = await prepareChecked({ pool, runId, scope, ...INPUT, summarizer, policy: { thresholdBytes: 24 * KIB, targetBytes: 20 * KIB, minSavingBytes: 1024, keepRecentGroups: 2, responseReserveBytes: 1024 } });
+    const c = report.compactions[0]!;
+    expect(c.summaryMaxChars).toBeGreaterThanOrEqual(Math.floor(c.summaryAllowance! / 2));
+  });
+});
+
+describe('an open tool unit (defect 8)', () => {
+  it('is named as the reason nothing after it is compacted, is listed by recovery, and once settled compaction goes on', async () => {
+    const { runId } = await buildRun(pool, { scope, groups: 2, turnBytes: 2500, resultBytes: 100, request: 'Compare the funds.' });
+    // A crash between recording the turn and dispatching its call: the unit stays proposed.
+    await recordModelTurn({ pool, runId, scope, text: 'z'.repeat(2500), toolCalls: [{ id: 'lost', name: 'search', input: { q: 1 } }] });
+    for (let g = 0; g < 10; g++) await turn(runId, `after_${g}`, 'r'.repeat(100), 'w'.repeat(2500));
+    const summarizer = recordingSummarizer();
+    const policy = { thresholdBytes: 24 * KIB, targetBytes: 20 * KIB, minSavingBytes: 1024, keepRecentGroups: 2, responseReserveBytes: 1024, summaryCapBytes: 800, minSummaryBytes: 64 };
+    const blocked = await prepareChecked({ pool, runId, scope, ...INPUT, summarizer, policy });
+    expect(blocked.ok).toBe(false);
+    expect(blocked.report.compaction.reason).toMatch(/^open_tool_unit:lost: tool call lost in turn \d+ is proposed, not settled/);
+    const recovered = await recoverRunContext({ pool, runId, scope, ...INPUT, policy });
+    expect(recovered.report.openUnits).toEqual([{ seq: expect.any(Number), proposalId: 'lost', tool: 'search', status: 'proposed', dispatchId: null }]);
+    // The application settles it after the crash (it may have run: unknown).
+    await recordToolResult({ pool, runId, scope, proposalId: 'lost', dispatchId: 'd-lost', settlement: 'unknown', error: 'lost in a crash' });
+    const after = await prepareChecked({ pool, runId, scope, ...INPUT, summarizer, policy });
+    expect(after.ok).toBe(true);
+    expect(after.report.compactions.some((c) => c.decision === 'committed')).toBe(true);
+    expect((await recoverRunContext({ pool, runId, scope, ...INPUT, policy })).report.openUnits).toEqual([]);
+  });
+});
+
+describe('hooks (defect 4)', () => {
+  it('never hold a summary request: a slow hook causes no false unknown and no second request for one identity', async () => {
+    const { runId } = await buildRun(pool, { scope, groups: 12, turnBytes: 2500, resultBytes: 100, request: 'Compare the funds.' });
+    const policy = { thresholdBytes: 24 * KIB, targetBytes: 20 * KIB, minSavingBytes: 1024, keepRecentGroups: 2, responseReserveBytes: 1024, summaryCapBytes: 800, minSummaryBytes: 64, summaryDeadlineMs: 1000, leaseGraceMs: 200 };
+    let inFlight = 0;
+    let most = 0;
+    const summarizer = recordingSummarizer(async (_req, n) => {
+      most = Math.max(most, ++inFlight);
+      inFlight--;
+      return ok(`Summary ${n}.`);
+    });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const seen: string[] = [];
+    // The hook is far slower than the deadline and the lease.
+    const hooks = { onBeforeCompaction: async (o: { phase: string }) => { seen.push(o.phase); await held; } };
+    const first = prepareRunRequest({ pool, runId, scope, ...INPUT, summarizer, policy, hooks, hookTimeoutMs: 60_000 });
+    // The first preparer's summary request is sent and settled while its hook still runs.
+    const settled = async () => (await pool.query(`select count(*)::int as n from sourcebound.run_summary_requests where run_id = $1 and status <> 'dispatched'`, [runId])).rows[0].n > 0;
+    for (let i = 0; i < 100 && !(await settled()); i++) await new Promise((r) => setImmediate(r));
+    // Another preparer, its clock far past the first receipt's lease.
+    const other = await prepareRunRequest({ pool, runId, scope, ...INPUT, summarizer, policy, clock: () => Date.now() + 60_000 });
+    release();
+    const done = await first;
+    expect(seen).toEqual(['before']);
+    expect(done.report.hookErrors).toEqual([]);
+    expect(other.report.expiredReceipts).toEqual([]);
+    const { rows } = await pool.query(`select status, attempt from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at`, [runId]);
+    expect(rows.every((r) => r.status === 'ok' && r.attempt === 1)).toBe(true);
+    expect(most).toBe(1);
+  });
+
+  it('bounds a hook that never returns', async () => {
+    const { runId } = await buildRun(pool, { scope, groups: 12, turnBytes: 2500, resultBytes: 100, request: 'Compare the funds.' });
+    const policy = { thresholdBytes: 24 * KIB, targetBytes: 20 * KIB, minSavingBytes: 1024, keepRecentGroups: 2, responseReserveBytes: 1024, summaryCapBytes: 800, minSummaryBytes: 64 };
+    const { report } = await prepareRunRequest({ pool, runId, scope, ...INPUT, summarizer: recordingSummarizer(), policy, hooks: { onAfterCompaction: () => new Promise<void>(() => {}) }, hookTimeoutMs: 50 });
+    expect(report.compaction.decision).toBe('committed');
+    expect(report.hookErrors).toEqual(['onAfterCompaction: still running after 50 ms; not waited for']);
   });
 });

@@ -232,9 +232,9 @@ describe('semantic compaction', () => {
     expect(await readRunBudget({ pool, runId, scope })).toMatchObject({ requestsUsed: 1, tokensUsed: 15, requestsReserved: 0, tokensReserved: 0 });
   });
 
-  it('keeps an unknown outcome unknown: one more attempt under the same identity, then nothing, even as the run grows', async () => {
+  it('keeps an unknown outcome unknown: one more attempt under the same identity, never a third, and the database refuses one', async () => {
     const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100, budget: { requests: 50, tokens: 1_000_000 } });
-    const summarizer = recordingSummarizer(() => ({ kind: 'unknown', reason: 'connection cut after send', requestId: null }));
+    const summarizer = recordingSummarizer((_req, n) => (n <= 2 ? { kind: 'unknown', reason: 'connection cut after send', requestId: null } : ok(`Healthy summary ${n}.`)));
     const a = await prepare(runId, { summarizer, budget: { summaryTokens: 1000 } });
     expect(a.report.compaction).toMatchObject({ decision: 'failed', outcome: 'unknown', attempt: 1 });
     // More work arrives: the candidate would grow, but the unknown dispatch pins its identity.
@@ -243,9 +243,6 @@ describe('semantic compaction', () => {
     const b = await prepare(runId, { summarizer, budget: { summaryTokens: 1000 } });
     expect(b.report.compaction).toMatchObject({ decision: 'failed', outcome: 'unknown', attempt: 2 });
     expect(b.report.compaction.candidate!.identityKey).toBe(a.report.compaction.candidate!.identityKey);
-    const c = await prepare(runId, { summarizer });
-    expect(c.report.compaction).toMatchObject({ decision: 'skipped', reason: 'attempts_exhausted:last_outcome_unknown' });
-    expect(summarizer.calls).toHaveLength(2);
     const rs = await receipts(runId);
     expect(rs.map((r) => [r.status, r.attempt, r.identity_key === rs[0].identity_key])).toEqual([['unknown', 1, true], ['unknown', 2, true]]);
     // Each unknown is charged its whole reservation.
@@ -254,6 +251,31 @@ describe('semantic compaction', () => {
     await expect(pool.query(
       `insert into sourcebound.run_summary_requests (run_id, conversation_id, scope, identity_key, attempt, from_seq, to_seq, compacted_seqs, source_hash, hash_version, model, prompt_version, max_chars, input_bytes, reserved_requests, reserved_tokens, lease_expires_at)
        select run_id, conversation_id, scope, identity_key, 3, from_seq, to_seq, compacted_seqs, source_hash, 1, model, prompt_version, 1, 1, 0, 0, now() from sourcebound.run_summary_requests where id = $1`, [rs[0].id])).rejects.toThrow(/two attempts/);
+  });
+
+  it('makes progress after two unknown outcomes: never that material again, a later boundary once the run grows (issue 12, defect 6)', async () => {
+    const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100 });
+    const summarizer = recordingSummarizer((_req, n) => (n <= 2 ? { kind: 'unknown', reason: 'HTTP 500 after send', requestId: null } : ok(`Healthy summary ${n}.`)));
+    const a = await prepare(runId, { summarizer });
+    const b = await prepare(runId, { summarizer });
+    expect([a.report.compaction.attempt, b.report.compaction.attempt]).toEqual([1, 2]);
+    const exhausted = a.report.compaction.candidate!;
+    // The provider is healthy again, but the run has not grown: that material is never sent again.
+    const c = await prepare(runId, { summarizer });
+    expect(c.report.compaction).toMatchObject({ decision: 'skipped', exhausted: { identityKey: exhausted.identityKey, attempts: 2, lastOutcome: 'unknown', fromSeq: exhausted.fromSeq, toSeq: exhausted.toSeq } });
+    expect(c.report.compaction.reason).toMatch(new RegExp(`^exhausted:${exhausted.identityKey}: .*never sent again`));
+    expect(summarizer.calls).toHaveLength(2);
+    // The run grows: a later boundary (the same groups and the next) is different material.
+    await recordModelTurn({ pool, runId, scope, text: 'y'.repeat(2500), toolCalls: [{ id: 'more', name: 's', input: {} }] });
+    await recordToolResult({ pool, runId, scope, proposalId: 'more', dispatchId: 'd-more', settlement: 'settled', content: 'r' });
+    const d = await prepare(runId, { summarizer });
+    expect(d.report.compaction).toMatchObject({ decision: 'committed', attempt: 1, exhausted: { identityKey: exhausted.identityKey } });
+    expect(d.report.compaction.candidate!.fromSeq).toBe(exhausted.fromSeq);
+    expect(d.report.compaction.candidate!.toSeq).toBeGreaterThan(exhausted.toSeq);
+    expect(d.report.fits).toBe(true);
+    expect(summarizer.calls).toHaveLength(3);
+    const rs = await receipts(runId);
+    expect(rs.filter((r) => r.identity_key === exhausted.identityKey)).toHaveLength(2);
   });
 
   it('bounds the summary request by its deadline and by cancellation: both are unknown outcomes', async () => {
@@ -328,9 +350,9 @@ describe('semantic compaction', () => {
     const summarizer = recordingSummarizer();
     const blocked = await prepare(runId, { summarizer });
     expect(blocked.report.compaction).toMatchObject({ decision: 'skipped' });
-    expect(blocked.report.compaction.reason).toMatch(/^unsettled_work:/);
+    expect(blocked.report.compaction.reason).toMatch(/^open_tool_unit:/);
     expect(blocked.report.fits).toBe(false);
-    expect(blocked.report.reason).toMatch(/over the threshold.*unsettled_work/);
+    expect(blocked.report.reason).toMatch(/over the threshold.*open_tool_unit/);
     const recent = await buildRun(pool, { groups: 2, turnBytes: 14000, resultBytes: 100 });
     const onlyRecent = await prepare(recent.runId, { summarizer });
     expect(onlyRecent.report.compaction.reason).toBe('only_recent_work');
