@@ -95,26 +95,25 @@ export function rewritePays(args: {
  * Whether a forced rewrite may lay the history out afresh (writing all of it
  * to the cache again) instead of keeping the cached head of the current
  * layout, because the fresh layout carries more of the user's messages. It
- * may when the extra price of that request is covered by what the current
- * layout has saved against sending the whole history since it was made: the
- * reads of the pairs it leaves out, on every turn it has lasted. So a
- * layout's savings pay for the next one's fidelity, and a conversation that
- * has only just outgrown the budget (nothing saved yet) keeps its cached
- * head: caching never costs more than not compacting at all.
+ * may when the extra price of that request is covered by what the
+ * projection has saved against sending the whole history: at least the reads
+ * of what the current layout does not send raw (the pairs it leaves out, and
+ * what its summaries save), on every turn it has lasted;
+ * and, as the conversation has been over the budget for about as many turns
+ * as it now leaves pairs out (one more each turn), about half of those pairs'
+ * reads on each of those turns. So savings pay for fidelity, and a
+ * conversation that has only just outgrown the budget (nothing saved yet)
+ * keeps its cached head: caching never costs more than not compacting at all.
  */
 export function rebuildPays(args: {
-  /** Bytes of the request's history if the head is kept, and how many of them are the cached head. */
-  keptBytes: number;
-  keptCachedBytes: number;
-  /** Bytes of the fresh layout (none of it cached). */
-  freshBytes: number;
-  /** Bytes the current layout leaves out (what the whole history would read on each turn). */
-  omittedBytes: number;
+  /** What the fresh layout's request costs more than keeping the cached head. */
+  extraCost: number;
+  /** Bytes the current layout does not send raw (pairs left out, and what its summaries save), and as pairs. */
+  leftOutBytes: number;
+  leftOutPairs: number;
   /** Turns the current layout has lasted. */
   turnsSoFar: number;
 }): boolean {
-  const kept = requestCost({ read: args.keptCachedBytes, written: args.keptBytes - args.keptCachedBytes, uncached: 0 });
-  const fresh = requestCost({ read: 0, written: args.freshBytes, uncached: 0 });
-  const saved = args.omittedBytes * CACHE_PRICES.read * Math.max(0, args.turnsSoFar);
-  return fresh - kept <= saved;
+  const turns = Math.max(0, args.turnsSoFar, args.leftOutPairs / 2);
+  return args.extraCost <= args.leftOutBytes * CACHE_PRICES.read * turns;
 }

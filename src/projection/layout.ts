@@ -6,7 +6,7 @@ import {
 import { RANGE_SIZE } from '../plan.ts';
 import { BREAKPOINT_BYTES, firstPairOf, gapNoteBytes, itemBytes as adapterItemBytes, messagesBytes, noteBytes, toAnthropicMessages } from './anthropic.ts';
 import { currentIds, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
-import { lowWaterBytes, rebuildPays, rewritePays } from './cache.ts';
+import { lowWaterBytes, rebuildPays, requestCost, rewritePays } from './cache.ts';
 import type { OmittedSpan, ProjectionCacheInfo, ProjectionItem, SummaryItem, SummaryNotUsed } from './types.ts';
 import {
   contiguous, hasTexts, judgeRange, pairItem, plannableFor, rawBytes, summaryItem, walk, type TextPair, type WalkResult,
@@ -117,6 +117,8 @@ interface PreviousLayout {
   omittedPairs: number;
   /** Turns it has lasted (pairs appended since it was made). */
   turns: number;
+  /** Its summaries (each saves what its range's raw pairs would have cost). */
+  summaries: SummaryItem[];
 }
 
 /** The stored layout with the new pairs appended, if it still holds and fits; maybe with ready summaries swapped in. */
@@ -173,6 +175,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
     head: items.filter((it) => gaps.length === 0 || firstPairOf(it) < gaps[0]!.fromPair),
     omittedPairs: omitted.reduce((n, s) => n + s.toPair - s.fromPair + 1, 0),
     turns: count - endPair,
+    summaries: items.filter((it): it is SummaryItem => it.kind === 'summary'),
   });
   for (let i = endPair; i < count; i++) {
     const row = rows.get(i)!;
@@ -276,17 +279,29 @@ async function rewrite(
   const shapes: Shape[] = [];
 
   // kept: the previous head, as much of it as fits beside the newest item, then the summaries after it.
-  let cachedHead = 0;
+  const fitsLow = (h: ProjectionItem[]) => shapeBytes(h, [newest]) <= low;
   if (previous !== null) {
     const head: ProjectionItem[] = [];
     for (const item of previous.head) {
-      if (endOf(item) > tailFloor || shapeBytes([...head, item], [newest]) > low) break;
+      if (endOf(item) > tailFloor || !fitsLow([...head, item])) break;
       head.push(item);
     }
-    cachedHead = shapeBytes(head, []);
+    // A head that ends inside a range ends at the range's start instead: its raw pairs there are worth
+    // what the tail's are, and from a range boundary on the head can grow by summaries, read from the cache.
+    const aligned = head.findLastIndex((it) => endOf(it) % RANGE_SIZE === 0);
+    if (aligned >= 0) head.length = aligned + 1;
     if (head.length > 0) {
-      await extendHead(head, summaries, (h) => shapeBytes(h, [newest]) <= low, tailFloor);
-      shapes.push(fillTail('kept', head, whole.items, low, budgetBytes));
+      const cached = shapeBytes(head, []);
+      // denser: the same head cut at its first raw range that has a usable summary now, the summaries from there.
+      const cut = await firstSummarizable(head, summaries);
+      if (cut > 0) {
+        const dense = head.slice(0, cut);
+        const denseCached = shapeBytes(dense, []);
+        await extendHead(dense, summaries, fitsLow, tailFloor);
+        shapes.push(fillTail('denser', dense, whole.items, low, budgetBytes, denseCached));
+      }
+      await extendHead(head, summaries, fitsLow, tailFloor);
+      shapes.push(fillTail('kept', head, whole.items, low, budgetBytes, cached));
     }
   }
   // block: the newest usable summaries, consecutive, newest first while they fit beside the newest item.
@@ -298,21 +313,24 @@ async function rewrite(
       if (block.length > 0) break;
       continue;
     }
-    if (shapeBytes([item, ...block], [newest]) > low) break;
+    if (!fitsLow([item, ...block])) break;
     block.unshift(item);
   }
-  if (block.length > 0) shapes.push(fillTail('block', block, whole.items, low, budgetBytes));
-  shapes.push(fillTail('newest', [], whole.items, low, budgetBytes));
+  if (block.length > 0) shapes.push(fillTail('block', block, whole.items, low, budgetBytes, 0));
+  shapes.push(fillTail('newest', [], whole.items, low, budgetBytes, 0));
 
-  const fits = shapes.filter((s) => s.tail.length > 0);
+  // The cheapest shape that carries as many of the user's messages as today's projection; if none
+  // does, the one that carries the most; a shape that costs more than the cheapest only when what
+  // the projection has saved so far pays the difference.
+  const fits = shapes.filter((s) => s.tail.length > 0).sort((x, y) => x.cost - y.cost || y.users - x.users);
   const today = userMessages(whole.items);
-  const kept = fits.find((s) => s.kind === 'kept');
-  const fresh = fits.filter((s) => s.kind !== 'kept').sort((x, y) => y.users - x.users)[0]!;
   const pairBytes = raw.length === 0 ? 0 : raw.reduce((n, it) => n + itemBytes(it), 0) / raw.length;
-  const chosen = kept === undefined || (kept.users < today && fresh.users > kept.users && rebuildPays({
-    keptBytes: kept.bytes, keptCachedBytes: cachedHead, freshBytes: fresh.bytes,
-    omittedBytes: previous!.omittedPairs * pairBytes, turnsSoFar: previous!.turns,
-  })) ? fresh : kept;
+  const leftOutBytes = previous === null ? 0 : previous.omittedPairs * pairBytes
+    + previous.summaries.reduce((n, it) => n + Math.max(0, RANGE_SIZE * pairBytes - itemBytes(it)), 0);
+  const affordable = fits.filter((s, i) => i === 0 || previous === null || rebuildPays({
+    extraCost: s.cost - fits[0]!.cost, leftOutBytes, leftOutPairs: pairBytes > 0 ? leftOutBytes / pairBytes : 0, turnsSoFar: previous.turns,
+  }));
+  const chosen = affordable.find((s) => s.users >= today) ?? [...affordable].sort((x, y) => y.users - x.users || x.cost - y.cost)[0]!;
 
   const items = [...chosen.head, ...chosen.tail];
   const omitted = shapeSpans(chosen.head, chosen.tail);
@@ -327,16 +345,20 @@ async function rewrite(
 
 /** A candidate layout of a rewrite: a head, a gap if the tail does not reach it, the tail. */
 interface Shape {
-  kind: 'kept' | 'block' | 'newest';
+  kind: 'kept' | 'denser' | 'block' | 'newest';
   head: ProjectionItem[];
   tail: ProjectionItem[];
   bytes: number;
+  /** The price of the rewrite's request history: its cached start read, the rest written. */
+  cost: number;
   /** Verbatim user messages (pairs covered). */
   users: number;
 }
 
 /** The head, and the newest items after it that fit `low` (the first one up to the whole budget). */
-function fillTail(kind: Shape['kind'], head: ProjectionItem[], newestFirstItems: readonly ProjectionItem[], low: number, budget: number): Shape {
+function fillTail(
+  kind: Shape['kind'], head: ProjectionItem[], newestFirstItems: readonly ProjectionItem[], low: number, budget: number, cachedBytes: number,
+): Shape {
   const from = head.length === 0 ? 0 : endOf(head.at(-1)!);
   const tail: ProjectionItem[] = [];
   for (let i = newestFirstItems.length - 1; i >= 0; i--) {
@@ -346,7 +368,19 @@ function fillTail(kind: Shape['kind'], head: ProjectionItem[], newestFirstItems:
     if (bytes > budget || (tail.length > 0 && bytes > low)) break;
     tail.unshift(item);
   }
-  return { kind, head, tail, bytes: tail.length === 0 ? Number.POSITIVE_INFINITY : shapeBytes(head, tail), users: userMessages(head) + userMessages(tail) };
+  const bytes = tail.length === 0 ? Number.POSITIVE_INFINITY : shapeBytes(head, tail);
+  const cost = requestCost({ read: cachedBytes, written: bytes - cachedBytes, uncached: 0 });
+  return { kind, head, tail, bytes, cost, users: userMessages(head) + userMessages(tail) };
+}
+
+/** The index of the head's first raw pair that starts a range with a usable summary now, else -1. */
+async function firstSummarizable(head: readonly ProjectionItem[], summaries: ReturnType<typeof summaryFinder>): Promise<number> {
+  for (let i = 0; i + RANGE_SIZE <= head.length; i++) {
+    const it = head[i]!;
+    if (it.kind !== 'pair' || it.pairIndex % RANGE_SIZE !== 0 || head[i + RANGE_SIZE - 1]?.kind !== 'pair') continue;
+    if (await summaries.at(it.pairIndex) !== null) return i;
+  }
+  return -1;
 }
 
 /** Appends to the head the usable summaries of the ranges right after it, while `fits` and older than `before`. */

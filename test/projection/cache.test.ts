@@ -29,13 +29,17 @@ describe('the prompt-cache price model (src/projection/cache.ts)', () => {
     expect(rewritePays({ ...base, rewrittenBytes: 40_000, budgetBytes: 10_000_000 })).toBe(false);
   });
 
-  it('a fresh layout replaces a cached head only when what the current layout saved covers its extra price', () => {
-    const args = { keptBytes: 30_000, keptCachedBytes: 28_000, freshBytes: 30_000, omittedBytes: 20_000 };
-    const extra = requestCost({ read: 0, written: 30_000, uncached: 0 }) - requestCost({ read: 28_000, written: 2000, uncached: 0 });
-    const turns = extra / (20_000 * CACHE_PRICES.read);
-    // A layout made last turn (a conversation that has just outgrown the budget) has saved nothing.
+  it('a fresh layout replaces a cached head only when what the projection saved so far covers its extra price', () => {
+    // Writing 30,000 bytes instead of reading 28,000 of them and writing 2,000.
+    const extraCost = requestCost({ read: 0, written: 30_000, uncached: 0 }) - requestCost({ read: 28_000, written: 2000, uncached: 0 });
+    const args = { extraCost, leftOutBytes: 20_000, leftOutPairs: 20 };
+    const turns = extraCost / (20_000 * CACHE_PRICES.read);
+    // A layout made last turn, leaving out few pairs (a conversation that has just outgrown the budget), has saved little.
     expect(rebuildPays({ ...args, turnsSoFar: 0 })).toBe(false);
     expect(rebuildPays({ ...args, turnsSoFar: Math.floor(turns) })).toBe(false);
     expect(rebuildPays({ ...args, turnsSoFar: Math.ceil(turns) })).toBe(true);
+    // Leaving out 2t pairs, the conversation has been over the budget for about 2t turns, saving half of them on average.
+    expect(rebuildPays({ ...args, leftOutPairs: 2 * Math.ceil(turns), turnsSoFar: 0 })).toBe(true);
+    expect(rebuildPays({ ...args, leftOutPairs: 2 * Math.floor(turns), turnsSoFar: 0 })).toBe(false);
   });
 });
