@@ -127,7 +127,7 @@ interface MaterialIndex {
   /** Normalized material with its case kept (code, paths). */
   exact: string;
   /** `exact` with all white space removed (quoted code is compared without layout). */
-  compact: string;
+  compact(): string;
   /** The keys of the material's own facts, extracted on first need (most facts are found as written). */
   keys(): Set<string>;
 }
@@ -136,10 +136,11 @@ function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
   const joined = material.map((m) => `${m.id}\n${m.text}`).join('\n');
   const exact = normalizeText(joined);
   let keys: Set<string> | undefined;
+  let compact: string | undefined;
   return {
     exact,
     folded: exact.toLowerCase(),
-    compact: exact.replace(/\s+/g, ''),
+    compact: () => (compact ??= exact.replace(/\s+/g, '')),
     keys() {
       if (keys === undefined) {
         keys = new Set<string>();
@@ -164,7 +165,7 @@ function occursAsWritten(fact: Fact, index: MaterialIndex): boolean {
   switch (fact.kind) {
     case 'code': {
       const needle = normalizeText(fact.key).replace(/\s+/g, '');
-      return needle.length === 0 || index.compact.includes(needle);
+      return needle.length === 0 || index.compact().includes(needle);
     }
     case 'path':
       return occurs(index.exact, normalizeText(fact.text), fact.truncated);
@@ -205,15 +206,20 @@ const WORD_START = /^(?:[\p{L}\p{N}]|[.,]\d)/u;
 
 /** Steps 1-2 of the normalization: NFKC, thousands separators dropped, white space collapsed. */
 export function normalizeText(text: string): string {
-  return text
-    // Before NFKC, which turns no-break and thin spaces into plain ones.
-    .replace(THOUSANDS, '$1')
-    .normalize('NFKC')
-    // Again: full-width digits are digits only after NFKC.
-    .replace(THOUSANDS, '$1')
-    .replace(PERCENT_WORD, '$1%')
-    .replace(/(\d) +%/g, '$1%')
-    .replace(/\s+/g, ' ');
+  let t = prepare(text);
+  if (t.includes('%')) t = t.replace(/(\d) +%/g, '$1%');
+  return t.replace(/\s+/g, ' ');
+}
+
+/** NFKC with thousands separators dropped and `percent` made `%`: what extraction and comparison start from. */
+function prepare(text: string): string {
+  // Before NFKC, which turns no-break and thin spaces into plain ones.
+  let t = text.replace(THOUSANDS, '$1');
+  const nfkc = t.normalize('NFKC');
+  // Again when NFKC changed something: full-width digits are digits only after it.
+  if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
+  if (/cent/i.test(t)) t = t.replace(PERCENT_WORD, '$1%');
+  return t;
 }
 
 // A separator between a digit and a group of exactly three digits (not followed by another digit).
@@ -445,21 +451,62 @@ const PATTERNS: readonly Pattern[] = [
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
 export function extractFacts(text: string): Fact[] {
   // Thousands separators and no-break spaces are handled before anything is matched.
-  let rest = text.replace(THOUSANDS, '$1').normalize('NFKC').replace(THOUSANDS, '$1').replace(PERCENT_WORD, '$1%');
   const found: { at: number; fact: Fact }[] = [];
-  for (const pattern of PATTERNS) {
+  // Quoted code first, over the whole text (a fenced block spans lines); then every other
+  // kind only in the windows that can hold one.
+  const rest = matchAll(prepare(text), 0, PATTERNS.slice(0, CODE_PATTERNS), found);
+  for (const [from, to] of factWindows(rest)) matchAll(rest.slice(from, to), from, PATTERNS.slice(CODE_PATTERNS), found);
+  return found.sort((a, b) => a.at - b.at).map((f) => f.fact);
+}
+
+/** Runs `patterns` in order over `text` (at `offset` in the whole), each masking what it matched; returns the masked text. */
+function matchAll(text: string, offset: number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[]): string {
+  let rest = text;
+  for (const pattern of patterns) {
     const spans: [number, number][] = [];
     for (const m of pattern.find(rest)) {
       if (m.key === null) continue;
       spans.push([m.index, m.index + m.length]);
       if (m.checked === false) continue;
       const end = m.index + m.text.length;
-      found.push({ at: m.index, fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
+      found.push({ at: offset + m.index, fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
     }
     // Mask what this kind matched, so a later kind does not match inside it.
     if (spans.length > 0) rest = mask(rest, spans);
   }
-  return found.sort((a, b) => a.at - b.at).map((f) => f.fact);
+  return rest;
+}
+
+/** The patterns of quoted code, which run first and over the whole text. */
+const CODE_PATTERNS = 2;
+
+/**
+ * Every fact but quoted code has a digit, `@`, `/`, `\\` or `www.` in it and
+ * spans a few words at most (`March 5, 2024`, `5 million dollars`): so the
+ * patterns only run within this many characters of one, widened to whole
+ * tokens. Prose without figures is skipped, which keeps the check a small
+ * part of a commit.
+ */
+const WINDOW_RADIUS = 48;
+const TRIGGER = /[0-9@\/\\]|www\./gi;
+const SPACE = /\s/;
+
+/** The spans of `text` that can hold a fact, in order, merged. */
+function factWindows(text: string): [number, number][] {
+  const spans: [number, number][] = [];
+  TRIGGER.lastIndex = 0;
+  for (let m = TRIGGER.exec(text); m !== null; m = TRIGGER.exec(text)) {
+    const last = spans.at(-1);
+    if (last !== undefined && m.index < last[1]) continue;
+    let from = Math.max(0, m.index - WINDOW_RADIUS);
+    let to = Math.min(text.length, m.index + WINDOW_RADIUS);
+    while (from > 0 && !SPACE.test(text[from - 1]!)) from--;
+    while (to < text.length && !SPACE.test(text[to]!)) to++;
+    if (last !== undefined && from <= last[1]) last[1] = to;
+    else spans.push([from, to]);
+    TRIGGER.lastIndex = Math.max(TRIGGER.lastIndex, to);
+  }
+  return spans;
 }
 
 function mask(text: string, spans: [number, number][]): string {
