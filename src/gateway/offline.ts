@@ -147,9 +147,16 @@ function sliceUtf8(text: string, max: number): string {
   return text.slice(0, end);
 }
 
+/**
+ * The tag's id: a long one shortened to its first characters (a UUID to its
+ * first group), with `…` when the cut splits a word, so the tag never reads
+ * as an identifier the material does not contain.
+ */
 function shortId(id: string): string {
   const clean = toWellFormed(id).replace(/[\s\]]+/g, '_');
-  return codePointLength(clean) > LONG_ID_CHARS ? sliceCodePoints(clean, SHORT_ID_CHARS) : clean;
+  if (codePointLength(clean) <= LONG_ID_CHARS) return clean;
+  const head = sliceCodePoints(clean, SHORT_ID_CHARS);
+  return /^[\p{L}\p{N}]/u.test(clean.slice(head.length)) ? `${head}…` : head;
 }
 
 /** Sentences joined by a space, except after a CJK full stop, which takes none (budgets count one anyway). */

@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { createOfflineSummarizer, extractiveSummary, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { readThreads } from '../../src/demo.ts';
+import { createOfflineSummarizer, extractiveSummary, MIN_TARGET_BYTES, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { splitSentences } from '../../src/gateway/sentences.ts';
+import { groundSummary } from '../../src/grounding.ts';
+import { plannableRanges } from '../../src/plan.ts';
 import { codePointLength } from '../../src/gateway/text.ts';
 import type { MaterialItem } from '../../src/gateway/types.ts';
 
@@ -113,5 +117,43 @@ describe('offline extractive summarizer', () => {
     expect(await s.summarize({ promptVersion: 'run-compaction@2', items: replies, signal: AbortSignal.abort() })).toMatchObject({
       kind: 'deferred', reason: 'aborted_before_send',
     });
+  });
+
+  it('aims at a quarter of a long input, at least 400 bytes for a short one, whole when that is all there is, never above the cap', () => {
+    const long = Array.from({ length: 10 }, (_, i) => ({
+      id: `m${i}`,
+      text: Array.from({ length: 30 }, (_, j) => `Reply ${i} sentence ${j} talks about fund ${j % 7} and its fee of ${j}.${i}%.`).join(' '),
+    }));
+    const input = long.reduce((n, it) => n + Buffer.byteLength(it.text), 0);
+    const quarter = Buffer.byteLength(extractiveSummary(long, 6000)!);
+    expect(quarter).toBeLessThanOrEqual(Math.ceil(input / 4));
+    expect(quarter).toBeGreaterThan(input / 4 - 120); // whole sentences fill it to within about one
+    expect(Buffer.byteLength(extractiveSummary(long, 1000)!)).toBeLessThanOrEqual(1000);
+    const short = [{ id: 'a', text: Array.from({ length: 30 }, (_, i) => `Sentence number ${i} is here.`).join(' ') }];
+    const s = extractiveSummary(short, 6000)!;
+    expect(Buffer.byteLength(s)).toBeGreaterThan(MIN_TARGET_BYTES - 60);
+    expect(Buffer.byteLength(s)).toBeLessThanOrEqual(MIN_TARGET_BYTES);
+    expect(extractiveSummary([{ id: 'a', text: 'Only this.' }], 6000)).toBe('[a] Only this.');
+  });
+
+  it('splits sentences with Intl.Segmenter, never inside code or after an abbreviation followed by lower case', () => {
+    const text = (t: string) => splitSentences(t).map((s) => s.text);
+    expect(text('Use e.g. this one. The U.S. and Canada agree. Dr. Smith said so.')).toEqual(['Use e.g. this one.', 'The U.S. and Canada agree.', 'Dr.', 'Smith said so.']);
+    expect(text('local d = (a.Position - b).Magnitude')).toEqual(['local d = (a.Position - b).Magnitude']);
+    expect(text('Run `x = 1. y = 2.` first. Then go.')).toEqual(['Run `x = 1. y = 2.` first.', 'Then go.']);
+    expect(text('数据已更新。总数为 42 条。请确认。')).toEqual(['数据已更新。', '总数为 42 条。', '请确认。']);
+    expect(text('👩‍👩‍👧‍👦 family 🇩🇪 flag. Next one!\nA new line')).toEqual(['👩‍👩‍👧‍👦 family 🇩🇪 flag.', 'Next one!', 'A new line']);
+  });
+
+  it('is grounded: on the real demo threads every fact of its summaries is in the replies', () => {
+    let ranges = 0;
+    for (const thread of readThreads()) {
+      for (const range of plannableRanges(thread.pairs.length)) {
+        const items = thread.pairs.slice(range.fromPair, range.toPair + 1).map((p, i) => ({ id: `${thread.id}-${range.fromPair + i}`, text: p.assistant }));
+        expect(groundSummary(extractiveSummary(items, 6000)!, items).ungrounded, `${thread.id} ${range.fromPair}`).toEqual([]);
+        ranges++;
+      }
+    }
+    expect(ranges).toBeGreaterThan(0);
   });
 });
