@@ -8,6 +8,7 @@
  * - Range: ten pairs aligned on a multiple of ten, the only shape a summary has.
  * - Summary record: an immutable, source-bound summary of a range's assistant replies.
  * - Projection: the history that goes into the next model request, within a byte budget.
+ * - Grounded: every checkable fact of a summary occurs in the material it summarizes (src/grounding.ts).
  */
 export { projectConversationHistory, toAnthropicMessages, ConversationNotFoundError } from './projection/index.ts';
 export type { ConversationProjection, ProjectionItem, PairItem, SummaryItem, OmittedSpan, SummaryNotUsed } from './projection/index.ts';
@@ -21,6 +22,7 @@ export { inspectConversation, type Inspection, type InspectionProblem } from './
 export { repairConversation, type RepairReport } from './repair.ts';
 export { plannableRanges, type PairRange } from './plan.ts';
 export { sourceHash, SOURCE_HASH_VERSION } from './hash.ts';
+export { groundSummary, groundOutcome, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding.ts';
 
 export { createGateway, createAnthropicSummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
 export type { Outcome, Summarizer, SummaryRequest } from './gateway/types.ts';
