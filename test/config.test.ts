@@ -47,4 +47,16 @@ describe('configuration', () => {
     expect(loadConfig({ SOURCEBOUND_GROUNDING: 'flag' }).grounding).toBe('flag');
     expect(() => loadConfig({ SOURCEBOUND_GROUNDING: 'ignore' })).toThrow(/SOURCEBOUND_GROUNDING/);
   });
+
+  it('production topology: a direct URL beside a pooled one, recovery and metrics settings', () => {
+    const config = loadConfig({
+      DATABASE_URL: 'postgres://app@pooler:6543/db', DATABASE_DIRECT_URL: 'postgres://app@db:5432/db',
+      SOURCEBOUND_RECOVERY_TIMEOUT_MS: '5000', SOURCEBOUND_METRICS_PORT: '9464',
+    });
+    expect(config).toMatchObject({ databaseDirectUrl: 'postgres://app@db:5432/db', recoveryTimeoutMs: 5000, metricsPort: 9464, metricsHost: '127.0.0.1' });
+    expect(loadConfig({})).toMatchObject({ databaseDirectUrl: undefined, recoveryTimeoutMs: 120_000, metricsPort: undefined });
+    // A direct URL alone would silently pair with an embedded server: refused.
+    expect(() => loadConfig({ DATABASE_DIRECT_URL: 'postgres://app@db:5432/db' })).toThrow(/DATABASE_DIRECT_URL: set DATABASE_URL too/);
+    expect(() => loadConfig({ SOURCEBOUND_METRICS_PORT: '70000' })).toThrow(/SOURCEBOUND_METRICS_PORT/);
+  });
 });

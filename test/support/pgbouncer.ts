@@ -68,6 +68,9 @@ export async function startPgBouncer(options: { serverUrl: string; poolSize?: nu
     'admin_users = postgres',
     'stats_users = postgres',
     'ignore_startup_parameters = extra_float_digits',
+    // After a failed server login PgBouncer waits this long before the next one (default 15 s):
+    // across a PostgreSQL restart that wait, not the server, would decide how soon work resumes.
+    'server_login_retry = 1',
     'logfile =',
     'pidfile =',
     '',

@@ -19,7 +19,12 @@ export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonl
  * Ends the leases of running claims owned by `leaseOwner` (the old runner's
  * claims: its tasks have ended or were aborted), so the next claim takes them
  * over now: the takeover settles the interrupted attempt as `unknown`, spent
- * (it may have reached the model), exactly as after a lease expiry. Then each
+ * (it may have reached the model), exactly as after a lease expiry. Records
+ * the old runner deferred because of the outage, not the provider (its last
+ * attempt `deferred` with `admission_timeout`: admission could not reach
+ * PostgreSQL, or `aborted_before_send`: the retirement aborted a call still
+ * waiting for a slot) become claimable now too instead of after the deferral
+ * delay. Then each
  * conversation gets a job that runs now, under its own key: re-adding the
  * conversation's usual job while a new runner is running it would make
  * graphile-worker give that running job `attempts = max_attempts` (it clears
@@ -31,8 +36,15 @@ export async function ownClaimsRelease(db: Queryable, leaseOwner: string): Promi
     `with released as (
        update sourcebound.conversation_summaries set lease_expires_at = now()
        where status = 'running' and lease_owner = $1 and lease_expires_at > now()
+       returning conversation_id
+     ), undeferred as (
+       update sourcebound.conversation_summaries s set not_before = now()
+       where s.status = 'pending' and s.not_before > now()
+         and (select a.worker_id = $1 and a.outcome = 'deferred' and a.reason in ('admission_timeout', 'aborted_before_send')
+              from sourcebound.conversation_summary_attempts a
+              where a.summary_id = s.id order by a.id desc limit 1)
        returning conversation_id)
-     select distinct conversation_id as "conversationId" from released`,
+     select distinct conversation_id as "conversationId" from (select * from released union all select * from undeferred) changed`,
     [leaseOwner],
   );
   for (const { conversationId } of rows) {
