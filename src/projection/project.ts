@@ -51,6 +51,12 @@ export interface ProjectArgs {
   persistLayout?: boolean;
   /** Told what each query read (cost accounting in tests and diagnostics). */
   onRead?: ReadObserver;
+  /**
+   * Told when the projection met a stored inconsistency and degraded (one
+   * `warn` per call, with the problems; they are in the result too). Any
+   * pino-compatible logger. (Default: none)
+   */
+  logger?: { warn(details: object, message: string): void };
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -97,6 +103,9 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
     saved = await saveLayout(db, { conversationId, scope, budgetBytes, layout: save });
   });
   projection.cache.layoutSaved = saved;
+  if (projection.problems.length > 0) {
+    args.logger?.warn({ conversationId, scope, problems: projection.problems }, 'projection degraded: the stored pair index is inconsistent');
+  }
   return projection;
 }
 

@@ -74,10 +74,13 @@ const states: State[] = [
   },
 ];
 
+const warnings: { details: { problems?: unknown[] }; message: string }[] = [];
+const logger = { warn: (details: object, message: string) => { warnings.push({ details, message }); } };
+
 async function projectBoth(c: string, budgetBytes: number): Promise<ConversationProjection[]> {
   return [
-    await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first' }),
-    await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes }),
+    await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first', logger }),
+    await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, logger }),
   ];
 }
 
@@ -97,7 +100,10 @@ describe('9. projection degrades, inspect names the problem, repair rebuilds', (
     expect(await drift(db.pool, c)).not.toEqual([]);
 
     for (const budget of [10_000_000, 20_000]) {
+      warnings.length = 0;
       for (const p of await projectBoth(c, budget)) {
+        // Reported in the result and in the log, once per call that degraded.
+        expect(warnings.filter((w) => w.details.problems === p.problems)).toHaveLength(p.problems.length > 0 ? 1 : 0);
         expect(p.bytes).toBeLessThanOrEqual(budget);
         expect(messagesBytes(toAnthropicMessages(p))).toBe(p.bytes);
         await ownMessages(p, c, db.pool);
