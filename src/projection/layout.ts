@@ -339,7 +339,15 @@ async function rewrite(
     throw new Error(`sourcebound: stable layout accounted ${chosen.bytes} bytes but the adapter produced ${bytes} (budget ${budgetBytes})`);
   }
   const tailStart = firstPairOf(chosen.tail[0]!);
-  const result: WalkResult = { items, omitted, summaryNotUsed: whole.summaryNotUsed.filter((n) => n.fromPair >= tailStart), problems: [] };
+  // Whole ranges the kept head shows raw although a summary is usable: they wait for a rewrite that pays.
+  const keptRaw: SummaryNotUsed[] = [];
+  for (const it of chosen.head) {
+    if (it.kind !== 'pair' || it.pairIndex % RANGE_SIZE !== 0 || endOf(chosen.head.at(-1)!) < it.pairIndex + RANGE_SIZE) continue;
+    const summary = await summaries.at(it.pairIndex);
+    if (summary !== null) keptRaw.push({ fromPair: it.pairIndex, toPair: summary.toPair, reason: 'kept_raw_for_cache', recordId: summary.recordId });
+  }
+  const notUsed = [...keptRaw, ...whole.summaryNotUsed.filter((n) => n.fromPair >= tailStart)];
+  const result: WalkResult = { items, omitted, summaryNotUsed: notUsed, problems: [] };
   return { walk: result, rewrite: why, save: layoutOf(result, count), lowWater: low };
 }
 

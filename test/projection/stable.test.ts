@@ -143,6 +143,24 @@ describe('cache-stable projection (default layout)', () => {
     expect(users(block!)).toBeGreaterThan(users(before));
   }, 60_000);
 
+  it('a summary that became usable inside the kept head is reported as kept raw for the cache', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 40, reply);
+    const budget = 32 * 1024;
+    expect((await project(id, budget)).omitted).toEqual([]);
+    const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
+    let p = await project(id, budget);
+    let turn = 40;
+    while (p.cache.rewrite !== 'budget') {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
+      p = await project(id, budget);
+    }
+    // Nothing saved yet: the head stays raw from pair 0 (read from the cache), and range 0-9 says why.
+    expect(p.items[0]).toMatchObject({ kind: 'pair', pairIndex: 0 });
+    expect(p.items.slice(0, 10).every((i) => i.kind === 'pair')).toBe(true);
+    expect(p.summaryNotUsed).toContainEqual({ fromPair: 0, toPair: 9, reason: 'kept_raw_for_cache', recordId });
+  });
+
   it('a pair edited inside the prefix rewrites it with the new text, never the old', async () => {
     const id = await createConversation(db.pool);
     const written = await addPairs(db.pool, id, 40, reply);
