@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { extractFacts, groundOutcome, groundSummary, normalizeText, type FactKind } from '../src/grounding.ts';
 import type { Outcome } from '../src/gateway/types.ts';
+import { summaryLabel } from '../src/projection/wording.ts';
 
 const material = [
   {
@@ -127,5 +128,17 @@ describe('groundOutcome', () => {
     }
     const unknown: Outcome = { kind: 'unknown', reason: 'timeout', requestId: null };
     expect(groundOutcome(unknown, material)).toBe(unknown);
+  });
+});
+
+describe('the label of a flagged summary', () => {
+  it('names at most five ungrounded facts, each cut to 80 characters, and counts the rest', () => {
+    const facts = ['number:0.9%', `code:\`${'x'.repeat(200)}\``, 'date:2024-03-06', 'identifier:INV-1', 'url:https://a.example', 'email:a@b.example', 'version:v9.9.9'];
+    const label = summaryLabel(0, 9, facts);
+    expect(label).toContain('Warning: these figures are not in the replies it summarizes and may be wrong: 0.9%; `xxx');
+    expect(label).toContain('…; 2024-03-06; INV-1; https://a.example and 2 more.]');
+    expect(label).not.toContain('x'.repeat(80));
+    expect(summaryLabel(0, 9, [])).toBe(summaryLabel(0, 9));
+    expect(summaryLabel(0, 9)).not.toContain('Warning');
   });
 });

@@ -15,13 +15,22 @@ export function summaryLabel(fromPair: number, toPair: number, ungrounded: reado
     `The user's ${toPair - fromPair + 1} original messages for these pairs are in the previous turn, verbatim; ` +
     `this summary is not the assistant's original text and may be incomplete.` +
     (ungrounded.length === 0 ? ']' : ` Warning: ${ungrounded.length === 1 ? 'this figure is' : 'these figures are'} not in the replies it summarizes ` +
-      `and may be wrong: ${ungrounded.map(factText).join('; ')}.]`);
+      `and may be wrong: ${named(ungrounded)}.]`);
 }
 
-/** `number:0.9%` -> `0.9%`: the fact as written, without its kind. */
-function factText(fact: string): string {
-  const colon = fact.indexOf(':');
-  return colon < 0 ? fact : fact.slice(colon + 1);
+/** At most this many ungrounded facts are named in a label, each cut to `LABEL_FACT_CHARS` (the label costs budget bytes). */
+const LABEL_FACTS = 5;
+const LABEL_FACT_CHARS = 80;
+
+function named(facts: readonly string[]): string {
+  const shown = facts.slice(0, LABEL_FACTS).map((f) => {
+    const colon = f.indexOf(':');
+    // `number:0.9%` -> `0.9%`: the fact as written, without its kind.
+    const text = colon < 0 ? f : f.slice(colon + 1);
+    const points = [...text];
+    return points.length > LABEL_FACT_CHARS ? `${points.slice(0, LABEL_FACT_CHARS - 1).join('')}…` : text;
+  });
+  return shown.join('; ') + (facts.length > LABEL_FACTS ? ` and ${facts.length - LABEL_FACTS} more` : '');
 }
 
 /** The note at the start of the history when `omittedPairs` (> 0) earlier exchanges were left out. */
