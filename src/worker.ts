@@ -109,7 +109,10 @@ interface Generation {
   runner: Runner;
   /** The ids graphile-worker locks this runner's jobs with (its worker pool's). */
   graphileWorkerIds: Set<string>;
-  tasks: Set<Promise<unknown>>;
+  /** Running tasks and the conversation each works on (null: the sweep). */
+  tasks: Map<Promise<unknown>, string | null>;
+  /** Aborts this generation's running tasks (their model calls): at the deadline of the stop or retirement. */
+  abort: AbortController;
   retired: boolean;
 }
 
@@ -131,6 +134,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       'SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
   }
   const metrics = createWorkerMetrics({ pool: database.pool });
+  // How long a call may still need: a retired runner's calls get this long before they are cut.
+  const callGraceMs = config.admissionWaitMs + config.modelTimeoutMs + 5000;
   const configured = options.summarizer ? null : gatewayFromConfig(config, database.directConnectionString, logger, {
     admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
   });
@@ -171,16 +176,19 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       forward(name as never, payload as never);
       return events.emit(name as never, payload as never);
     }) as typeof own.emit;
-    const gen: Generation = { n, claimOwner, pool, runner: null!, graphileWorkerIds: new Set(), tasks: new Set(), retired: false };
+    const gen: Generation = { n, claimOwner, pool, runner: null!, graphileWorkerIds: new Set(), tasks: new Map(), abort: new AbortController(), retired: false };
     // graphile-worker 0.17 locks jobs with its worker *pool's* id (get_job's worker_id is `pool-...`).
     own.on('pool:create', ({ workerPool }) => gen.graphileWorkerIds.add(workerPool.id));
     // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
     own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
     own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void recover('listen_connection_lost', error); });
 
+    // Tasks see graphile-worker's abort signal or ours, whichever comes first: we decide when calls are cut.
     const track = (task: Task): Task => (payload, helpers) => {
-      const running = Promise.resolve().then(() => task(payload, helpers));
-      gen.tasks.add(running);
+      const abortSignal = AbortSignal.any([helpers.abortSignal, gen.abort.signal]);
+      const running = Promise.resolve().then(() => task(payload, { ...helpers, abortSignal }));
+      const conversationId = (payload as { conversationId?: unknown } | null)?.conversationId;
+      gen.tasks.set(running, typeof conversationId === 'string' ? conversationId : null);
       void running.then(() => gen.tasks.delete(running), () => gen.tasks.delete(running));
       return running;
     };
@@ -200,7 +208,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           compact_conversation: track(compactConversationTask({ ...ctx, onPass: (report) => recordRanges(metrics, report.ranges) })),
           sweep_compaction: track(sweepCompactionTask(ctx)),
         },
-        gracefulShutdownAbortTimeout: config.shutdownTimeoutMs,
+        // Our own abort (retire) cuts calls at the deadline we choose; graphile-worker's only after a call could have ended.
+        gracefulShutdownAbortTimeout: callGraceMs,
         preset: {
           // With batching on, a job finishing during shutdown may never be marked
           // complete and stays locked for 4 hours (STACK.md): complete at once.
@@ -222,31 +231,38 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   }
 
   /**
-   * Stops a generation's runner (graceful: running jobs finish or are aborted
-   * after the shutdown deadline), waits for its tasks within a bound, ends its
+   * Stops a generation's runner: no new jobs; running ones may finish until
+   * `graceMs`, then their calls are aborted (an abort after the request was
+   * sent is an `unknown` attempt). Waits for its tasks within a bound, ends its
    * pool. Never throws, never waits unbounded.
    */
-  async function retire(gen: Generation): Promise<void> {
+  async function retire(gen: Generation, graceMs: number): Promise<void> {
     gen.retired = true;
     const stopped = gen.runner.stop().catch(() => {});
-    const bound = config.shutdownTimeoutMs + 5000;
-    await bounded(Promise.allSettled([stopped, ...gen.tasks]), bound);
+    const abortAt = setTimeout(() => gen.abort.abort(), graceMs);
+    await bounded(Promise.allSettled([stopped, ...gen.tasks.keys()]), graceMs + 5000);
+    clearTimeout(abortAt);
     if (gen.tasks.size > 0) {
-      logger.warn({ workerId, generation: gen.n, tasks: gen.tasks.size }, 'tasks of the retired runner are still running after the shutdown deadline; their claims are released now');
+      logger.warn({ workerId, generation: gen.n, tasks: gen.tasks.size }, 'tasks of the retired runner are still running after their deadline; their claims are released now');
     }
     if (!(await bounded(gen.pool.end(), 5000))) {
       logger.warn({ workerId, generation: gen.n }, 'the retired runner still holds PostgreSQL clients; its pool is left to close');
     }
   }
 
-  /** Hands back what a retired generation held; retried until it works or the worker stops. */
-  async function releaseOwn(gen: Generation): Promise<void> {
+  /**
+   * Hands back what a retired generation held, except the claims of
+   * conversations its still-running tasks work on; retried until it works or
+   * the worker stops.
+   */
+  async function releaseOwn(gen: Generation, options: { all?: boolean } = {}): Promise<void> {
     for (let delay = RECONNECT_FIRST_MS; ; delay = Math.min(delay * 2, RECONNECT_MAX_MS)) {
       if (stopping) return;
       try {
+        const busy = options.all ? [] : [...new Set([...gen.tasks.values()].filter((c): c is string => c !== null))];
         const unlockedJobs = await workerJobsUnlock(database.pool, [...gen.graphileWorkerIds]);
-        const resumed = await ownClaimsRelease(database.pool, gen.claimOwner);
-        logger.info({ workerId, generation: gen.n, graphileWorkerIds: [...gen.graphileWorkerIds], unlockedJobs, resumedClaims: resumed.length },
+        const resumed = await ownClaimsRelease(database.pool, gen.claimOwner, busy);
+        logger.info({ workerId, generation: gen.n, graphileWorkerIds: [...gen.graphileWorkerIds], unlockedJobs, resumedClaims: resumed.length, stillRunning: gen.tasks.size },
           'the retired runner\'s jobs and claims are handed back');
         return;
       } catch (error) {
@@ -273,7 +289,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const deadline = since + config.recoveryTimeoutMs;
     logger.error({ err: error ?? undefined, reason, workerId, generation: old.n },
       'worker lost its database or its graphile-worker runner: retiring the runner, reconnecting');
-    const retired = retire(old);
+    const retired = retire(old, callGraceMs);
     retiring.add(retired);
     void retired.finally(() => retiring.delete(retired));
 
@@ -287,7 +303,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           if (stopping) return;
           const started = await startGeneration();
           // stop() came while the runner started: it is not ours to keep.
-          if (stopping) { await retire(started); return; }
+          if (stopping) { await retire(started, config.shutdownTimeoutMs); return; }
           current = started;
           break;
         } catch (startError) {
@@ -312,8 +328,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     metrics.restarts.inc({ reason });
     metrics.runnerUp.set(1);
     logger.info({ workerId, generation: current.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
-    await retired;
+    // Now what the old runner's ended tasks held; the rest as each of its tasks ends (a call
+    // that outlived the outage may still commit), and everything once the retirement is over.
+    let retiredDone = false;
+    void retired.then(() => { retiredDone = true; });
     await releaseOwn(old);
+    while (old.tasks.size > 0 && !retiredDone && !stopping) {
+      await Promise.race([retired, ...[...old.tasks.keys()].map((task) => task.then(() => {}, () => {}))]);
+      await releaseOwn(old, { all: retiredDone });
+    }
   }
 
   /** null when both the pooled and the direct URL answer `select 1`, else the error. */
@@ -368,7 +391,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       probe.close();
       const gen = current;
       current = null;
-      await Promise.all([gen ? retire(gen) : Promise.resolve(), ...retiring, recovery]);
+      await Promise.all([gen ? retire(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring, recovery]);
       await configured?.close();
       await http?.close();
       metrics.runnerUp.set(0);

@@ -83,6 +83,37 @@ describe('a worker through a PostgreSQL outage', () => {
     }
   });
 
+  it('a call still running when the database is back commits normally: the outage costs it no attempt', async () => {
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const config = loadConfig({
+      DATABASE_URL: proxy.through(db.url), SOURCEBOUND_POLL_INTERVAL_MS: '200', SOURCEBOUND_LEASE_MS: '60000',
+      SOURCEBOUND_SHUTDOWN_TIMEOUT_MS: '500', SOURCEBOUND_RECOVERY_TIMEOUT_MS: '30000', LOG_LEVEL: 'silent',
+    });
+    const database = await openDatabase(config, silentLogger, 8);
+    const gated = gatedSummarizer();
+    const handle = await startWorker({ config, logger: silentLogger, database, summarizer: gated.summarizer, skipMigrations: true });
+    try {
+      const c = await createConversation(db.pool);
+      await addPairs(db.pool, c, 30);
+      await gated.inFlight;
+      await proxy.down();
+      await until(async () => handle.health().recovering, 10_000, 'the worker notices the outage');
+      await proxy.up();
+      await until(async () => handle.health().restarts === 1 && handle.health().running, 20_000, 'a new runner');
+      // Longer than the shutdown deadline (500 ms): a retirement is not a shutdown, the call is not cut.
+      await new Promise((r) => setTimeout(r, 1500));
+      gated.release();
+      await until(async () => (await summariesOfConversationRead(db.pool, c)).some((r) => r.status === 'completed'), 20_000, 'range completed by the call that outlived the outage');
+      const attempts = await attemptsOfConversationRead(db.pool, c);
+      expect(attempts.map((a) => [a.outcome, a.spent, a.workerId])).toEqual([['ok', true, handle.workerId]]);
+      await until(async () => (await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0]!.n === 0, 10_000, 'no job left locked');
+    } finally {
+      await handle.stop();
+      await database.close();
+      await proxy.close();
+    }
+  });
+
   it('exits 1 with the reason at error when PostgreSQL does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS', async () => {
     const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
     try {

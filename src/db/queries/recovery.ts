@@ -17,7 +17,7 @@ export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonl
 
 /**
  * Ends the leases of running claims owned by `leaseOwner` (the old runner's
- * claims: its tasks have ended or were aborted), so the next claim takes them
+ * claims, but none in `exceptConversations`, where its tasks still run), so the next claim takes them
  * over now: the takeover settles the interrupted attempt as `unknown`, spent
  * (it may have reached the model), exactly as after a lease expiry. Records
  * the old runner deferred because of the outage, not the provider (its last
@@ -31,21 +31,21 @@ export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonl
  * the key of a locked job), so a failure of that run would leave it dead.
  * Returns the conversations.
  */
-export async function ownClaimsRelease(db: Queryable, leaseOwner: string): Promise<string[]> {
+export async function ownClaimsRelease(db: Queryable, leaseOwner: string, exceptConversations: readonly string[] = []): Promise<string[]> {
   const { rows } = await db.query<{ conversationId: string }>(
     `with released as (
        update sourcebound.conversation_summaries set lease_expires_at = now()
-       where status = 'running' and lease_owner = $1 and lease_expires_at > now()
+       where status = 'running' and lease_owner = $1 and lease_expires_at > now() and not (conversation_id = any($2::uuid[]))
        returning conversation_id
      ), undeferred as (
        update sourcebound.conversation_summaries s set not_before = now()
-       where s.status = 'pending' and s.not_before > now()
+       where s.status = 'pending' and s.not_before > now() and not (s.conversation_id = any($2::uuid[]))
          and (select a.worker_id = $1 and a.outcome = 'deferred' and a.reason in ('admission_timeout', 'aborted_before_send')
               from sourcebound.conversation_summary_attempts a
               where a.summary_id = s.id order by a.id desc limit 1)
        returning conversation_id)
      select distinct conversation_id as "conversationId" from (select * from released union all select * from undeferred) changed`,
-    [leaseOwner],
+    [leaseOwner, exceptConversations],
   );
   for (const { conversationId } of rows) {
     await db.query(
