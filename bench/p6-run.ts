@@ -103,7 +103,7 @@ export async function measureRunCompaction(ctx: BenchContext, run: RunModule, po
       last = c.prepared;
       if (stateLoad) {
         const s = performance.now();
-        await stateLoad(pool, runId, SCOPE, 2048);
+        await stateLoad(pool, runId, SCOPE, 2048, 3);
         loads.push(performance.now() - s);
       }
     }

@@ -26,6 +26,7 @@ import { benchSavings } from './p5-savings.ts';
 import { benchRunCompaction } from './p6-run.ts';
 import { benchCache } from './p8-cache.ts';
 import { benchGrounding } from './p9-grounding.ts';
+import { benchRunSoak } from './p10-run-soak.ts';
 
 const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promise<BenchResult> }[] = [
   { id: 'P1', title: 'write overhead of the triggers', run: benchWrite },
@@ -36,6 +37,7 @@ const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promi
   { id: 'P6', title: 'run compaction (prepareRunRequest)', run: benchRunCompaction },
   { id: 'P8', title: 'cache economics with prompt caching on', run: benchCache },
   { id: 'P9', title: 'grounding check on real ranges', run: benchGrounding },
+  { id: 'P10', title: 'run-compaction soak (README agent loop)', run: benchRunSoak },
 ];
 
 const RESULTS_DIR = fileURLToPath(new URL('./results', import.meta.url));

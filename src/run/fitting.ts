@@ -67,11 +67,11 @@ interface UnitSlot {
   groupIndex: number;
   /** Whether this item opens a user message (the frame is counted in every form). */
   opens: boolean;
-  /** The default form: the body inline (up to inlineResultBytes), else its excerpt and reference, else the reference. */
+  /** The default form: the body inline (up to inlineResultBytes), else (newest groups) its excerpt and reference, else the reference. */
   shown: Form;
   /** The default form shows the whole body (an empty placeholder until fillBodies). */
   shownBody: boolean;
-  /** Excerpt and reference (bodies over excerptBytes whose excerpt was loaded). */
+  /** Excerpt and reference (bodies over excerptBytes in the newest groups). */
   excerpt: Form | null;
   /** Reference only (any stored result). */
   reference: Form | null;
@@ -125,6 +125,7 @@ const REFERENCE_NOTE = 'stored result: reread by id and version, or a byte or li
 const EXCERPT_NOTE = 'the text above is its beginning only: reread the rest by id and version, or a byte or line range';
 /** Labels in the catalog are cut to this many UTF-8 bytes. */
 const CATALOG_LABEL_BYTES = 60;
+const NO_EXCERPTS: ReadonlyMap<string, string> = new Map();
 /** Failed or unknown proposal ids (and tool names) a checkpoint item lists before it says "+N more". */
 const LISTED_IDS = 5;
 
@@ -230,7 +231,8 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
       const opens = role !== 'user';
       role = 'user';
       blocks++;
-      slots.push(unitSlot(u, g.seq, groupIndex.get(g.seq)!, opens, state.excerpts, policy));
+      const index = groupIndex.get(g.seq)!;
+      slots.push(unitSlot(u, g.seq, index, opens, index >= visibleGroups.length - policy.keepRecentGroups ? state.excerpts : NO_EXCERPTS, policy));
     }
   }
 

@@ -167,7 +167,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const phase1 = await inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
-    const state = await runStateLoad(client, runId, scope, policy.excerptBytes);
+    const state = await runStateLoad(client, runId, scope, policy.excerptBytes, policy.keepRecentGroups);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const before = evaluate(state, input, policy);
     const cursor: Cursor = { state, current: before };

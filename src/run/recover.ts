@@ -86,7 +86,7 @@ export async function recoverRunContext(options: RecoverRunContextOptions): Prom
   return inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
-    const state = await runStateLoad(client, runId, scope, policy.excerptBytes);
+    const state = await runStateLoad(client, runId, scope, policy.excerptBytes, policy.keepRecentGroups);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const { projection, fitted } = evaluate(state, input, policy);
     const receipts: SummaryReceipt[] = (await runSummaryRequestsList(client, runId)).map((r) => ({ ...r }));

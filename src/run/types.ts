@@ -230,7 +230,7 @@ export interface RunCompactionPolicy {
   toolExcerptBytes: number;
   /**
    * A tool result body over this many UTF-8 bytes is never shown whole: the
-   * request shows its excerpt and reference (it stays in the store, rereadable
+   * request shows its excerpt and reference in the newest groups, its reference in older ones (it stays in the store, rereadable
    * in bounded ranges). (Default: 32768)
    */
   inlineResultBytes: number;

@@ -19,8 +19,8 @@ export interface RunState {
   receipts: ReceiptRow[];
   /**
    * The first `excerptChars` characters of every inline body over that size in
-   * a turn after the newest checkpoint, keyed `id:version` (what the request may
-   * show of a body it does not show whole).
+   * the newest `recentGroups` model turns, keyed `id:version` (what the request
+   * may show of a body of the newest groups it does not show whole).
    */
   excerpts: Map<string, string>;
 }
@@ -73,8 +73,10 @@ select
      from sourcebound.run_tool_units u
      join sourcebound.run_results x on x.id = u.result_id and x.version = u.result_version
      where u.run_id = (select id from r) and u.result_inline and x.byte_size > $3
-       and u.turn_seq > coalesce((select max(k.to_seq) from cp k where k.to_seq <= $4), 0)
-       and u.turn_seq <= $4) as excerpts`;
+       -- Only the newest groups show excerpts: detoasting every large body on every call would cost
+       -- more than the rest of the load.
+       and u.turn_seq in (select t.seq from sourcebound.run_turns t where t.run_id = (select id from r) and t.kind = 'model' and t.seq <= $4
+                          order by t.seq desc limit $5)) as excerpts`;
 
 /**
  * The Run's whole projection input; null when the Run is not in `scope`.
@@ -86,7 +88,7 @@ select
  * unread turns, and checkpoints over unread turns (committed meanwhile by a
  * preparer holding the lock), are left out.
  */
-export async function runStateLoad(db: Queryable, runId: string, scope: string, excerptChars: number): Promise<RunState | null> {
+export async function runStateLoad(db: Queryable, runId: string, scope: string, excerptChars: number, recentGroups: number): Promise<RunState | null> {
   const { rows: turns } = await db.query<TurnRow>(
     `select t.seq::float8 as seq, t.kind, t.revision, t.text, t.thinking
      from sourcebound.run_turns t
@@ -97,7 +99,7 @@ export async function runStateLoad(db: Queryable, runId: string, scope: string, 
   const { rows } = await db.query<{
     run: RunRow | null; units: UnitRow[]; checkpoints: CheckpointRow[];
     catalog: CatalogRow[]; budget: BudgetRow | null; receipts: ReceiptRow[]; excerpts: [string, string][];
-  }>(STATE_SQL, [runId, scope, excerptChars, turns.at(-1)?.seq ?? 0]);
+  }>(STATE_SQL, [runId, scope, excerptChars, turns.at(-1)?.seq ?? 0, recentGroups]);
   const row = rows[0];
   if (!row || !row.run) return null;
   const newest = turns.at(-1)?.seq ?? 0;
