@@ -277,18 +277,22 @@ async function checkFinal(m: Model, behaviour: Behaviour) {
   for (let i = 1; i < cps.length; i++) {
     if (cps[i].f <= cps[i - 1].t || cps[i].predecessor_id !== cps[i - 1].id) fail(`checkpoint ${i + 1} overlaps or breaks the chain`);
   }
-  // Attempts are bounded per identity; after an unknown outcome the next dispatch on the
-  // same predecessor is the same identity.
-  const { rows: rs } = await pool.query(`select identity_key, predecessor_id, status, spent, attempt from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`, [m.runId]);
+  // Attempts are bounded per identity; after an unknown outcome the same material is never
+  // sent again under a new identity (seed 004). Different material (a later boundary once the
+  // run has grown) is a new candidate and may be tried.
+  const { rows: rs } = await pool.query(`select identity_key, predecessor_id, status, spent, attempt, source_hash, compacted_seqs::text as seqs from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`, [m.runId]);
   const spent = new Map<string, number>();
-  const lastSpent = new Map<string, { status: string; identity: string }>();
+  const lastSpent = new Map<string, { status: string; identity: string; material: string }>();
   for (const r of rs) {
     const pred = r.predecessor_id ?? '-';
     const prev = lastSpent.get(pred);
-    if (prev?.status === 'unknown' && prev.identity !== r.identity_key) fail('an unknown outcome was followed by a new identity');
+    const material = `${r.source_hash}|${r.seqs}`;
+    if (prev?.status === 'unknown' && prev.identity !== r.identity_key && prev.material === material) {
+      fail('an unknown outcome was followed by a new identity for the same material');
+    }
     if (r.spent) {
       spent.set(r.identity_key, (spent.get(r.identity_key) ?? 0) + 1);
-      lastSpent.set(pred, { status: r.status, identity: r.identity_key });
+      lastSpent.set(pred, { status: r.status, identity: r.identity_key, material });
     }
     if (r.status === 'dispatched') fail('a receipt was left in flight');
   }
