@@ -13,9 +13,20 @@
  * - Work group: a model turn and all its tool units; the unit of compaction.
  * - Result store: versioned, immutable bodies the model rereads by id and
  *   exact version, or a byte or line range of one.
+ * - Wire form: the body sent to the provider (anthropic.ts,
+ *   toAnthropicRequest). Every size here is its exact UTF-8 length (plus the
+ *   response reserve): what is measured is what is sent.
+ * - Inline limit: a tool result body over `inlineResultBytes` is never shown
+ *   whole; the newest groups show its excerpt (`excerptBytes`) and reference,
+ *   older ones its reference. Rereads are bounded in bytes too (readResult).
  * - Reversible fitting: making the request smaller without losing anything:
  *   a shorter result catalog, older tool result bodies replaced by references
- *   to the result store.
+ *   to the result store, then bodies of the newest groups by their excerpt
+ *   and reference.
+ * - Cannot fit: still over the threshold after fitting and compaction; the
+ *   result is `{ ok: false, cannotFit }`, naming what holds the bytes.
+ * - Exhausted identity: a candidate identity that spent every attempt; its
+ *   material is never sent again, the next candidate takes a later boundary.
  * - Semantic compaction: lossy, non-authoritative model summaries of older
  *   settled work groups, each committed as a checkpoint.
  * - Chunk: consecutive compactable work groups one summary covers, oldest
