@@ -57,9 +57,10 @@
  *    reaches the target: otherwise nothing is sent (`insufficient_room`, with
  *    what the floor consists of). What no plan can remove: the envelope and
  *    the reserve, the protected originals, the newest groups, work after a
- *    pending effect, and the summary items themselves (about 440 bytes of
- *    note and ids each, plus a rereadable reference of some 100-160 bytes per
- *    compacted tool unit, which every later request carries).
+ *    pending effect, and the summary items themselves (their text, a note,
+ *    and a bounded account of their tool calls: counts, the first failed and
+ *    unknown ids, a pointer to read_result; about 13 bytes per compacted call
+ *    over a long Run, not one reference per call).
  * 2. The plan is carried out one summary at a time, each a separate request
  *    with its own receipt and reservation (which keeps the rest of the plan
  *    and the finalization reserve available), each its own immutable
