@@ -8,7 +8,7 @@ import type { Logger } from './logger.ts';
 import type { Database } from './db/database.ts';
 import { graphileLogger, migrateDatabase } from './db/migrate.ts';
 import { createWorkerPool } from './db/worker-pool.ts';
-import { ownClaimsRelease, workerJobsUnlock } from './db/queries/recovery.ts';
+import { ownClaimsRelease, ownOutageDeferralsRelease, workerJobsUnlock } from './db/queries/recovery.ts';
 import type { Summarizer } from './gateway/types.ts';
 import { gatewayFromConfig } from './summarizer.ts';
 import { createWorkerMetrics, instrumentSummarizer, recordRanges, type WorkerMetrics } from './metrics.ts';
@@ -336,6 +336,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     while (old.tasks.size > 0 && !retiredDone && !stopping) {
       await Promise.race([retired, ...[...old.tasks.keys()].map((task) => task.then(() => {}, () => {}))]);
       await releaseOwn(old, { all: retiredDone });
+    }
+    // Deferrals the outage caused that landed after the hand-back (see ownOutageDeferralsRelease).
+    for (const ms of [2000, 8000]) {
+      await sleep(ms, wake.signal);
+      if (stopping || current === null) return;
+      const undeferred = await ownOutageDeferralsRelease(database.pool, workerId).catch(() => []);
+      if (undeferred.length > 0) logger.info({ workerId, conversations: undeferred.length }, 'calls deferred by the outage made claimable');
     }
   }
 

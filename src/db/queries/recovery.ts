@@ -56,3 +56,33 @@ export async function ownClaimsRelease(db: Queryable, leaseOwner: string, except
   }
   return rows.map((r) => r.conversationId);
 }
+
+/**
+ * A safety net a few seconds after a recovery: calls this process (`workerId`,
+ * any of its runners) deferred in the last two minutes because of the outage
+ * (`admission_timeout`, `aborted_before_send`; through a pooler a deferral can
+ * commit late, or come from the new runner while admission reconnects) become
+ * claimable now, with a job that runs now. Returns the conversations.
+ */
+export async function ownOutageDeferralsRelease(db: Queryable, workerId: string): Promise<string[]> {
+  const { rows } = await db.query<{ conversationId: string }>(
+    `with undeferred as (
+       update sourcebound.conversation_summaries s set not_before = now()
+       where s.status = 'pending' and s.not_before > now()
+         and (select (a.worker_id = $1 or starts_with(a.worker_id, $1 || '/r')) and a.outcome = 'deferred'
+                     and a.reason in ('admission_timeout', 'aborted_before_send') and a.finished_at > now() - interval '2 minutes'
+              from sourcebound.conversation_summary_attempts a
+              where a.summary_id = s.id order by a.id desc limit 1)
+       returning conversation_id)
+     select distinct conversation_id as "conversationId" from undeferred`,
+    [workerId],
+  );
+  for (const { conversationId } of rows) {
+    await db.query(
+      `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::uuid),
+         run_at := now(), job_key := 'sourcebound:compact-resume:' || $1, job_key_mode := 'replace')`,
+      [conversationId],
+    );
+  }
+  return rows.map((r) => r.conversationId);
+}
