@@ -98,7 +98,7 @@ export type SummaryNotUsedReason =
   | 'does_not_fit'
   /** A usable summary whose candidate is not smaller than the range's ten original pairs: the originals say more for less. */
   | 'larger_than_original'
-  /** A usable summary that became ready after the layout was made: the raw pairs stay until the next rewrite (prompt cache). */
+  /** A usable summary of a range the layout shows raw (it became ready after the layout was made, or the kept head holds the range raw): the raw pairs stay, read from the prompt cache, until a rewrite that pays for itself. */
   | 'kept_raw_for_cache'
   /** The range is not plannable for the current pair count (inside the newest 20 again): its summary may not be used. */
   | 'not_plannable';
