@@ -112,7 +112,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
           promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'bench-p9', leaseMs: 60_000,
         });
         if (claim.kind !== 'claimed') throw new Error(`P9: range ${r.threadId}:${r.fromPair} not claimable (${claim.kind})`);
-        const items = claim.pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
+        const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
         const answer: Outcome = { kind: 'ok', text: extractiveSummary(items, 6000)!, model: 'bench', usage: null, requestId: null };
         const t0 = performance.now();
         const outcome = groundOutcome(answer, items);
@@ -127,7 +127,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     const p50 = (xs: number[]) => spread(xs).median;
     result.figures.push(
       { label: 'grounding check per range (groundOutcome), p50 over ranges', unit: 'ms', value: spread([p50(check)]) },
-      { label: 'commit per range (commitOutcome: lock, re-read, re-hash, settle), p50 over ranges', unit: 'ms', value: spread([p50(commit)]) },
+      { label: 'commit per range (commitOutcome: one statement that locks, re-reads, re-hashes and settles), p50 over ranges', unit: 'ms', value: spread([p50(commit)]) },
     );
     result.headlines.push({ label: 'P9 grounding check / commit time, p50', ratio: one(p50(check) / p50(commit)), goal: { op: '<=', target: 0.05 } });
   } finally {

@@ -24,6 +24,7 @@ import { benchThroughput } from './p3-throughput.ts';
 import { benchLatency } from './p4-latency.ts';
 import { benchSavings } from './p5-savings.ts';
 import { benchRunCompaction } from './p6-run.ts';
+import { benchScale } from './p7-scale.ts';
 import { benchCache } from './p8-cache.ts';
 import { benchGrounding } from './p9-grounding.ts';
 import { benchRunSoak } from './p10-run-soak.ts';
@@ -35,6 +36,7 @@ const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promi
   { id: 'P4', title: 'crossing-to-summarizer latency versus graphile-worker pickup', run: benchLatency },
   { id: 'P5', title: 'savings on real conversations', run: benchSavings },
   { id: 'P6', title: 'run compaction (prepareRunRequest)', run: benchRunCompaction },
+  { id: 'P7', title: 'scale: job cost, growth and sweep versus history', run: benchScale },
   { id: 'P8', title: 'cache economics with prompt caching on', run: benchCache },
   { id: 'P9', title: 'grounding check on real ranges', run: benchGrounding },
   { id: 'P10', title: 'run-compaction soak (README agent loop)', run: benchRunSoak },

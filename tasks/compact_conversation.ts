@@ -1,7 +1,7 @@
 import type { Task } from 'graphile-worker';
 import { z } from 'zod';
 import { compactConversation, SummarizerConfigError, type CompactionContext, type CompactionReport } from '../src/compaction/compact.ts';
-import { compactionJobAtAdd, compactionLeaseWatchAdd, conversationStateRead } from '../src/db/queries/summaries.ts';
+import { compactionJobAtAdd, compactionLeaseWatchAdd, conversationScopeRead } from '../src/db/queries/summaries.ts';
 
 const Payload = z.object({ conversationId: z.uuid() });
 
@@ -25,17 +25,17 @@ export function compactConversationTask(ctx: Omit<CompactionContext, 'logger'> &
     }
     const { conversationId } = parsed.data;
     const logger = ctx.logger.child({ ...base, conversationId });
-    const state = await conversationStateRead(ctx.pool, conversationId);
-    if (state === null) {
-      logger.warn('conversation does not exist (deleted?): job dropped');
-      return;
-    }
     try {
-      const report = await compactConversation({ ...ctx, logger }, conversationId, helpers.abortSignal, state.pairCount);
+      // The marks say what needs work: no pair count or history is read first.
+      const report = await compactConversation({ ...ctx, logger }, conversationId, helpers.abortSignal);
+      if (report.ranges.length === 0 && await conversationScopeRead(ctx.pool, conversationId) === null) {
+        logger.warn('conversation does not exist (deleted?): job dropped');
+        return;
+      }
       ctx.onPass?.(report);
       if (report.rescheduleAt) await compactionJobAtAdd(ctx.pool, conversationId, report.rescheduleAt);
       if (report.leaseWatchAt) await compactionLeaseWatchAdd(ctx.pool, conversationId, report.leaseWatchAt);
-      logger.info({ pairCount: report.pairCount, ranges: report.ranges.map((r) => `${r.fromPair}-${r.toPair}:${r.result}`), rescheduleAt: report.rescheduleAt, leaseWatchAt: report.leaseWatchAt }, 'compaction pass done');
+      logger.info({ ranges: report.ranges.map((r) => `${r.fromPair}-${r.toPair}:${r.result}`), rescheduleAt: report.rescheduleAt, leaseWatchAt: report.leaseWatchAt }, 'compaction pass done');
     } catch (error) {
       if (error instanceof SummarizerConfigError) logger.error({ err: error }, error.message);
       throw error;

@@ -3,7 +3,7 @@ import type { Logger } from '../logger.ts';
 import type { Summarizer } from '../gateway/types.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '../grounding.ts';
-import { plannableRangeCount, plannableRanges } from '../plan.ts';
+import { RANGE_SIZE, rangeAt } from '../plan.ts';
 import * as q from '../db/queries/summaries.ts';
 import { claimRange } from './claim.ts';
 import { commitOutcome, DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
@@ -31,7 +31,8 @@ export type RangeResult =
 
 export interface CompactionReport {
   conversationId: string;
-  pairCount: number;
+  /** The pair count the caller knew, if any: the job itself reads only the marks. */
+  pairCount: number | null;
   ranges: { fromPair: number; toPair: number; result: RangeResult; recordId?: string }[];
   /** When the conversation's job should run again (deferral, a retry, a new source), if at all. */
   rescheduleAt: Date | null;
@@ -44,25 +45,24 @@ export interface CompactionReport {
   leaseWatchAt: Date | null;
 }
 
-/** Passes over ranges that became plannable while a job was working (a bound, not a figure reached in practice). */
+/** Passes over the marks per job: a bound for a conversation edited without pause, not a figure reached in practice. */
 const MAX_PASSES = 100;
 
 /**
- * Compacts every plannable range of a conversation that has no completed
- * record, oldest first: claim, call the summarizer with no transaction open,
- * commit. Writes nothing to messages or runs. A deferral stops the walk (the
- * provider is refusing); a busy range is skipped: its holder is working on it.
- * When the walk ends, ranges that became plannable meanwhile are walked too,
- * so a conversation written faster than it is summarized settles as soon as
- * its last range does (a job that found a range busy exits, and this one,
- * the holder, carries on).
+ * Compacts the ranges of a conversation that need work, oldest first: the
+ * ranges its marks name (gained or changed since a record last bound them,
+ * 0023_compaction_functions.sql), so a job costs what needs work, not the
+ * conversation's length. For each: claim, call the summarizer with no
+ * transaction open, commit. Writes nothing to messages or runs. A deferral
+ * stops the walk (the provider is refusing); a busy range is skipped: its
+ * holder is working on it. When a pass ends the marks are read again, so
+ * ranges that became plannable or changed meanwhile are done by this job (a
+ * job that found a range busy exits, and this one, the holder, carries on).
  * @throws SummarizerConfigError after recording a `config` outcome.
  */
 export async function compactConversation(ctx: CompactionContext, conversationId: string, signal?: AbortSignal, knownPairCount?: number): Promise<CompactionReport> {
   const promptVersion = ctx.promptVersion ?? CONVERSATION_PROMPT_VERSION;
-  // Each claim re-checks the count under its lock; this one only plans the walk.
-  let pairCount = knownPairCount ?? await q.pairCountRead(ctx.pool, conversationId);
-  const report: CompactionReport = { conversationId, pairCount, ranges: [], rescheduleAt: null, leaseWatchAt: null };
+  const report: CompactionReport = { conversationId, pairCount: knownPairCount ?? null, ranges: [], rescheduleAt: null, leaseWatchAt: null };
   const later = (at: Date | null) => {
     if (at !== null && (report.rescheduleAt === null || at < report.rescheduleAt)) report.rescheduleAt = at;
   };
@@ -70,24 +70,28 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     if (report.leaseWatchAt === null || at < report.leaseWatchAt) report.leaseWatchAt = at;
   };
 
-  let walked = 0;
+  // The generation of each mark this job already handled: a mark seen again
+  // with the same generation is left to whoever holds it or to its retry time.
+  const handled = new Map<number, number>();
   for (let pass = 0; pass < MAX_PASSES; pass++) {
-    const ranges = plannableRanges(pairCount).slice(walked);
-    walked += ranges.length;
-    for (const range of ranges) {
+    const marks = (await q.compactionMarksRead(ctx.pool, conversationId)).filter((m) => handled.get(m.fromPair) !== m.generation);
+    if (marks.length === 0) break;
+    for (const mark of marks) {
+      handled.set(mark.fromPair, mark.generation);
+      const range = rangeAt(mark.fromPair / RANGE_SIZE);
       const log = ctx.logger.child({ fromPair: range.fromPair, toPair: range.toPair });
       const add = (result: RangeResult, recordId?: string) => report.ranges.push({ ...range, result, recordId });
 
       const claim = await claimRange(ctx.pool, { conversationId, range, model: ctx.summarizer.model, promptVersion, workerId: ctx.workerId, leaseMs: ctx.leaseMs });
       if (claim.kind === 'done') { add('already_completed', claim.record.id); continue; }
       if (claim.kind === 'failed') { add('failed', claim.record.id); continue; }
-      if (claim.kind === 'gone') { add('gone'); return report; }
+      if (claim.kind === 'gone') { add('gone'); continue; }
       if (claim.kind === 'busy') { add('busy'); if (claim.until) watch(claim.until); continue; }
       if (claim.kind === 'deferred') { add('deferred'); later(claim.until); return report; }
 
       log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'summarizing range');
       // No transaction is open here: the call may take minutes.
-      const items = claim.pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
+      const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
       const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
       // Every figure, date and identifier must be in the replies it summarizes (src/grounding.ts).
       const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
@@ -98,10 +102,9 @@ export async function compactConversation(ctx: CompactionContext, conversationId
           add('completed', committed.record.id);
           break;
         case 'stale':
+          // The edit moved the range's mark: the next pass summarizes the new source.
           log.warn({ recordId: committed.record.id, status: committed.record.status }, 'source changed while summarizing: recorded stale, attempt spent');
           add('stale', committed.record.id);
-          // The new source is a new identity: look again at once.
-          later(new Date());
           break;
         case 'spent':
           log.warn({ recordId: committed.record.id, outcome: outcome.kind, reason: 'reason' in outcome ? outcome.reason : undefined, status: committed.record.status }, 'summary attempt spent');
@@ -111,6 +114,7 @@ export async function compactConversation(ctx: CompactionContext, conversationId
         case 'deferred':
           log.info({ recordId: committed.record.id, until: committed.until }, 'provider deferred the call: no attempt spent');
           add('deferred', committed.record.id);
+          // commit_summary() scheduled the conversation's job at `until` itself.
           return { ...report, rescheduleAt: null };
         case 'config':
           throw new SummarizerConfigError(`summarizer configuration error (no attempt spent): ${committed.reason}`);
@@ -120,11 +124,6 @@ export async function compactConversation(ctx: CompactionContext, conversationId
           break;
       }
     }
-    // Pairs written while this pass ran may have made more ranges plannable.
-    const now = await q.pairCountRead(ctx.pool, conversationId);
-    if (plannableRangeCount(now) <= walked) break;
-    pairCount = now;
-    report.pairCount = now;
   }
   return report;
 }

@@ -67,7 +67,8 @@ describe('compact_conversation', () => {
     await compactConversation(ctx(), c);
     server.reset();
     const again = await compactConversation(ctx(), c);
-    expect(again.ranges.map((r) => r.result)).toEqual(['already_completed']);
+    // Nothing is marked: the job does not even claim the completed range again.
+    expect(again.ranges).toEqual([]);
     expect(server.count).toBe(0);
   });
 
@@ -169,15 +170,13 @@ describe('compact_conversation', () => {
     await server.waitFor(() => server.inFlight === 1);
     await db.pool.query(`update sourcebound.messages set content = 'edited while in flight' where id = $1`, [written[4]!.assistantMessageId]);
     const report = await running;
-    expect(report.ranges[0]!.result).toBe('stale');
-    const records = await summariesOfConversationRead(db.pool, c);
-    expect(records.map((r) => r.status)).toEqual(['stale']);
-    expect(report.rescheduleAt).not.toBeNull();
-    // The next pass summarizes the new source under a new identity.
-    await compactConversation(ctx(), c);
+    // The edit moved the range's mark: the same job's next pass summarizes the new source under a new identity.
+    expect(report.ranges.map((r) => r.result)).toEqual(['stale', 'completed']);
     const after = await summariesOfConversationRead(db.pool, c);
     expect(after.map((r) => r.status).sort()).toEqual(['completed', 'stale']);
-    expect(after.find((r) => r.status === 'completed')!.sourceHash).not.toBe(records[0]!.sourceHash);
+    const stale = after.find((r) => r.status === 'stale')!;
+    expect(stale.attemptsSpent).toBe(1);
+    expect(after.find((r) => r.status === 'completed')!.sourceHash).not.toBe(stale.sourceHash);
   });
 
   it('a stale commit spends the attempt: a source flipping back and forth reaches the model at most twice per identity', async () => {
@@ -185,24 +184,27 @@ describe('compact_conversation', () => {
     const target = written[4]!.assistantMessageId;
     const original = canaryText(4).assistant;
     for (let round = 0; round < 5; round++) {
-      server.enqueue(behaviours.delayed(300, behaviours.text('A fine summary of the old text.')));
-      const running = compactConversation(ctx(), c);
       if (round < 2) {
+        server.enqueue(behaviours.delayed(300, behaviours.text('A fine summary of the old text.')));
+        const running = compactConversation(ctx(), c);
         await server.waitFor(() => server.inFlight === 1);
         await db.pool.query(`update sourcebound.messages set content = 'edited while in flight' where id = $1`, [target]);
         expect((await running).ranges[0]!.result).toBe('stale');
+        await db.pool.query(`update sourcebound.messages set content = $2 where id = $1`, [target, original]);
       } else {
-        // Two dispatches spent: the identity is failed for good, no third call.
-        expect((await running).ranges[0]!.result).toBe('failed');
+        // Edited and reverted again: two dispatches spent, the identity is failed for good, no third call.
+        await db.pool.query(`update sourcebound.messages set content = 'edited again' where id = $1`, [target]);
+        await db.pool.query(`update sourcebound.messages set content = $2 where id = $1`, [target, original]);
+        expect((await compactConversation(ctx(), c)).ranges[0]!.result).toBe('failed');
       }
-      await db.pool.query(`update sourcebound.messages set content = $2 where id = $1`, [target, original]);
     }
     const records = await summariesOfConversationRead(db.pool, c);
     const first = records.find((r) => r.createdAt.getTime() === Math.min(...records.map((x) => x.createdAt.getTime())))!;
     expect(first).toMatchObject({ status: 'failed', attemptsSpent: 2 });
     const attempts = (await attemptsOfConversationRead(db.pool, c)).filter((a) => a.summaryId === first.id);
     expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([['stale', true], ['stale', true]]);
-    expect(server.count).toBe(2);
+    // Two calls for the original source, one for the edited one (completed in round 0, reused after).
+    expect(server.count).toBe(3);
     // The database agrees: no identity has more dispatches than its two attempts.
     const { rows } = await db.pool.query(
       `select s.id from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
@@ -226,7 +228,6 @@ describe('compact_conversation', () => {
     server.releaseHeld();
     const report = await holder;
     expect(report.ranges.map((r) => `${r.fromPair}:${r.result}`)).toEqual(['0:completed', '10:completed']);
-    expect(report.pairCount).toBe(40);
   });
 
   it('a claim whose worker died is taken over after its lease; the dead attempt counts as unknown', async () => {

@@ -38,9 +38,10 @@ afterAll(async () => {
   await server.close();
 });
 
-// The last statement of a backend tells which transaction it is in.
-const CLAIM = /pg_try_advisory_xact_lock|insert into sourcebound\.conversation_summar|set status = 'running', lease_owner/i;
-const COMMIT = /where id = \$1 for update|set outcome = \$2|attempts_spent = attempts_spent \+/i;
+// The statement a backend is running tells which transaction it is in: the
+// claim and the commit are one statement each (0020_compaction_functions.sql).
+const CLAIM = /sourcebound\.claim_range\(/i;
+const COMMIT = /sourcebound\.commit_summary\(/i;
 
 describe('fault scenario 3: connections terminated mid-claim and mid-commit', () => {
   it('claims and commits cut by pg_terminate_backend leave no partial state; work completes', async () => {

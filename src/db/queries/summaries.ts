@@ -4,7 +4,6 @@
  */
 import type pg from 'pg';
 import type { Grounding } from '../../grounding.ts';
-import { LOCK_NS } from '../locks.ts';
 
 export type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -57,23 +56,6 @@ export async function conversationStateRead(db: Queryable, conversationId: strin
   return rows[0] ?? null;
 }
 
-/**
- * Takes the claim lock of one range for this transaction and, in the same
- * round trip, reads the conversation's state. `locked` false: another worker
- * holds the range. `state` null: the conversation is gone.
- */
-export async function rangeClaimLockTry(db: Queryable, conversationId: string, fromPair: number): Promise<{ locked: boolean; state: ConversationState | null }> {
-  const { rows } = await db.query<{ locked: boolean; scope: string | null; pairCount: number | null }>(
-    `select l.locked, c.scope,
-            (select coalesce(max(p.pair_index) + 1, 0)::int from sourcebound.pairs p where p.conversation_id = c.id) as "pairCount"
-     from (select pg_try_advisory_xact_lock($1, hashtext($2)) as locked) l
-     left join sourcebound.conversations c on l.locked and c.id = $3`,
-    [LOCK_NS.summaryClaim, `${conversationId}:${fromPair}`, conversationId],
-  );
-  const row = rows[0]!;
-  return { locked: row.locked, state: row.scope === null ? null : { scope: row.scope, pairCount: row.pairCount! } };
-}
-
 /** Number of eligible pairs: an index lookup, not a count. */
 export async function pairCountRead(db: Queryable, conversationId: string): Promise<number> {
   const { rows } = await db.query<{ n: number }>(
@@ -117,114 +99,83 @@ export interface SummaryIdentity {
   promptVersion: string;
 }
 
-/** The record of an identity, locked for this transaction. */
-export async function summaryByIdentityLock(db: Queryable, id: SummaryIdentity): Promise<SummaryRow | null> {
-  const { rows } = await db.query<SummaryRow>(
-    `select ${SUMMARY_COLUMNS} from sourcebound.conversation_summaries
-     where conversation_id = $1 and from_pair = $2 and to_pair = $3 and source_hash = $4 and model = $5 and prompt_version = $6
-     for update`,
-    [id.conversationId, id.fromPair, id.toPair, id.sourceHash, id.model, id.promptVersion],
-  );
-  return rows[0] ?? null;
+/** An assistant reply of a claimed range, as the summarizer is given it. */
+export interface ReplyRow {
+  assistantMessageId: string;
+  assistantText: string;
 }
 
-/**
- * A record by id, locked for this transaction, with whether one of its
- * attempts is still open (not settled by its own commit nor by a takeover).
- */
-export async function summaryByIdLock(db: Queryable, summaryId: string, attemptId: number): Promise<(SummaryRow & { attemptOpen: boolean }) | null> {
-  const { rows } = await db.query<SummaryRow & { attemptOpen: boolean }>(
-    `select ${SUMMARY_COLUMNS},
-            exists (select 1 from sourcebound.conversation_summary_attempts a where a.id = $2 and a.summary_id = s.id and a.outcome is null) as "attemptOpen"
-     from sourcebound.conversation_summaries s where id = $1 for update`,
-    [summaryId, attemptId],
-  );
-  return rows[0] ?? null;
+/** A plannable range that may need work (0022, 0023): the job starts from these. */
+export interface MarkRow {
+  fromPair: number;
+  generation: number;
 }
 
-export interface Claimed {
-  record: SummaryRow;
+/** The marks of a conversation, oldest range first. */
+export async function compactionMarksRead(db: Queryable, conversationId: string): Promise<MarkRow[]> {
+  const { rows } = await db.query<MarkRow>(
+    `select from_pair as "fromPair", generation::float8 as generation from sourcebound.compaction_marks
+     where conversation_id = $1 order by from_pair`,
+    [conversationId],
+  );
+  return rows;
+}
+
+export interface ClaimRow {
+  kind: 'claimed' | 'done' | 'failed' | 'busy' | 'deferred' | 'gone';
+  record: SummaryRow | null;
+  attemptId: number | null;
+  until: Date | null;
+  replies: ReplyRow[];
+}
+
+/** One statement: sourcebound.claim_range() (0023_compaction_functions.sql). */
+export async function rangeClaim(
+  db: Queryable,
+  request: { conversationId: string; range: { fromPair: number }; model: string; promptVersion: string; workerId: string; leaseMs: number },
+): Promise<ClaimRow> {
+  const { rows } = await db.query<SummaryRow & { claimKind: ClaimRow['kind']; claimAttemptId: string | null; claimUntil: Date | null; assistantIds: string[] | null; assistantTexts: string[] | null }>(
+    `select c.claim_kind as "claimKind", c.claim_attempt_id as "claimAttemptId", c.claim_until as "claimUntil",
+            c.claim_assistant_ids::text[] as "assistantIds", c.claim_assistant_texts as "assistantTexts", ${SUMMARY_COLUMNS}
+     from sourcebound.claim_range($1, $2, $3, $4, $5, $6) c cross join lateral (select (c.rec).*) s`,
+    [request.conversationId, request.range.fromPair, request.model, request.promptVersion, request.workerId, request.leaseMs],
+  );
+  const { claimKind, claimAttemptId, claimUntil, assistantIds, assistantTexts, ...record } = rows[0]!;
+  return {
+    kind: claimKind,
+    record: record.id === null ? null : record,
+    attemptId: claimAttemptId === null ? null : Number(claimAttemptId),
+    until: claimUntil,
+    replies: (assistantIds ?? []).map((id, i) => ({ assistantMessageId: id, assistantText: assistantTexts![i]! })),
+  };
+}
+
+export interface CommitInput {
+  summaryId: string;
   attemptId: number;
+  workerId: string;
+  outcome: 'ok' | 'invalid' | 'unknown' | 'deferred' | 'config';
+  summary?: string;
+  reason?: string;
+  requestId?: string | null;
+  usage?: unknown;
+  /** ok: unused; invalid/unknown: retry no sooner than this; deferred: wait this long. */
+  notBeforeMs?: number | null;
+  /** The grounding check made before the commit (src/grounding.ts), kept with the attempt. */
+  grounding?: Grounding | undefined;
 }
 
-const LEASE_UNTIL = "now() + make_interval(secs => $LEASE::double precision / 1000)";
-
-/** A new record for an identity, claimed (running) under a lease, with its first attempt opened: one statement. */
-export async function summaryClaimedInsert(db: Queryable, id: SummaryIdentity, workerId: string, leaseMs: number, inputChars: number): Promise<Claimed> {
-  const { rows } = await db.query<SummaryRow & { attemptId: string }>(
-    `with s as (
-       insert into sourcebound.conversation_summaries
-         (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version,
-          status, lease_owner, lease_expires_at)
-       values ($1, $2, $3, $4, $5::uuid[], $6, $7, $8, $9, 'running', $10, ${LEASE_UNTIL.replace('$LEASE', '$11')})
-       returning *
-     ), a as (
-       insert into sourcebound.conversation_summary_attempts (summary_id, worker_id, input_chars)
-       select id, $10, $12 from s returning id
-     )
-     select ${SUMMARY_COLUMNS}, (select id from a) as "attemptId" from s`,
-    [id.conversationId, id.scope, id.fromPair, id.toPair, id.sourceMessageIds, id.sourceHash, id.hashVersion, id.model, id.promptVersion, workerId, leaseMs, inputChars],
+/** One statement: sourcebound.commit_summary() (0023_compaction_functions.sql). */
+export async function summaryCommit(db: Queryable, input: CommitInput): Promise<{ kind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; record: SummaryRow | null }> {
+  const { rows } = await db.query<SummaryRow & { commitKind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost' }>(
+    `select c.commit_kind as "commitKind", ${SUMMARY_COLUMNS}
+     from sourcebound.commit_summary($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::text[], $11::text[]) c cross join lateral (select (c.rec).*) s`,
+    [input.summaryId, input.attemptId, input.workerId, input.outcome, input.summary ?? null, input.reason ?? null, input.requestId ?? null,
+      input.usage === undefined || input.usage === null ? null : JSON.stringify(input.usage), input.notBeforeMs ?? null,
+      input.grounding?.checked ?? null, input.grounding?.ungrounded ?? null],
   );
-  const { attemptId, ...record } = rows[0]!;
-  return { record, attemptId: Number(attemptId) };
-}
-
-/** Re-claims an open (pending, stale or lease-expired) record under a new lease and opens its next attempt: one statement. */
-export async function summaryReclaimUpdate(db: Queryable, summaryId: string, workerId: string, leaseMs: number, inputChars: number): Promise<Claimed> {
-  const { rows } = await db.query<SummaryRow & { attemptId: string }>(
-    `with s as (
-       update sourcebound.conversation_summaries
-       set status = 'running', lease_owner = $2, lease_expires_at = ${LEASE_UNTIL.replace('$LEASE', '$3')}, not_before = null
-       where id = $1 returning *
-     ), a as (
-       insert into sourcebound.conversation_summary_attempts (summary_id, worker_id, input_chars)
-       select id, $2, $4 from s returning id
-     )
-     select ${SUMMARY_COLUMNS}, (select id from a) as "attemptId" from s`,
-    [summaryId, workerId, leaseMs, inputChars],
-  );
-  const { attemptId, ...record } = rows[0]!;
-  return { record, attemptId: Number(attemptId) };
-}
-
-/** Settles a record after an attempt: spends it or not, and moves it to its next status. */
-export async function summarySettleUpdate(
-  db: Queryable,
-  summaryId: string,
-  change: { status: SummaryRow['status']; spend: boolean; failureReason?: string | null; /** Retry no sooner than this many ms from the database's now. */ notBeforeMs?: number | null; summary?: string },
-): Promise<SummaryRow> {
-  const { rows } = await db.query<SummaryRow>(
-    `update sourcebound.conversation_summaries
-     set status = $2,
-         attempts_spent = attempts_spent + (case when $3 then 1 else 0 end),
-         failure_reason = coalesce($4, failure_reason),
-         not_before = case when $5::double precision is null then null else now() + make_interval(secs => $5::double precision / 1000) end,
-         summary = coalesce($6, summary),
-         completed_at = case when $2 = 'completed' then now() else completed_at end,
-         lease_owner = case when $2 = 'running' then lease_owner else null end,
-         lease_expires_at = case when $2 = 'running' then lease_expires_at else null end
-     where id = $1 returning ${SUMMARY_COLUMNS}`,
-    [summaryId, change.status, change.spend, change.failureReason ?? null, change.notBeforeMs ?? null, change.summary ?? null],
-  );
-  return rows[0]!;
-}
-
-/** Settles every open attempt of a record (normally one) with an outcome. */
-export async function attemptsSettleUpdate(
-  db: Queryable,
-  summaryId: string,
-  settle: { outcome: string; spent: boolean; reason: string | null; requestId?: string | null; usage?: unknown; grounding?: Grounding | undefined },
-  onlyAttemptId?: number,
-): Promise<number> {
-  const { rowCount } = await db.query(
-    `update sourcebound.conversation_summary_attempts
-     set outcome = $2, spent = $3, reason = $4, request_id = $5, usage = $6::jsonb, finished_at = now(),
-         grounding_checked = $8::text[], grounding_ungrounded = $9::text[]
-     where summary_id = $1 and outcome is null and ($7::bigint is null or id = $7)`,
-    [summaryId, settle.outcome, settle.spent, settle.reason, settle.requestId ?? null, settle.usage === undefined ? null : JSON.stringify(settle.usage), onlyAttemptId ?? null,
-      settle.grounding?.checked ?? null, settle.grounding?.ungrounded ?? null],
-  );
-  return rowCount ?? 0;
+  const { commitKind, ...record } = rows[0]!;
+  return { kind: commitKind, record: record.id === null ? null : record };
 }
 
 export interface AttemptRow {
@@ -281,7 +232,7 @@ export async function compactionLeaseWatchAdd(db: Queryable, conversationId: str
   );
 }
 
-/** Re-enqueues conversations with a plannable range that has no completed, failed or live record (0005_sweep.sql). */
+/** Enqueues marked conversations that have no job waiting, one page from where the last sweep stopped (0023_compaction_functions.sql). */
 export async function compactionSweepRun(db: Queryable, limit = 1000): Promise<number> {
   const { rows } = await db.query<{ n: number }>('select sourcebound.sweep_compaction($1) as n', [limit]);
   return rows[0]!.n;

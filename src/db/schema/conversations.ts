@@ -142,6 +142,33 @@ export const conversationSummaries = sourcebound.table('conversation_summaries',
   index('conversation_summaries_open_idx').on(t.status).where(sql`status in ('running', 'pending')`),
 ]);
 
+/**
+ * Derived, trigger-maintained: one row per plannable range that may need
+ * work (gained, or its source changed), written by sourcebound.pairs_changed()
+ * in the transaction of the change and removed only when a completed or
+ * failed record binds the range's source as it is then. A job starts from
+ * these rows, and the sweep reads nothing else, so the cost of both is
+ * proportional to what needs work, not to history. `generation` grows on
+ * every change, so a removal that raced an edit is refused.
+ */
+export const compactionMarks = sourcebound.table('compaction_marks', {
+  conversationId: uuid('conversation_id').notNull().references(() => conversations.id, { onDelete: 'cascade' }),
+  fromPair: integer('from_pair').notNull(),
+  generation: bigint('generation', { mode: 'number' }).notNull().default(1),
+  markedAt: timestamp('marked_at', { withTimezone: true }).notNull().defaultNow(),
+}, (t) => [
+  primaryKey({ name: 'compaction_marks_pkey', columns: [t.conversationId, t.fromPair] }),
+  check('compaction_marks_range_aligned', sql`${t.fromPair} >= 0 and ${t.fromPair} % 10 = 0`),
+]);
+
+/** Where the sweep stopped: it pages through the marked conversations instead of taking the same first ones every run. */
+export const compactionSweepCursor = sourcebound.table('compaction_sweep_cursor', {
+  singleton: boolean('singleton').primaryKey().default(true),
+  afterConversationId: uuid('after_conversation_id'),
+}, (t) => [
+  check('compaction_sweep_cursor_one_row', sql`${t.singleton}`),
+]);
+
 /** Every dispatch of a summary identity, kept: not only the last. */
 export const conversationSummaryAttempts = sourcebound.table('conversation_summary_attempts', {
   id: bigint('id', { mode: 'number' }).primaryKey().generatedAlwaysAsIdentity(),

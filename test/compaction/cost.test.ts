@@ -1,0 +1,149 @@
+import type pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { compactConversation, type CompactionContext } from '../../src/compaction/compact.ts';
+import { compactionSweepRun } from '../../src/db/queries/summaries.ts';
+import { createOfflineSummarizer } from '../../src/gateway/index.ts';
+import { silentLogger } from '../../src/logger.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+
+/**
+ * Cost guards (issue 14): a compaction job and the sweep cost what needs
+ * work, not the length of history. Measured in statements sent and in rows
+ * the database read (pg_stat_xact_user_tables, the transaction's own
+ * counters, so nothing else running on the server counts), never in time.
+ * Each measured call runs inside one transaction on one client for that
+ * reason; the functions it calls are the same ones a worker runs.
+ */
+const db = await createTestDatabase();
+const summarizer = createOfflineSummarizer({ maxChars: 6000 });
+
+interface Cost {
+  statements: number;
+  /** Heap rows read in sourcebound's tables: sequential plus index fetches. */
+  rowsRead: number;
+}
+
+/** Runs `fn` on one client inside a transaction and returns what it cost; rolls back nothing (commits). */
+async function measured(fn: (db: pg.ClientBase) => Promise<void>): Promise<Cost> {
+  const client = await db.pool.connect();
+  let statements = 0;
+  const counting = new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === 'query') return (...args: unknown[]) => { statements++; return (target.query as (...a: unknown[]) => unknown)(...args); };
+      return Reflect.get(target, prop, receiver);
+    },
+  });
+  // The view also shows counts of this backend's earlier transactions not yet
+  // flushed, and nothing is flushed inside a transaction: take the difference.
+  const read = async () => Number((await client.query<{ n: string }>(
+    `select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) as n from pg_stat_xact_user_tables where schemaname = 'sourcebound'`)).rows[0]!.n);
+
+  try {
+    await client.query('begin');
+    const before = await read();
+    await fn(counting);
+    const rowsRead = (await read()) - before;
+    await client.query('commit');
+    return { statements, rowsRead };
+  } finally {
+    client.release();
+  }
+}
+
+const ctxOn = (client: pg.ClientBase): CompactionContext => ({
+  pool: client as unknown as pg.Pool, summarizer, logger: silentLogger, workerId: 'cost', leaseMs: 60_000,
+});
+
+/** A conversation of `pairs` pairs whose every plannable range is compacted. */
+async function compacted(pairs: number): Promise<string> {
+  const c = await createConversation(db.pool);
+  await addPairs(db.pool, c, pairs);
+  await compactConversation({ pool: db.pool, summarizer, logger: silentLogger, workerId: 'setup', leaseMs: 60_000 }, c);
+  await db.pool.query('analyze sourcebound.pairs, sourcebound.messages, sourcebound.conversation_summaries, sourcebound.compaction_marks');
+  return c;
+}
+
+/** The job's cost after 10 more pairs: one new range. */
+async function jobAfterTenMore(c: string, pairs: number): Promise<Cost> {
+  await addPairs(db.pool, c, 10, undefined, { startAt: pairs });
+  let ranges: string[] = [];
+  const cost = await measured(async (client) => {
+    const report = await compactConversation(ctxOn(client), c, undefined, pairs + 10);
+    ranges = report.ranges.map((r) => `${r.fromPair}:${r.result}`);
+  });
+  expect(ranges).toEqual([`${(pairs + 10 - 30)}:completed`]);
+  return cost;
+}
+
+describe('what a compaction job costs', () => {
+  it('a job on a 2,000-pair compacted conversation with 10 new pairs: 4 statements and the rows of one range, as at 100 pairs', async () => {
+    const small = await compacted(100);
+    const large = await compacted(2000);
+    const atSmall = await jobAfterTenMore(small, 100);
+    const atLarge = await jobAfterTenMore(large, 2000);
+    // Marks read, claim, commit, marks read again (nothing left): no pair count, no history.
+    expect(atLarge.statements).toBeLessThanOrEqual(4);
+    expect(atLarge.statements).toBe(atSmall.statements);
+    // Ten pairs and their twenty messages, read at claim and again at commit, plus a few single rows.
+    expect(atLarge.rowsRead).toBeLessThanOrEqual(100);
+    expect(atLarge.rowsRead).toBeLessThanOrEqual(atSmall.rowsRead * 1.5);
+  }, 120_000);
+
+  it('a job with nothing to do reads the marks and stops', async () => {
+    const c = await compacted(300);
+    const cost = await measured(async (client) => {
+      expect((await compactConversation(ctxOn(client), c, undefined, 300)).ranges).toEqual([]);
+    });
+    expect(cost.statements).toBe(1);
+    expect(cost.rowsRead).toBeLessThanOrEqual(1);
+  });
+
+  it('an edit of one old message marks its range only, and the job redoes that range alone', async () => {
+    const c = await createConversation(db.pool);
+    const written = await addPairs(db.pool, c, 500);
+    await compactConversation({ pool: db.pool, summarizer, logger: silentLogger, workerId: 'setup', leaseMs: 60_000 }, c);
+    await db.pool.query(`update sourcebound.messages set content = 'edited' where id = $1`, [written[42]!.assistantMessageId]);
+    const { rows } = await db.pool.query('select from_pair from sourcebound.compaction_marks where conversation_id = $1', [c]);
+    expect(rows).toEqual([{ from_pair: 40 }]);
+    let ranges: string[] = [];
+    const cost = await measured(async (client) => {
+      ranges = (await compactConversation(ctxOn(client), c, undefined, 500)).ranges.map((r) => `${r.fromPair}:${r.result}`);
+    });
+    expect(ranges).toEqual(['40:completed']);
+    expect(cost.statements).toBeLessThanOrEqual(4);
+    expect(cost.rowsRead).toBeLessThanOrEqual(100);
+  }, 60_000);
+});
+
+describe('what the sweep costs', () => {
+  it('with nothing to repair it reads nothing of the conversations, however many there are', async () => {
+    for (let i = 0; i < 40; i++) await compacted(35);
+    await db.pool.query('delete from graphile_worker._private_jobs');
+    // Marks left over by other tests would be repaired: clear them so nothing needs repair.
+    await db.pool.query('delete from sourcebound.compaction_marks');
+    let enqueued = -1;
+    const cost = await measured(async (client) => { enqueued = await compactionSweepRun(client); });
+    expect(enqueued).toBe(0);
+    expect(cost.statements).toBe(1);
+    // The cursor row at most: no pairs, messages or summaries.
+    expect(cost.rowsRead).toBeLessThanOrEqual(1);
+  }, 120_000);
+
+  it('with conversations to repair it reads their marks, not their history', async () => {
+    const lost: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      const c = await createConversation(db.pool);
+      await addPairs(db.pool, c, 60); // three plannable ranges each
+      lost.push(c);
+    }
+    await db.pool.query('delete from graphile_worker._private_jobs');
+    let enqueued = -1;
+    const cost = await measured(async (client) => { enqueued = await compactionSweepRun(client); });
+    expect(enqueued).toBeGreaterThanOrEqual(20);
+    const marks = Number((await db.pool.query('select count(*) from sourcebound.compaction_marks')).rows[0].count);
+    // Each mark once and each enqueued conversation's row (enqueue_compaction checks it
+    // exists), and nothing of the 60 pairs and 120 messages behind each conversation.
+    expect(cost.rowsRead).toBeLessThanOrEqual(marks + enqueued + 2);
+  });
+});
