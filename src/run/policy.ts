@@ -10,6 +10,7 @@ export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({
   enabled: true,
   thresholdBytes: 256 * 1024,
   targetBytes: 224 * 1024,
+  compactAboveBytes: 0,
   minSavingBytes: 4 * 1024,
   summaryCapBytes: 6_000,
   minSummaryBytes: 256,
@@ -41,7 +42,7 @@ export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefine
     if (value !== undefined) (policy as unknown as Record<string, unknown>)[key] = value;
   }
   const integers: (keyof RunCompactionPolicy)[] = [
-    'thresholdBytes', 'targetBytes', 'minSavingBytes', 'summaryCapBytes', 'minSummaryBytes', 'keepRecentGroups',
+    'thresholdBytes', 'targetBytes', 'compactAboveBytes', 'minSavingBytes', 'summaryCapBytes', 'minSummaryBytes', 'keepRecentGroups',
     'responseReserveBytes', 'summaryDeadlineMs', 'leaseGraceMs', 'maxAttempts', 'maxSummaryInputBytes',
     'maxSummariesPerPrepare', 'turnExcerptBytes', 'toolExcerptBytes', 'inlineResultBytes', 'excerptBytes', 'catalogBytes',
   ];
@@ -52,6 +53,7 @@ export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefine
   if (typeof policy.enabled !== 'boolean') throw new RunPolicyError('policy.enabled must be a boolean');
   if (!GROUNDING_POLICIES.includes(policy.grounding)) throw new RunPolicyError(`policy.grounding must be one of ${GROUNDING_POLICIES.join(', ')}, got ${String(policy.grounding)}`);
   if (policy.targetBytes > policy.thresholdBytes) throw new RunPolicyError(`policy.targetBytes (${policy.targetBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
+  if (policy.compactAboveBytes > policy.thresholdBytes) throw new RunPolicyError(`policy.compactAboveBytes (${policy.compactAboveBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
   if (policy.maxAttempts < 1 || policy.maxAttempts > 2) throw new RunPolicyError('policy.maxAttempts must be 1 or 2 (the database allows at most 2 per identity)');
   if (policy.summaryCapBytes < 1) throw new RunPolicyError('policy.summaryCapBytes must be at least 1');
   if (policy.maxSummariesPerPrepare < 1) throw new RunPolicyError('policy.maxSummariesPerPrepare must be at least 1');

@@ -126,7 +126,7 @@ interface Context {
  * 1. Measure the full request (system, tools, history, catalog, reserve).
  * 2. Above the target: reversible fitting (compact catalog, older rereadable
  *    tool bodies as references).
- * 3. Still above the threshold: semantic compaction along a plan: the fewest
+ * 3. Still above the target (compactAboveBytes): semantic compaction along a plan: the fewest
  *    chunks of older settled work (oldest first, each summarizer input at
  *    most `maxSummaryInputBytes`) whose checkpoints bring the request to the
  *    target. Nothing is sent unless the plan reaches the target. Then one
@@ -177,7 +177,9 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
       return { expired, before, made, context: undefined as Context | undefined, next: { kind: 'stop', cursor } as Dispatch | Stop };
     };
 
-    if (before.fitted.bytes <= policy.thresholdBytes) return done('not_needed', null);
+    // Compaction starts above compactAboveBytes (by default the target): a summary that fails
+    // there leaves a request that still fits, and the next call tries again.
+    if (before.fitted.bytes <= compactAbove(policy)) return done('not_needed', null);
     if (!policy.enabled) return done('disabled', 'policy.enabled is false');
     if (!summarizer) return done('skipped', 'no_summarizer');
     if (!locked) return done('skipped', 'busy: another preparer holds the run');
@@ -480,6 +482,11 @@ function exhaustedMaterial(receipts: readonly RunState['receipts'][number][], c:
     return { identityKey, fromSeq: last.fromSeq, toSeq: last.toSeq, attempts: rs.length, lastOutcome: last.status as ExhaustedIdentity['lastOutcome'], reason: last.reason };
   }
   return null;
+}
+
+/** Where semantic compaction starts: `compactAboveBytes`, or the target when unset (0). */
+function compactAbove(policy: Readonly<RunCompactionPolicy>): number {
+  return policy.compactAboveBytes === 0 ? policy.targetBytes : policy.compactAboveBytes;
 }
 
 function findLast<T>(items: readonly T[], predicate: (item: T) => boolean): T | undefined {

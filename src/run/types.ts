@@ -53,7 +53,7 @@
  *   fitting and compaction aim for).
  *
  * The compaction rule (prepareRunRequest, gate.ts)
- * 1. Only above the threshold after reversible fitting, and only if a plan
+ * 1. Only above compactAboveBytes (the target) after reversible fitting, and only if a plan
  *    reaches the target: otherwise nothing is sent (`insufficient_room`, with
  *    what the floor consists of). What no plan can remove: the envelope and
  *    the reserve, the protected originals, the newest groups, work after a
@@ -207,10 +207,18 @@ export interface RunRequest {
 export interface RunCompactionPolicy {
   /** New checkpoints may be made; committed ones are used either way. (Default: true) */
   enabled: boolean;
-  /** Semantic compaction is considered above this many bytes. (Default: 262144, 256 KiB) */
+  /** No request is handed out above this many bytes (the soft threshold). (Default: 262144, 256 KiB) */
   thresholdBytes: number;
   /** Reversible fitting starts above, and compaction must reach, this many bytes. (Default: 229376, 224 KiB) */
   targetBytes: number;
+  /**
+   * Semantic compaction is considered when the request is still above this
+   * many bytes after reversible fitting; 0 means the target. Between the
+   * target and the threshold a failed, slow or bad summary leaves a request
+   * that still fits and the next call tries again; at the threshold itself one
+   * failure would leave nothing sendable. At most thresholdBytes. (Default: 0, the target)
+   */
+  compactAboveBytes: number;
   /** A checkpoint must save at least this many bytes. (Default: 4096) */
   minSavingBytes: number;
   /** Largest accepted summary in UTF-8 bytes. (Default: 6000) */
