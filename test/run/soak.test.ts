@@ -3,7 +3,7 @@ import { createTestDatabase } from '../support/db.ts';
 import { runSoak } from './support/soak.ts';
 
 /**
- * The README's agent loop for 600 tool calls (FAULTS_FULL=1 or RUN_SOAK_CALLS:
+ * The README's agent loop for 1,000 tool calls (FAULTS_FULL=1 or RUN_SOAK_CALLS:
  * 10,000), through the real SDK and the real gateway: every request measured
  * as sent and at most 256 KiB, tool units never split, originals and
  * corrections verbatim, a cold process rebuilding the next request byte for
@@ -11,7 +11,7 @@ import { runSoak } from './support/soak.ts';
  */
 const db = await createTestDatabase();
 const FULL = process.env.FAULTS_FULL === '1';
-const TOOL_CALLS = Number(process.env.RUN_SOAK_CALLS ?? (FULL ? 10_000 : 600));
+const TOOL_CALLS = Number(process.env.RUN_SOAK_CALLS ?? (FULL ? 10_000 : 1_000));
 
 describe('the run-compaction soak', () => {
   it(`keeps every request of ${TOOL_CALLS} tool calls under the threshold, in any script, with an unreliable summarizer`, async () => {
