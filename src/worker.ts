@@ -109,8 +109,8 @@ interface Generation {
   runner: Runner;
   /** The ids graphile-worker locks this runner's jobs with (its worker pool's). */
   graphileWorkerIds: Set<string>;
-  /** Running tasks and the conversation each works on (null: the sweep). */
-  tasks: Map<Promise<unknown>, string | null>;
+  /** Running tasks: their job and the conversation each works on (null: the sweep). */
+  tasks: Map<Promise<unknown>, { jobId: string; conversationId: string | null }>;
   /** Aborts this generation's running tasks (their model calls): at the deadline of the stop or retirement. */
   abort: AbortController;
   retired: boolean;
@@ -188,7 +188,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const abortSignal = AbortSignal.any([helpers.abortSignal, gen.abort.signal]);
       const running = Promise.resolve().then(() => task(payload, { ...helpers, abortSignal }));
       const conversationId = (payload as { conversationId?: unknown } | null)?.conversationId;
-      gen.tasks.set(running, typeof conversationId === 'string' ? conversationId : null);
+      gen.tasks.set(running, { jobId: String(helpers.job.id), conversationId: typeof conversationId === 'string' ? conversationId : null });
       void running.then(() => gen.tasks.delete(running), () => gen.tasks.delete(running));
       return running;
     };
@@ -259,8 +259,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     for (let delay = RECONNECT_FIRST_MS; ; delay = Math.min(delay * 2, RECONNECT_MAX_MS)) {
       if (stopping) return;
       try {
-        const busy = options.all ? [] : [...new Set([...gen.tasks.values()].filter((c): c is string => c !== null))];
-        const unlockedJobs = await workerJobsUnlock(database.pool, [...gen.graphileWorkerIds]);
+        const running = options.all ? [] : [...gen.tasks.values()];
+        const busy = [...new Set(running.flatMap((t) => (t.conversationId === null ? [] : [t.conversationId])))];
+        const unlockedJobs = await workerJobsUnlock(database.pool, [...gen.graphileWorkerIds], running.map((t) => t.jobId));
         const resumed = await ownClaimsRelease(database.pool, gen.claimOwner, busy);
         logger.info({ workerId, generation: gen.n, graphileWorkerIds: [...gen.graphileWorkerIds], unlockedJobs, resumedClaims: resumed.length, stillRunning: gen.tasks.size },
           'the retired runner\'s jobs and claims are handed back');

@@ -6,13 +6,28 @@
  */
 import type { Queryable } from './summaries.ts';
 
-/** Unlocks the jobs (and queues) graphile-worker had locked for these worker ids; returns how many jobs were locked. */
-export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonly string[]): Promise<number> {
+/**
+ * Unlocks the jobs graphile-worker had locked for these worker (pool) ids,
+ * except `runningJobIds` (a retired runner's task still runs them: unlocked,
+ * another runner would start the same conversation beside it). Without
+ * exceptions this is graphile-worker's `force_unlock_workers`; with them, the
+ * same update on its jobs table minus those ids (we use no named queues, whose
+ * locks `force_unlock_workers` also clears). Returns how many were unlocked.
+ */
+export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonly string[], runningJobIds: readonly string[] = []): Promise<number> {
   if (graphileWorkerIds.length === 0) return 0;
-  const { rows } = await db.query<{ n: number }>(
-    `select count(*)::int as n from graphile_worker.jobs where locked_by = any($1::text[])`, [graphileWorkerIds]);
-  await db.query('select graphile_worker.force_unlock_workers($1::text[])', [graphileWorkerIds]);
-  return rows[0]!.n;
+  if (runningJobIds.length === 0) {
+    const { rows } = await db.query<{ n: number }>(
+      `select count(*)::int as n from graphile_worker.jobs where locked_by = any($1::text[])`, [graphileWorkerIds]);
+    await db.query('select graphile_worker.force_unlock_workers($1::text[])', [graphileWorkerIds]);
+    return rows[0]!.n;
+  }
+  const { rowCount } = await db.query(
+    `update graphile_worker._private_jobs set locked_at = null, locked_by = null
+     where locked_by = any($1::text[]) and not (id = any($2::bigint[]))`,
+    [graphileWorkerIds, runningJobIds],
+  );
+  return rowCount ?? 0;
 }
 
 /**
