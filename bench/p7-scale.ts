@@ -111,7 +111,7 @@ async function jobCost(ctx: BenchContext, result: BenchResult): Promise<void> {
 
 async function growth(ctx: BenchContext, result: BenchResult): Promise<void> {
   const target = ctx.full ? 5000 : 2000;
-  const growths = 3;
+  const growths = 5;
   const url = await ctx.server.freshDatabase('p7_growth');
   const pool = benchPool(url, 4);
   const writer = await benchClient(url);
