@@ -45,6 +45,19 @@ export function conversationIdArg(value: string | undefined): string {
   return value.toLowerCase();
 }
 
+/**
+ * Runs a command's work on one conversation: a conversation that does not exist in the scope is
+ * the command's one-line answer (exit 1, no stack trace), not a crash.
+ */
+export async function reportingMissingConversation<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    if ((error as Error).name === 'ConversationNotFoundError') throw Object.assign(error as Error, { exitQuietly: true });
+    throw error;
+  }
+}
+
 export interface Session {
   config: Readonly<Config>;
   logger: Logger;

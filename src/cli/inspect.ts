@@ -1,5 +1,5 @@
 import { inspectConversation, type Inspection } from '../inspect.ts';
-import { conversationIdArg, parseCommandArgs, UsageError, withSession, type Command } from './common.ts';
+import { conversationIdArg, parseCommandArgs, reportingMissingConversation, UsageError, withSession, type Command } from './common.ts';
 
 export const inspectCommand: Command = {
   name: 'inspect',
@@ -11,13 +11,7 @@ export const inspectCommand: Command = {
     if (!values.scope) throw new UsageError('missing --scope');
     const scope = values.scope;
     await withSession(async ({ database }) => {
-      let inspection: Inspection;
-      try {
-        inspection = await inspectConversation(database.pool, conversationId, scope);
-      } catch (error) {
-        if ((error as Error).name === 'ConversationNotFoundError') throw Object.assign(error as Error, { exitQuietly: true });
-        throw error;
-      }
+      const inspection = await reportingMissingConversation(() => inspectConversation(database.pool, conversationId, scope));
       process.stdout.write(values.json ? `${JSON.stringify(inspection, null, 2)}\n` : renderInspection(inspection));
     }, { poolSize: 2, logLevel: 'warn' });
   },

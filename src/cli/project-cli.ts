@@ -1,5 +1,5 @@
 import { projectCommand } from './project.ts';
-import { conversationIdArg, parseCommandArgs, UsageError, withSession, type Command } from './common.ts';
+import { conversationIdArg, parseCommandArgs, reportingMissingConversation, UsageError, withSession, type Command } from './common.ts';
 
 export const projectCliCommand: Command = {
   name: 'project',
@@ -18,12 +18,9 @@ export const projectCliCommand: Command = {
     if (layout !== 'stable' && layout !== 'newest-first') throw new UsageError(`--layout must be stable or newest-first, got ${layout}`);
     const scope = values.scope;
     await withSession(async ({ database }) => {
-      try {
-        await projectCommand({ pool: database.pool, conversationId, scope, budgetBytes, layout, json: values.json === true, out: (line) => process.stdout.write(`${line}\n`) });
-      } catch (error) {
-        if ((error as Error).name === 'ConversationNotFoundError') throw Object.assign(error as Error, { exitQuietly: true });
-        throw error;
-      }
+      await reportingMissingConversation(() => projectCommand({
+        pool: database.pool, conversationId, scope, budgetBytes, layout, json: values.json === true, out: (line) => process.stdout.write(`${line}\n`),
+      }));
     }, { poolSize: 2, logLevel: 'warn' });
   },
 };

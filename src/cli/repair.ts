@@ -1,5 +1,5 @@
 import { describeDrift, repairConversation, type RepairReport } from '../repair.ts';
-import { conversationIdArg, parseCommandArgs, UsageError, withSession, type Command } from './common.ts';
+import { conversationIdArg, parseCommandArgs, reportingMissingConversation, UsageError, withSession, type Command } from './common.ts';
 
 export const repairCommand: Command = {
   name: 'repair',
@@ -17,13 +17,7 @@ export const repairCommand: Command = {
     if (!values.scope) throw new UsageError('missing --scope');
     const scope = values.scope;
     await withSession(async ({ database }) => {
-      let report: RepairReport;
-      try {
-        report = await repairConversation(database.pool, conversationId, scope);
-      } catch (error) {
-        if ((error as Error).name === 'ConversationNotFoundError') throw Object.assign(error as Error, { exitQuietly: true });
-        throw error;
-      }
+      const report = await reportingMissingConversation(() => repairConversation(database.pool, conversationId, scope));
       process.stdout.write(values.json ? `${JSON.stringify(report)}\n` : `${renderRepair(report)}\n`);
     }, { poolSize: 1, logLevel: 'warn' });
   },
