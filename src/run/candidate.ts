@@ -207,8 +207,9 @@ export interface Plan {
   reachable: boolean;
   /**
    * The candidate's summary allowance in bytes: an equal share of the room the
-   * plan leaves under the target, at most the cap, and no more than keeps the
-   * candidate's own saving at the minimum.
+   * plan leaves under the target, at most the cap, no more than keeps the
+   * candidate's own saving at the minimum, and no more than the work it
+   * replaces allows (scaled: 6 B a tool call + 12 B a turn, at least 512 B).
    */
   allowance: number;
 }
@@ -243,10 +244,41 @@ export function planCompaction(
     if (share(estimate, k) < policy.minSummaryBytes) continue;
     const floor = exact(k);
     if (share(floor.bytes, k) < policy.minSummaryBytes) continue;
-    return { chunks: chunks.slice(0, k), floor, reachable: true, allowance: Math.min(share(floor.bytes, k), firstSaving(k === 1 ? floor.bytes : firstFloor)) };
+    return { chunks: chunks.slice(0, k), floor, reachable: true, allowance: Math.min(share(floor.bytes, k), firstSaving(k === 1 ? floor.bytes : firstFloor), scaled(first, policy)) };
   }
   const floor = exact(chunks.length);
-  return { chunks, floor, reachable: false, allowance: Math.min(share(floor.bytes, chunks.length), firstSaving(firstFloor)) };
+  return { chunks, floor, reachable: false, allowance: Math.min(share(floor.bytes, chunks.length), firstSaving(firstFloor), scaled(first, policy)) };
+}
+
+/** Bytes of summary a checkpoint may hold per tool call it replaces, and per model turn (see scaled). */
+export const SUMMARY_BYTES_PER_CALL = 6;
+export const SUMMARY_BYTES_PER_TURN = 12;
+/** The least a summary is allowed whatever it replaces: a few sentences (see scaled). */
+export const SUMMARY_FLOOR_BYTES = 512;
+
+/**
+ * The most a checkpoint's summary may take for the work it replaces:
+ * SUMMARY_BYTES_PER_CALL bytes per tool call plus SUMMARY_BYTES_PER_TURN per
+ * model turn, at least SUMMARY_FLOOR_BYTES (and never below minSummaryBytes,
+ * so a plan found reachable at that minimum keeps its allowance).
+ *
+ * Why: every checkpoint stays in every later request, so the summaries add
+ * up over a Run. Allowed the cap (6,000 B) or an equal share of the room
+ * whatever they replace, they grow with the number of checkpoints, not with
+ * the work: chunks of a few turns with large bodies each save the minimum
+ * with little work, and the 10,000-call soak held 181,791 B of summaries at
+ * step 2,423 (about 30 of them), with nothing left for the newest work:
+ * cannotFit. Scaled by the work, the summaries of N tool calls in T turns
+ * take at most 6N + 12T bytes (plus 512 B for each checkpoint small enough
+ * to be at the floor): at 10,000 calls in about 2,900 turns, about 95 KB,
+ * under half of the 208 KiB a request body has at the 224 KiB target after
+ * the 16 KiB reserve. A summary is a lossy note of older work clues (seed
+ * 004, section 4), not the record of each call: the calls, their
+ * settlements and results stay in the checkpoint's references and the
+ * result store, rereadable by id, so a few bytes a call are enough.
+ */
+function scaled(c: Chunk, policy: Readonly<RunCompactionPolicy>): number {
+  return Math.max(SUMMARY_FLOOR_BYTES, SUMMARY_BYTES_PER_CALL * c.toolResultRefs.length + SUMMARY_BYTES_PER_TURN * c.groups.length, policy.minSummaryBytes);
 }
 
 /** A chunk as a checkpoint with an empty summary (ids of the same length as real ones: the same bytes). */
