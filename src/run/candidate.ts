@@ -267,8 +267,8 @@ export const SUMMARY_FLOOR_BYTES = 512;
  * whatever they replace, they grow with the number of checkpoints, not with
  * the work: chunks of a few turns with large bodies each save the minimum
  * with little work, and the 10,000-call soak held 181,791 B of summaries at
- * step 2,423 (about 30 of them), with nothing left for the newest work:
- * cannotFit. Scaled by the work, the summaries of N tool calls in T turns
+ * step 2,423 (30 and more checkpoints of up to 6,000 B), with nothing left
+ * for the newest work: cannotFit. Scaled by the work, the summaries of N tool calls in T turns
  * take at most 6N + 12T bytes (plus 512 B for each checkpoint small enough
  * to be at the floor): at 10,000 calls in about 2,900 turns, about 95 KB,
  * under half of the 208 KiB a request body has at the 224 KiB target after

@@ -41,7 +41,10 @@
  *   checkpoints bring the request to the target: the plan's floor (its chunks
  *   in place under empty summaries) plus `minSummaryBytes` per summary is at
  *   or under the target. Each summary is allowed an equal share of that room,
- *   at most the cap.
+ *   at most the cap, and at most what the work it replaces allows: 6 bytes a
+ *   tool call plus 12 a model turn, at least 512 (every checkpoint stays in
+ *   every later request, so summaries must grow with the work, not with the
+ *   number of checkpoints; see candidate.ts `scaled`).
  * - Checkpoint: the immutable record of one summary: which turns it
  *   replaced (and their source hashes), the summary, the summary request that
  *   produced it, the predecessor checkpoint. Checkpoints never overlap.

@@ -4,6 +4,7 @@ import {
   measureRequest, prepareRunRequest, readRunBudget, recordCorrection, recoverRunContext, type CheckpointSummaryItem,
   type PrepareRunRequestOptions, type RunCompactionPolicy, type RunRequestItem, type ToolResultItem,
 } from '../../src/run/index.ts';
+import { SUMMARY_FLOOR_BYTES } from '../../src/run/candidate.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { buildRun, forbiddenSummarizer, INPUT, ok, recordingSummarizer, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 
@@ -219,14 +220,29 @@ describe('a Run many times over the threshold', () => {
   });
 
   it('rejects a summary longer than its share of the room, so the rest of the plan stays reachable', async () => {
-    // Few, large chunks: a summary four times its allowance in bytes cannot leave room for the others.
-    const { runId } = await buildRun(pool, { groups: 24, turnBytes: 2500, resultBytes: 3000 });
-    const policy = { ...CHUNKED, summaryCapBytes: 50_000, maxSummaryInputBytes: 24 * 1024 };
+    // Few, large chunks, and a tight room: a twin Run (the same bytes) shows the floor of its plan
+    // (k checkpoints); this Run's target leaves 200 bytes a summary above that floor. The first
+    // summary's allowance is then its share of the room (200 B, under the 512 B the work it replaces
+    // would allow); the summarizer writes the characters it is told, each 4 bytes: 800 bytes, and
+    // the rest of the plan could no longer reach the target.
+    const shape = { groups: 24, turnBytes: 2500, resultBytes: 3000 } as const;
+    const wide = { ...CHUNKED, summaryCapBytes: 50_000, maxSummaryInputBytes: 24 * 1024 };
+    const twin = await buildRun(pool, shape);
+    const probe = await prepare(twin.runId, { summarizer: recordingSummarizer(() => ok('Earlier searches and their results.')), policy: wide });
+    const twinPlan = probe.report.compactions[0]!.plan!;
+    const k = twinPlan.checkpoints;
+    expect(k).toBeGreaterThan(1);
+    expect(k).toBeLessThanOrEqual(3);
+    const policy = { ...wide, targetBytes: twinPlan.floorBytes + 200 * k };
+
+    const { runId } = await buildRun(pool, shape);
     const summarizer = recordingSummarizer((req) => ok('📈'.repeat(req.maxChars!)));
     const { report } = await prepare(runId, { summarizer, policy });
     const plan = report.compaction.plan!;
-    expect(plan.checkpoints).toBeGreaterThan(1);
-    expect(plan.checkpoints).toBeLessThanOrEqual(4);
+    expect(plan.checkpoints).toBe(k);
+    const share = Math.floor((policy.targetBytes - plan.floorBytes) / k);
+    expect(share).toBeLessThan(SUMMARY_FLOOR_BYTES);
+    expect(report.compaction).toMatchObject({ summaryAllowance: share, summaryMaxChars: share, summaryBytes: 4 * share });
     expect(report.compactions.map((c) => c.decision)).toEqual(['rejected']);
     expect(report.compaction.reason).toMatch(/^over_plan:/);
     expect(await checkpoints(runId)).toEqual([]);

@@ -6,6 +6,7 @@ import {
   measureRequest, prepareRunRequest, readResult, readRunBudget, recordCorrection, recordModelTurn, recordToolCall,
   recordToolResult, recoverRunContext, storeResult, toAnthropicRequest, type PrepareRunRequestOptions, type RunRequestItem,
 } from '../../src/run/index.ts';
+import { SUMMARY_BYTES_PER_CALL, SUMMARY_BYTES_PER_TURN, SUMMARY_FLOOR_BYTES } from '../../src/run/candidate.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { buildRun, forbiddenSummarizer, INPUT, ok, recordingSummarizer, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 
@@ -178,14 +179,29 @@ describe('semantic compaction', () => {
   });
 
   it('rejects a summary that fails the net-benefit gate, keeps the original, and re-judges it without a new call', async () => {
-    const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100 });
-    // A summary of exactly the allowed number of characters, each 3 bytes: three times over its byte room.
+    // The room: a twin Run (the same bytes) shows the floor of its one-checkpoint plan; this Run's
+    // target leaves 1,000 bytes above it. The summary is allowed 512 bytes (the work it replaces,
+    // 10 calls in 10 turns, is at SUMMARY_FLOOR_BYTES) and the summarizer writes exactly the 512
+    // characters it is told, each 3 bytes: 1,536 bytes, over the room, so the gate refuses it.
+    const shape = { groups: 12, turnBytes: 2500, resultBytes: 100 } as const;
+    const twin = await buildRun(pool, shape);
+    const probe = await prepare(twin.runId, { summarizer: recordingSummarizer() });
+    const twinPlan = probe.report.compactions[0]!.plan!;
+    expect(twinPlan.checkpoints).toBe(1);
+    const policy = { ...SMALL_POLICY, summaryCapBytes: 50_000, targetBytes: twinPlan.floorBytes + 1000 };
+    expect(policy.targetBytes).toBeLessThan(SMALL_POLICY.thresholdBytes);
+
+    const { runId } = await buildRun(pool, shape);
     const summarizer = recordingSummarizer((req) => ok('基'.repeat(req.maxChars!)));
-    const policy = { ...SMALL_POLICY, summaryCapBytes: 50_000 };
     const before = await prepare(runId, { summarizer, policy });
-    expect(before.report.compaction).toMatchObject({ decision: 'rejected', outcome: 'ok' });
-    expect(before.report.compaction.reason).toMatch(/^(over_target|insufficient_saving)/);
-    expect(before.report.compaction.bytesWithSummary).toBeGreaterThan(0);
+    expect(before.report.compaction).toMatchObject({ decision: 'rejected', outcome: 'ok', summaryAllowance: SUMMARY_FLOOR_BYTES, summaryMaxChars: SUMMARY_FLOOR_BYTES, summaryBytes: 3 * SUMMARY_FLOOR_BYTES });
+    // The room this Run's plan leaves: more than the allowance, less than the summary.
+    const plan = before.report.compaction.plan!;
+    expect(plan.checkpoints).toBe(1);
+    expect(policy.targetBytes - plan.floorBytes).toBeGreaterThan(SUMMARY_FLOOR_BYTES);
+    expect(policy.targetBytes - plan.floorBytes).toBeLessThan(3 * SUMMARY_FLOOR_BYTES);
+    expect(before.report.compaction.reason).toBe(`over_target:${before.report.compaction.bytesWithSummary}>${policy.targetBytes}`);
+    expect(before.report.compaction.bytesWithSummary).toBeGreaterThan(policy.targetBytes);
     expect(before.report.fits).toBe(false);
     expect(before.report.reason).toMatch(/compaction rejected/);
     expect(kinds(before.request.messages)).not.toContain('checkpoint_summary');
@@ -196,6 +212,22 @@ describe('semantic compaction', () => {
     const again = await prepare(runId, { summarizer, policy });
     expect(again.report.compaction).toMatchObject({ decision: 'rejected', reusedSummary: true, summaryRequestId: receipt.id });
     expect(summarizer.calls).toHaveLength(1);
+  });
+
+  it('allows a summary only as many bytes as the work it replaces, however much room there is (issue 12, 10,000 calls)', async () => {
+    // Room and cap far above it: the allowance is 6 B a tool call + 12 B a turn, at least 512 B.
+    const policy = { ...SMALL_POLICY, summaryCapBytes: 50_000 };
+    const summarizer = recordingSummarizer(() => ok('Earlier searches and their results.'));
+    const small = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100 });
+    const a = await prepare(small.runId, { summarizer, policy });
+    expect(a.report.compaction.candidate).toMatchObject({ seqs: expect.any(Array), toolUnits: 10 });
+    expect(a.report.compaction).toMatchObject({ decision: 'committed', summaryAllowance: SUMMARY_FLOOR_BYTES });
+    const many = await buildRun(pool, { groups: 12, turnBytes: 1500, resultBytes: 40, unitsPerGroup: 12 });
+    const b = await prepare(many.runId, { summarizer, policy });
+    const c = b.report.compaction.candidate!;
+    expect(c.toolUnits).toBe(12 * c.seqs.length);
+    expect(b.report.compaction).toMatchObject({ decision: 'committed', summaryAllowance: SUMMARY_BYTES_PER_CALL * c.toolUnits + SUMMARY_BYTES_PER_TURN * c.seqs.length });
+    expect(b.report.compaction.summaryAllowance).toBeGreaterThan(SUMMARY_FLOOR_BYTES);
   });
 
   it('does not compact when the finalization reserve would be touched', async () => {
