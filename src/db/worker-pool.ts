@@ -27,11 +27,10 @@ export interface WorkerPoolOptions {
 export function createWorkerPool(options: WorkerPoolOptions): pg.Pool {
   const { connectionString, directConnectionString, max, applicationName, logger } = options;
   const base = { connectionTimeoutMillis: 10_000, application_name: applicationName };
-  const pool = directConnectionString === connectionString
-    ? new pg.Pool({ ...base, connectionString, max })
-    : new ListenOnDirectPool({ ...base, connectionString, max }, new pg.Pool({ ...base, connectionString: directConnectionString, max: 1 }));
+  const direct = directConnectionString === connectionString ? null : new pg.Pool({ ...base, connectionString: directConnectionString, max: 1 });
+  const pool = new WorkerPool({ ...base, connectionString, max }, direct);
   watch(pool, logger);
-  if (pool instanceof ListenOnDirectPool) watch(pool.direct, logger);
+  if (direct) watch(direct, logger);
   return pool;
 }
 
@@ -43,8 +42,18 @@ function watch(pool: pg.Pool, logger: Logger): void {
 
 type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void;
 
-class ListenOnDirectPool extends pg.Pool {
-  constructor(config: pg.PoolConfig, readonly direct: pg.Pool) {
+/**
+ * graphile-worker 0.17.3 can release its LISTEN client twice: when the
+ * runner stops while that client's connection fails, its shutdown
+ * (`unlistenForChanges`) and its error handler (`onErrorReleaseClientAndTryAgain`)
+ * each run `release()`, and pg-pool throws on the second release inside an
+ * async function nobody awaits: an unhandled rejection that ends the process
+ * with exit 1 before the worker can say why (test/worker/restart.test.ts
+ * "exits 1 ..." caught it about once in three runs). The callback form's
+ * release is made idempotent here: a second call does nothing.
+ */
+class WorkerPool extends pg.Pool {
+  constructor(config: pg.PoolConfig, readonly direct: pg.Pool | null) {
     super(config);
   }
 
@@ -52,14 +61,20 @@ class ListenOnDirectPool extends pg.Pool {
   override connect(): Promise<pg.PoolClient>;
   override connect(callback: ConnectCallback): void;
   override connect(callback?: ConnectCallback): Promise<pg.PoolClient> | void {
-    if (callback) {
-      this.direct.connect(callback);
-      return;
-    }
-    return super.connect();
+    if (!callback) return super.connect();
+    const once: ConnectCallback = (err, client, done) => {
+      let released = false;
+      callback(err, client, (release) => {
+        if (released) return;
+        released = true;
+        done(release);
+      });
+    };
+    if (this.direct) this.direct.connect(once);
+    else super.connect(once);
   }
 
   override async end(): Promise<void> {
-    await Promise.all([super.end(), this.direct.end()]);
+    await Promise.all([super.end(), this.direct?.end()]);
   }
 }
