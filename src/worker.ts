@@ -13,6 +13,7 @@ import type { Summarizer } from './gateway/types.ts';
 import { gatewayFromConfig } from './summarizer.ts';
 import { createWorkerMetrics, instrumentSummarizer, recordRanges, type WorkerMetrics } from './metrics.ts';
 import { startWorkerHttp, type WorkerHttp } from './worker-http.ts';
+import { jitter, sleep } from './backoff.ts';
 import { compactConversationTask } from '../tasks/compact_conversation.ts';
 import { sweepCompactionTask } from '../tasks/sweep_compaction.ts';
 
@@ -24,13 +25,21 @@ import { sweepCompactionTask } from '../tasks/sweep_compaction.ts';
  * graphile-worker 0.17 does not survive a PostgreSQL restart by itself: its
  * runner stops (or, in about half the restarts measured, never resolves and
  * sits idle). So the worker supervises it: a health probe on its own
- * connection notices a lost database at once, the runner is retired
+ * connection notices a lost database at once (its connection fails and a
+ * new session cannot be opened, or the server's start time changed), the runner is retired
  * (graceful stop, bounded), the worker reconnects with backoff, starts a new
  * runner, then hands back what the old one held: the jobs graphile-worker had
  * locked for it (`force_unlock_workers`) and its running claims (their lease
  * ends now, so they are taken over at once, not after SOURCEBOUND_LEASE_MS).
  * If the database does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS
  * the worker gives up: `runner.promise` rejects and the CLI exits 1.
+ *
+ * One lost connection is not a lost database: a backend terminated by an
+ * administrator or a pooler (pg_terminate_backend, idle timeouts) fails the
+ * probe's or the LISTEN session, and graphile-worker reconnects its LISTEN
+ * itself. A recovery there would retire a healthy runner and hand its claims
+ * over as spent attempts (fault scenario 3). So a failed probe or LISTEN
+ * connection recovers only when a fresh session cannot answer either.
  */
 
 /**
@@ -181,7 +190,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     own.on('pool:create', ({ workerPool }) => gen.graphileWorkerIds.add(workerPool.id));
     // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
     own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
-    own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void recover('listen_connection_lost', error); });
+    own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void suspect('listen_connection_lost', error); });
 
     // Tasks see graphile-worker's abort signal or ours, whichever comes first: we decide when calls are cut.
     const track = (task: Task): Task => (payload, helpers) => {
@@ -347,6 +356,37 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
   }
 
+  let suspecting = false;
+  /**
+   * A connection (the probe's, LISTEN) failed: recover only if PostgreSQL is
+   * unreachable, i.e. a new session on each URL cannot answer. Single-flight.
+   */
+  async function suspect(reason: string, error: unknown): Promise<void> {
+    if (suspecting || recovering || stopping || current === null) return;
+    suspecting = true;
+    try {
+      const answer = await freshSessionsAnswer();
+      if (answer === null) {
+        logger.warn({ err: error ?? undefined, reason, workerId }, 'a worker connection was lost but PostgreSQL answers a new session: no recovery');
+        return;
+      }
+      if (current !== null && !stopping) void recover(reason, answer);
+    } finally {
+      suspecting = false;
+    }
+  }
+
+  /** null when a new session on the pooled and on the direct URL answers `select 1`, else the error. */
+  async function freshSessionsAnswer(): Promise<unknown> {
+    try {
+      await oneShot(database.connectionString);
+      if (database.pooled) await oneShot(database.directConnectionString);
+      return null;
+    } catch (error) {
+      return error;
+    }
+  }
+
   /** null when both the pooled and the direct URL answer `select 1`, else the error. */
   async function databaseAnswers(): Promise<unknown> {
     try {
@@ -365,10 +405,17 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     settle.reject(error);
   }
 
+  // The server's start time, first seen by the probe: another one means it restarted (or failed over).
+  let serverStartedAt: string | null = null;
   const probe = createProbe(database.connectionString, {
-    ok: () => metrics.databaseLastOk.set(Date.now() / 1000),
+    ok: (startedAt) => {
+      metrics.databaseLastOk.set(Date.now() / 1000);
+      const restarted = serverStartedAt !== null && startedAt !== serverStartedAt;
+      serverStartedAt = startedAt;
+      if (restarted && current !== null && !recovering && !stopping) void recover('database_restarted', null);
+    },
     lost: (error, definite) => {
-      if (current !== null && !recovering && !stopping && definite) void recover('database_unreachable', error);
+      if (current !== null && !recovering && !stopping && definite) void suspect('database_unreachable', error);
     },
   });
 
@@ -432,11 +479,14 @@ interface Probe {
 }
 
 /**
- * `select 1` every PROBE_INTERVAL_MS on a connection of its own (a busy pool
- * must not look like a dead database). A lost connection is definite at once
- * (a restart cuts every session); a slow answer only on the second in a row.
+ * One round trip every PROBE_INTERVAL_MS on a connection of its own (a busy
+ * pool must not look like a dead database), reading the server's start time
+ * (`pg_postmaster_start_time()`: a restart that came back between two probes
+ * still shows). A lost connection is reported definite at once (a restart
+ * cuts every session; the worker then asks a new session); a slow answer
+ * only on the second in a row.
  */
-function createProbe(connectionString: string, on: { ok(): void; lost(error: unknown, definite: boolean): void }): Probe {
+function createProbe(connectionString: string, on: { ok(serverStartedAt: string): void; lost(error: unknown, definite: boolean): void }): Probe {
   let client: pg.Client | null = null;
   let okAt: number | null = null;
   let timer: NodeJS.Timeout | null = null;
@@ -463,15 +513,17 @@ function createProbe(connectionString: string, on: { ok(): void; lost(error: unk
   async function check(): Promise<void> {
     inFlight ??= (async () => {
       const c = await connected();
+      let startedAt: string;
       try {
-        await c.query('select 1');
+        const { rows } = await c.query<{ startedAt: string }>('select pg_postmaster_start_time()::text as "startedAt"');
+        startedAt = rows[0]!.startedAt;
       } catch (error) {
         drop(c);
         throw error;
       }
       okAt = Date.now();
       slow = 0;
-      on.ok();
+      on.ok(startedAt);
     })().finally(() => { inFlight = null; });
     return inFlight;
   }
@@ -519,18 +571,3 @@ async function bounded(promise: Promise<unknown>, ms: number): Promise<boolean> 
   clearTimeout(timer);
   return result;
 }
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
-
-const jitter = (ms: number) => Math.ceil(ms * (0.5 + Math.random() / 2));

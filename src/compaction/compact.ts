@@ -6,7 +6,8 @@ import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '.
 import { RANGE_SIZE, rangeAt } from '../plan.ts';
 import * as q from '../db/queries/summaries.ts';
 import { claimRange } from './claim.ts';
-import { commitOutcome, DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
+import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
+import { commitRetrying } from './commit-retry.ts';
 
 /** Raised when the summarizer's configuration is wrong (no key, 401...): the job fails loudly, no attempt spent. */
 export class SummarizerConfigError extends Error {
@@ -95,7 +96,9 @@ export async function compactConversation(ctx: CompactionContext, conversationId
       const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
       // Every figure, date and identifier must be in the replies it summarizes (src/grounding.ts).
       const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
-      const committed = await commitOutcome(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome, ctx.retryDelays ?? DEFAULT_RETRY_DELAYS);
+      // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).
+      const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
+        ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal });
       switch (committed.kind) {
         case 'completed':
           log.info({ recordId: committed.record.id, chars: outcome.kind === 'ok' ? outcome.text.length : 0 }, 'range summarized');

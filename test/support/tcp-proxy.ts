@@ -16,6 +16,14 @@ export interface TcpProxy {
   down(): Promise<void>;
   /** Accepts connections again. */
   up(): Promise<void>;
+  /**
+   * Arms a cut: the next client message containing `text` (e.g. a function
+   * name in the SQL) is forwarded, and its connection is cut the moment the
+   * server starts to answer, the answer dropped. So the statement ran (and, in
+   * autocommit, committed) but the client sees only a lost connection: an
+   * in-doubt outcome. Resolves once the cut happened.
+   */
+  cutReplyTo(text: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -23,6 +31,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   const port = await freePort();
   const sockets = new Set<Socket>();
   let server: Server | null = null;
+  let armed: { text: string; cut: () => void } | null = null;
 
   const listen = () => new Promise<void>((resolve, reject) => {
     const s = createServer((client) => {
@@ -37,7 +46,23 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       };
       client.on('error', drop).on('close', drop);
       upstream.on('error', drop).on('close', drop);
-      client.pipe(upstream).pipe(client);
+      // Forwarded by hand (not piped) so a cut can sit between a statement and its answer.
+      let cutting: (() => void) | null = null;
+      client.on('data', (chunk: Buffer) => {
+        if (armed && chunk.includes(armed.text)) {
+          cutting = armed.cut;
+          armed = null;
+        }
+        upstream.write(chunk);
+      });
+      upstream.on('data', (chunk: Buffer) => {
+        if (cutting) {
+          drop();
+          cutting();
+          return;
+        }
+        client.write(chunk);
+      });
     });
     s.once('error', reject);
     s.listen(port, '127.0.0.1', () => {
@@ -63,6 +88,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     },
     down,
     up: () => (server ? Promise.resolve() : listen()),
+    cutReplyTo: (text) => new Promise<void>((resolve) => { armed = { text, cut: resolve }; }),
     close: down,
   };
 }
