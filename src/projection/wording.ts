@@ -14,8 +14,18 @@ export function summaryLabel(fromPair: number, toPair: number, ungrounded: reado
   return `[sourcebound: non-authoritative summary of the assistant's replies for pairs ${fromPair}-${toPair}. ` +
     `The user's ${toPair - fromPair + 1} original messages for these pairs are in the previous turn, verbatim; ` +
     `this summary is not the assistant's original text and may be incomplete.` +
-    (ungrounded.length === 0 ? ']' : ` Warning: ${ungrounded.length === 1 ? 'this figure is' : 'these figures are'} not in the replies it summarizes ` +
-      `and may be wrong: ${named(ungrounded)}.]`);
+    ungroundedWarning(ungrounded, 'the replies it summarizes') + ']';
+}
+
+/**
+ * The warning a summary accepted under the `flag` grounding policy carries,
+ * empty when every fact is grounded: it names the first LABEL_FACTS facts
+ * (`sources`: what the summary was made from). One rule for both systems: the
+ * conversation label (above) and a run checkpoint's note (src/run/fitting.ts).
+ */
+export function ungroundedWarning(ungrounded: readonly string[], sources: string): string {
+  if (ungrounded.length === 0) return '';
+  return ` Warning: ${ungrounded.length === 1 ? 'this figure is' : 'these figures are'} not in ${sources} and may be wrong: ${named(ungrounded)}.`;
 }
 
 /** At most this many ungrounded facts are named in a label, each cut to `LABEL_FACT_CHARS` (the label costs budget bytes). */

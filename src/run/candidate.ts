@@ -183,10 +183,10 @@ function build(state: RunState, groups: Group[], inputBytes: number, model: stri
 }
 
 /** The checkpoint a candidate (or a later chunk of a plan) would become, for measuring before it exists. */
-export function hypothetical(candidate: Chunk, summary: string, id: string): ProjectedCheckpoint {
+export function hypothetical(candidate: Chunk, summary: string, id: string, ungrounded: readonly string[] = []): ProjectedCheckpoint {
   return {
     id, segment: candidate.segment, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
-    summary, toolResultRefs: candidate.toolResultRefs,
+    summary, toolResultRefs: candidate.toolResultRefs, ungrounded: [...ungrounded],
   };
 }
 
@@ -285,7 +285,7 @@ function scaled(c: Chunk, policy: Readonly<RunCompactionPolicy>): number {
 function bare(c: Chunk, i: number): ProjectedCheckpoint {
   return {
     id: `${UUID_ZERO}${String(i).padStart(12, '0')}`, segment: c.segment, fromSeq: c.fromSeq, toSeq: c.toSeq,
-    compactedSeqs: c.seqs, summary: '', toolResultRefs: c.toolResultRefs,
+    compactedSeqs: c.seqs, summary: '', toolResultRefs: c.toolResultRefs, ungrounded: [],
   };
 }
 

@@ -2,6 +2,7 @@ import type { CheckpointRow } from '../db/queries/run-checkpoints.ts';
 import type { TurnRow, UnitRow } from '../db/queries/run-history.ts';
 import type { CatalogRow } from '../db/queries/run-results.ts';
 import type { RunState } from '../db/queries/run-state.ts';
+import { ungroundedWarning } from '../projection/wording.ts';
 import { groupHash, RUN_HASH_VERSION, sourceHashOf, type HashedUnit } from './hash.ts';
 import { catalogLine, catalogText, escapedBytes, itemBytes, jsonBytes, omittedLine, toAnthropicRequest, type Role } from './anthropic.ts';
 import type {
@@ -42,7 +43,7 @@ export interface Group {
 }
 
 /** A checkpoint as projection uses it; `hypothetical` is one being evaluated before commit. */
-export type ProjectedCheckpoint = Pick<CheckpointRow, 'id' | 'segment' | 'fromSeq' | 'toSeq' | 'compactedSeqs' | 'summary' | 'toolResultRefs'>;
+export type ProjectedCheckpoint = Pick<CheckpointRow, 'id' | 'segment' | 'fromSeq' | 'toSeq' | 'compactedSeqs' | 'summary' | 'toolResultRefs' | 'ungrounded'>;
 
 interface FixedSlot {
   kind: 'fixed';
@@ -252,18 +253,30 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
 }
 
 export function summaryItem(cp: ProjectedCheckpoint): CheckpointSummaryItem {
-  return {
+  const item: CheckpointSummaryItem = {
     kind: 'checkpoint_summary',
     checkpointId: cp.id,
     segment: cp.segment,
     fromSeq: cp.fromSeq,
     toSeq: cp.toSeq,
     authoritative: false,
-    note: SUMMARY_NOTE,
+    note: summaryNote(cp.ungrounded),
     text: cp.summary,
     toolUnits: cp.toolResultRefs.length,
     toolCalls: toolCallsText(cp),
   };
+  if (cp.ungrounded.length > 0) item.ungrounded = [...cp.ungrounded];
+  return item;
+}
+
+/**
+ * A checkpoint's note: SUMMARY_NOTE, and for a summary accepted under the
+ * `flag` grounding policy the warning that names its ungrounded facts (the
+ * conversation label's rule: up to five, src/projection/wording.ts). A
+ * summary with none has the note it always had, to the byte.
+ */
+export function summaryNote(ungrounded: readonly string[]): string {
+  return SUMMARY_NOTE + ungroundedWarning(ungrounded, 'the work it summarizes');
 }
 
 /**

@@ -9,7 +9,7 @@ import { hypothetical, type Candidate } from './candidate.ts';
 import { isUniqueViolation } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
 import { escapedBytes } from './anthropic.ts';
-import type { RequestInput } from './fitting.ts';
+import { SUMMARY_NOTE, summaryNote, type RequestInput } from './fitting.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
 import type { CompactionReport, RunCompactionPolicy } from './types.ts';
 
@@ -44,6 +44,8 @@ export async function gateAndCommit(
   text: string,
   answerModel: string,
   goal: StepGoal,
+  /** The answer's ungrounded facts (accepted under `flag`): the note names them, and they are measured with it. */
+  ungrounded: readonly string[] = [],
 ): Promise<{ final: Evaluated; compaction: GateReport; checkpoint: CheckpointRow | null }> {
   const summaryBytes = Buffer.byteLength(text, 'utf8');
   const base = { decision: 'rejected' as const, reason: null, summaryRequestId: receipt.id, attempt: receipt.attempt, summaryBytes, bytesWithSummary: null, checkpointId: null };
@@ -51,15 +53,16 @@ export async function gateAndCommit(
     return { final: before, checkpoint: null, compaction: { ...base, reason: `summary_over_cap:${summaryBytes}>${policy.summaryCapBytes}` } };
   }
   const checkpointId = randomUUID();
-  const after = evaluate(state, input, policy, hypothetical(candidate, text, checkpointId));
+  const after = evaluate(state, input, policy, hypothetical(candidate, text, checkpointId, ungrounded));
   const bytesWithSummary = after.fitted.bytes;
   const saved = before.fitted.bytes - bytesWithSummary;
   if (goal.remaining === 0 && bytesWithSummary > policy.targetBytes) {
     return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_target:${bytesWithSummary}>${policy.targetBytes}` } };
   }
   if (goal.remaining > 0) {
-    // The summary's bytes in the request (JSON-escaped), on top of the plan's floor.
-    const reachable = goal.planFloorBytes + escapedBytes(text) + goal.remaining * policy.minSummaryBytes;
+    // The summary's bytes in the request (JSON-escaped) and its note's warning, if any, on top of the plan's floor.
+    const warning = escapedBytes(summaryNote(ungrounded)) - escapedBytes(SUMMARY_NOTE);
+    const reachable = goal.planFloorBytes + escapedBytes(text) + warning + goal.remaining * policy.minSummaryBytes;
     if (reachable > policy.targetBytes) {
       return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_plan:${reachable}>${policy.targetBytes}` } };
     }
@@ -71,7 +74,7 @@ export async function gateAndCommit(
     id: checkpointId, segment: candidate.segment, predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq,
     toSeq: candidate.toSeq, compactedSeqs: candidate.seqs, sourceHashes: candidate.groupHashes, sourceHash: candidate.sourceHash,
     hashVersion: RUN_HASH_VERSION, toolResultRefs: candidate.toolResultRefs, summary: text, summaryRequestId: receipt.id,
-    correctionRevision: newestRevision(state),
+    correctionRevision: newestRevision(state), ungrounded: [...ungrounded],
   };
   await savepoint(client, 'checkpoint');
   try {

@@ -211,7 +211,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
       }
       if (outcome.kind !== 'ok') return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: outcome.reason });
       const receipt = { id: step.receiptId, attempt: step.attempt };
-      const gated = await gateAndCommit(client, step.cursor.state, input, policy, step.cursor.current, step.candidate, receipt, outcome.text, outcome.model, step.goal);
+      const gated = await gateAndCommit(client, step.cursor.state, input, policy, step.cursor.current, step.candidate, receipt, outcome.text, outcome.model, step.goal, outcome.grounding?.ungrounded ?? []);
       const compaction: CompactionReport = { ...step.compaction, ...gated.compaction, outcome: 'ok' };
       if (!gated.checkpoint) return stop(compaction);
       const cursor = following(step.cursor, gated.checkpoint, gated.final);
@@ -346,7 +346,9 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   const withExhausted = exhausted === null ? {} : { exhausted };
   const same = state.receipts.filter((r) => r.identityKey === candidate.identityKey);
   // A summary of exactly this material already came back (and was not committed): re-judged below, no new call.
-  const reusable = findLast(same, (r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null);
+  // One with ungrounded facts (accepted under `flag`) is not an answer under `reject`: its attempt stays spent.
+  const reusable = findLast(same, (r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null &&
+    (policy.grounding === 'flag' || r.ungrounded.length === 0));
   if (!reusable) {
     if (same.filter((r) => r.spent === true).length >= policy.maxAttempts) {
       return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report, ...withExhausted });
@@ -368,7 +370,7 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   }
   const goal: StepGoal = { remaining: plan.chunks.length - 1, planFloorBytes: plan.floor.bytes };
   if (reusable) {
-    const gated = await gateAndCommit(client, state, input, policy, current, candidate, reusable, reusable.summary!, reusable.answerModel ?? reusable.model, goal);
+    const gated = await gateAndCommit(client, state, input, policy, current, candidate, reusable, reusable.summary!, reusable.answerModel ?? reusable.model, goal, reusable.ungrounded);
     return {
       kind: 'reused', checkpoint: gated.checkpoint, final: gated.final,
       compaction: { ...emptyCompaction('rejected', null), ...gated.compaction, candidate: report, plan: planned, reusedSummary: true, outcome: 'ok', ...withExhausted },

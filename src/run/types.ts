@@ -48,6 +48,9 @@
  * - Checkpoint: the immutable record of one summary: which turns it
  *   replaced (and their source hashes), the summary, the summary request that
  *   produced it, the predecessor checkpoint. Checkpoints never overlap.
+ * - Note: what a checkpoint's item says of itself in the request (SUMMARY_NOTE);
+ *   a summary accepted under the `flag` grounding policy also names there up
+ *   to five of its ungrounded facts, read from its receipt.
  * - Summary request receipt: written and committed before the summary model
  *   call; settled once with the outcome. Recovery reads receipts, never
  *   guesses.
@@ -131,8 +134,11 @@ export interface CheckpointSummaryItem {
   toSeq: number;
   /** Always false: a summary describes work; it is not a record of what happened. */
   authoritative: false;
+  /** What the summary is and is not; under the `flag` grounding policy it also names the summary's ungrounded facts. */
   note: string;
   text: string;
+  /** Present only for a summary accepted under `flag`: the facts its material does not contain (`kind:text`), as on its receipt. */
+  ungrounded?: string[];
   /** How many tool units the summary replaced (their references stay on the checkpoint record). */
   toolUnits: number;
   /**

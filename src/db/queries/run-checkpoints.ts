@@ -27,6 +27,12 @@ export interface CheckpointRow {
   summary: string;
   summaryRequestId: string;
   correctionRevision: number;
+  /**
+   * The summary's ungrounded facts (`kind:text`), read from its receipt
+   * (grounding_ungrounded): non-empty only for a summary accepted under the
+   * `flag` grounding policy. The request's note names them.
+   */
+  ungrounded: string[];
 }
 
 export interface CheckpointInsert {

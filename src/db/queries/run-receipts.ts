@@ -25,6 +25,8 @@ export interface ReceiptRow {
   notBefore: string | null;
   leaseExpiresAt: string;
   checkpointId: string | null;
+  /** The answer's ungrounded facts (empty when none, or no check was made). */
+  ungrounded: string[];
 }
 
 /** Everything a projection needs, read in one statement (one snapshot). */

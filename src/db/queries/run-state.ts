@@ -51,7 +51,10 @@ select
        'id', k.id, 'segment', k.segment, 'predecessorId', k.predecessor_id, 'fromSeq', k.from_seq, 'toSeq', k.to_seq,
        'compactedSeqs', k.compacted_seqs, 'sourceHashes', k.source_hashes, 'sourceHash', k.source_hash,
        'hashVersion', k.hash_version, 'toolResultRefs', k.tool_result_refs, 'summary', k.summary,
-       'summaryRequestId', k.summary_request_id, 'correctionRevision', k.correction_revision) order by k.segment), '[]')
+       'summaryRequestId', k.summary_request_id, 'correctionRevision', k.correction_revision,
+       -- The receipt holds the grounding check of the answer the checkpoint was made of (settled once, immutable).
+       'ungrounded', coalesce((select s.grounding_ungrounded from sourcebound.run_summary_requests s where s.id = k.summary_request_id), '{}'))
+     order by k.segment), '[]')
      from cp k) as checkpoints,
   (select coalesce(json_agg(json_build_object(
        'resultId', x.id, 'version', x.version, 'bytes', x.byte_size, 'lines', x.line_count, 'sha256', x.sha256, 'label', x.label)
@@ -65,6 +68,7 @@ select
        'fromSeq', s.from_seq, 'toSeq', s.to_seq, 'compactedSeqs', s.compacted_seqs, 'sourceHash', s.source_hash,
        'model', s.model, 'promptVersion', s.prompt_version, 'status', s.status, 'spent', s.spent, 'reason', s.reason,
        'summary', s.summary, 'answerModel', s.answer_model, 'notBefore', s.not_before, 'leaseExpiresAt', s.lease_expires_at,
+       'ungrounded', coalesce(s.grounding_ungrounded, '{}'),
        'checkpointId', (select k.id from cp k where k.summary_request_id = s.id)) order by s.dispatched_at, s.attempt), '[]')
      from sourcebound.run_summary_requests s
      where s.run_id = (select id from r)

@@ -14,9 +14,7 @@
  * `npm run bench` (P10).
  */
 import Anthropic from '@anthropic-ai/sdk';
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { step, type AgentLoop } from '../../../examples/run-agent-loop.ts';
 import { createGateway } from '../../../src/gateway/gateway.ts';
@@ -25,9 +23,9 @@ import {
   prepareRunRequest, READ_RESULT_TOOL, recordCorrection, startRun, toAnthropicRequest, type RunCompactionPolicy,
 } from '../../../src/run/index.ts';
 import { behaviours, startMessagesServer, type WireBlock } from '../../support/messages-server.ts';
+import { recoverInColdProcess } from './cold-recovery.ts';
 import { prng, type Prng } from './fixtures.ts';
 
-const RECOVER_CHILD = fileURLToPath(new URL('./recover-child.ts', import.meta.url));
 const MAX_TOKENS = 4096;
 const MAX_TOKENS_FIELD = Buffer.byteLength(`,"max_tokens":${MAX_TOKENS}`);
 const KIB = 1024;
@@ -320,14 +318,3 @@ function sha256(s: string): string {
   return createHash('sha256').update(s, 'utf8').digest('hex');
 }
 
-/** recoverRunContext in a fresh process: the sha256 and bytes of the body it rebuilds. */
-async function recoverInColdProcess(url: string, runId: string, scope: string, input: unknown): Promise<{ sha256: string; bytes: number }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', RECOVER_CHILD, url, runId, scope, JSON.stringify(input)], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (err += d));
-  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
-  if (code !== 0) throw new Error(`recover child exited ${code}: ${err}`);
-  return JSON.parse(out.trim()) as { sha256: string; bytes: number };
-}
