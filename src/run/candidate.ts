@@ -7,7 +7,7 @@ import type { Evaluated } from './assemble.ts';
 import { itemBytes } from './anthropic.ts';
 import { identityKeyOf, sourceHashOf } from './hash.ts';
 import {
-  cutBytes, floorOf, hashGroup, isSettled, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
+  cutBytes, floorOf, hashGroup, isSettled, minSummaryRoom, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
   type Projection, type RequestInput,
 } from './fitting.ts';
 import type { RunCompactionPolicy } from './types.ts';
@@ -122,7 +122,7 @@ function cut(groups: readonly Group[], policy: Readonly<RunCompactionPolicy>, si
   const chunks: Chunk[] = [];
   let current: { groups: Group[]; inputBytes: number; floorBytes: number } | null = null;
   const savesEnough = (c: NonNullable<typeof current>) =>
-    c.floorBytes - summaryBytes(bare(chunk(c.groups, c.inputBytes, segment + chunks.length), 0)) - policy.minSummaryBytes >= policy.minSavingBytes;
+    c.floorBytes - summaryBytes(bare(chunk(c.groups, c.inputBytes, segment + chunks.length), 0)) - minSummaryRoom(policy) >= policy.minSavingBytes;
   for (const g of groups) {
     let bytes = sizes.get(g.seq);
     if (bytes === undefined) {
@@ -241,9 +241,9 @@ export function planCompaction(
     for (const seq of c.seqs) groupBytes += base.groupBytes.get(seq) ?? 0;
     estimate += summaryBytes(bare(c, k - 1)) - groupBytes;
     if (k === 1) firstFloor = estimate;
-    if (share(estimate, k) < policy.minSummaryBytes) continue;
+    if (share(estimate, k) < minSummaryRoom(policy)) continue;
     const floor = exact(k);
-    if (share(floor.bytes, k) < policy.minSummaryBytes) continue;
+    if (share(floor.bytes, k) < minSummaryRoom(policy)) continue;
     return { chunks: chunks.slice(0, k), floor, reachable: true, allowance: Math.min(share(floor.bytes, k), firstSaving(k === 1 ? floor.bytes : firstFloor), scaled(first, policy)) };
   }
   const floor = exact(chunks.length);
@@ -259,7 +259,7 @@ export const SUMMARY_FLOOR_BYTES = 512;
 /**
  * The most a checkpoint's summary may take for the work it replaces:
  * SUMMARY_BYTES_PER_CALL bytes per tool call plus SUMMARY_BYTES_PER_TURN per
- * model turn, at least SUMMARY_FLOOR_BYTES (and never below minSummaryBytes,
+ * model turn, at least SUMMARY_FLOOR_BYTES (and never below minSummaryRoom,
  * so a plan found reachable at that minimum keeps its allowance).
  *
  * Why: every checkpoint stays in every later request, so the summaries add
@@ -278,7 +278,7 @@ export const SUMMARY_FLOOR_BYTES = 512;
  * result store, rereadable by id, so a few bytes a call are enough.
  */
 function scaled(c: Chunk, policy: Readonly<RunCompactionPolicy>): number {
-  return Math.max(SUMMARY_FLOOR_BYTES, SUMMARY_BYTES_PER_CALL * c.toolResultRefs.length + SUMMARY_BYTES_PER_TURN * c.groups.length, policy.minSummaryBytes);
+  return Math.max(SUMMARY_FLOOR_BYTES, SUMMARY_BYTES_PER_CALL * c.toolResultRefs.length + SUMMARY_BYTES_PER_TURN * c.groups.length, minSummaryRoom(policy));
 }
 
 /** A chunk as a checkpoint with an empty summary (ids of the same length as real ones: the same bytes). */

@@ -279,6 +279,29 @@ export function summaryNote(ungrounded: readonly string[]): string {
   return SUMMARY_NOTE + ungroundedWarning(ungrounded, 'the work it summarizes');
 }
 
+/** The length of the one fact a flagged note's warning is reserved room for (see warningReserve). */
+const RESERVED_FACT_CHARS = 32;
+const WARNING_RESERVE = escapedBytes(summaryNote([`identifier:${'x'.repeat(RESERVED_FACT_CHARS)}`])) - escapedBytes(SUMMARY_NOTE);
+
+/**
+ * Under the `flag` grounding policy, the room a summary's allowance keeps for
+ * its note's warning: one ungrounded fact of 32 characters (about 110 bytes);
+ * the summarizer is told the allowance less this. A summary accepted with its
+ * facts costs their warning in every later request, so the plan counts it:
+ * otherwise a flagged answer at its allowance would save less than the
+ * minimum, be refused, and (re-judged without a new call) stay refused. An
+ * answer whose warning is larger is measured as it is, by the gate. 0 under
+ * `reject`: no accepted summary has a warning.
+ */
+export function warningReserve(policy: Readonly<RunCompactionPolicy>): number {
+  return policy.grounding === 'flag' ? WARNING_RESERVE : 0;
+}
+
+/** The least room a summary needs in the request: `minSummaryBytes` of text, and under `flag` the warning's reserve. */
+export function minSummaryRoom(policy: Readonly<RunCompactionPolicy>): number {
+  return policy.minSummaryBytes + warningReserve(policy);
+}
+
 /**
  * A bounded account of the tool calls a checkpoint covers: counts by tool and
  * by settlement, the first failed and unknown proposal ids, and how to list

@@ -9,7 +9,7 @@ import { hypothetical, type Candidate } from './candidate.ts';
 import { isUniqueViolation } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
 import { escapedBytes } from './anthropic.ts';
-import { SUMMARY_NOTE, summaryNote, type RequestInput } from './fitting.ts';
+import { minSummaryRoom, SUMMARY_NOTE, summaryNote, type RequestInput } from './fitting.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
 import type { CompactionReport, RunCompactionPolicy } from './types.ts';
 
@@ -62,7 +62,7 @@ export async function gateAndCommit(
   if (goal.remaining > 0) {
     // The summary's bytes in the request (JSON-escaped) and its note's warning, if any, on top of the plan's floor.
     const warning = escapedBytes(summaryNote(ungrounded)) - escapedBytes(SUMMARY_NOTE);
-    const reachable = goal.planFloorBytes + escapedBytes(text) + warning + goal.remaining * policy.minSummaryBytes;
+    const reachable = goal.planFloorBytes + escapedBytes(text) + warning + goal.remaining * minSummaryRoom(policy);
     if (reachable > policy.targetBytes) {
       return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_plan:${reachable}>${policy.targetBytes}` } };
     }

@@ -18,7 +18,7 @@ import { evaluate, materialize, requestInput, type Evaluated } from './assemble.
 import { gateAndCommit, type StepGoal } from './gate.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { cannotFitOf } from './overflow.ts';
-import { floorOf, type Fitted, type RequestInput } from './fitting.ts';
+import { floorOf, minSummaryRoom, warningReserve, type Fitted, type RequestInput } from './fitting.ts';
 import { groundOutcome } from '../grounding.ts';
 import { charLimitFor, settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
@@ -377,10 +377,11 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
     };
   }
   const allowance = plan.allowance;
-  if (allowance < policy.minSummaryBytes) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned, ...withExhausted });
+  if (allowance < minSummaryRoom(policy)) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned, ...withExhausted });
 
   const material = summaryMaterial(candidate, policy, await runResultExcerpts(client, runId, excerptRefs(candidate), policy.toolExcerptBytes));
-  const maxChars = charLimitFor(allowance, material.items);
+  // Under `flag` the allowance also holds the note's warning, if the answer has one (warningReserve).
+  const maxChars = charLimitFor(allowance - warningReserve(policy), material.items);
   await runBudgetEnsure(client, runId, null, null);
   const tokensFor = (inputBytes: number) => budget.summaryTokens ?? Math.ceil(inputBytes / 3) + allowance + 512;
   const reservedTokens = tokensFor(material.inputBytes);
@@ -437,7 +438,7 @@ function insufficientRoom(plan: Plan, policy: Readonly<RunCompactionPolicy>): st
   const f = plan.floor;
   const groups = plan.chunks.reduce((n, c) => n + c.seqs.length, 0);
   return `insufficient_room: with all ${groups} compactable group(s) summarized in ${plan.chunks.length} checkpoint(s), the request is at least ` +
-    `${f.bytes} bytes plus ${plan.chunks.length} x ${policy.minSummaryBytes} for the summaries, over the target ${policy.targetBytes} ` +
+    `${f.bytes} bytes plus ${plan.chunks.length} x ${minSummaryRoom(policy)} for the summaries, over the target ${policy.targetBytes} ` +
     `(envelope and reserve ${f.envelope}, protected originals ${f.protected}, summary items without text ${f.summaries}, work that cannot be compacted now ${f.work})`;
 }
 

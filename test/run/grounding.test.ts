@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { SUMMARY_NOTE } from '../../src/run/fitting.ts';
+import { SUMMARY_NOTE, warningReserve } from '../../src/run/fitting.ts';
 import { prepareRunRequest, recoverRunContext, type CheckpointSummaryItem, type RunCompactionPolicy, type RunRequest } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { gatewayFor } from '../support/gateway.ts';
@@ -32,6 +32,7 @@ async function checkpointCount(runId: string): Promise<number> {
 
 // The work's material never holds these: each is an invented figure.
 const INVENTED = 'The search found the fee is 0.93% as of 2024-03-06 for order INV-58213.';
+const SEVEN = 'Fees 0.93%, 1.25% and 2.5%; dates 2024-03-06 and 2023-11-30; orders INV-58213 and INV-77120.';
 const FLAG = { ...SMALL_POLICY, grounding: 'flag' } satisfies Partial<RunCompactionPolicy>;
 
 const summariesOf = (request: RunRequest) => request.messages.filter((m): m is CheckpointSummaryItem => m.kind === 'checkpoint_summary');
@@ -81,7 +82,7 @@ describe('grounding of run checkpoints', () => {
 
   it('flag: the note names five ungrounded facts and counts the rest', async () => {
     const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100 });
-    server.enqueue(behaviours.text('Fees 0.93%, 1.25% and 2.5%; dates 2024-03-06 and 2023-11-30; orders INV-58213 and INV-77120.'));
+    server.enqueue(behaviours.text(SEVEN));
     const prepared = await prepareChecked({ pool, runId, scope, ...INPUT, policy: FLAG, summarizer: gatewayFor(server) });
     expect(prepared.report.compaction.decision).toBe('committed');
     const [item] = summariesOf(prepared.request);
@@ -103,17 +104,20 @@ describe('grounding of run checkpoints', () => {
   });
 
   it('flag: the gate measures the warning with the summary; a flagged answer it refused is not reused under reject', async () => {
-    // A tight room (a twin Run's floor + 300 bytes): a Latin answer within its allowance fits the
-    // room, but not with the warning its invented facts add to the note.
+    // A tight room (a twin Run's floor + 300 bytes): the summarizer is told the allowance less the
+    // room kept for a warning naming one fact; an answer within that limit naming seven invented
+    // facts has a larger warning, and does not fit the room with it.
     const shape = { groups: 12, turnBytes: 2500, resultBytes: 100 } as const;
     const twin = await buildRun(pool, shape);
     const probe = await prepareChecked({ pool, runId: twin.runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: recordingSummarizer(() => ok('Earlier searches.')) });
     const policy = { ...FLAG, targetBytes: probe.report.compactions[0]!.plan!.floorBytes + 300 };
     const { runId } = await buildRun(pool, shape);
-    const answer = `${INVENTED} ${'Earlier work searched funds and read their fee tables. '.repeat(3)}`.slice(0, 240).trimEnd();
+    const reserve = warningReserve({ ...SMALL_POLICY, grounding: 'flag' } as RunCompactionPolicy);
+    expect(reserve).toBeGreaterThan(100);
+    const answer = `${SEVEN} ${'Earlier work searched funds and read their fee tables. '.repeat(4)}`.slice(0, 300 - reserve).trimEnd();
     server.enqueue(behaviours.text(answer));
     const flagged = await prepareChecked({ pool, runId, scope, ...INPUT, policy, summarizer: gatewayFor(server) });
-    expect(flagged.report.compaction).toMatchObject({ decision: 'rejected', outcome: 'ok', summaryAllowance: 300, summaryBytes: Buffer.byteLength(answer) });
+    expect(flagged.report.compaction).toMatchObject({ decision: 'rejected', outcome: 'ok', summaryAllowance: 300, summaryMaxChars: 300 - reserve, summaryBytes: Buffer.byteLength(answer) });
     expect(flagged.report.compaction.reason).toMatch(/^over_target:/);
     expect(await checkpointCount(runId)).toBe(0);
     // Under flag the stored answer is re-judged, with no new request (and refused again).

@@ -3,8 +3,9 @@ import { describe, expect, it } from 'vitest';
 import type { Outcome, SummaryRequest } from '../../src/gateway/types.ts';
 import {
   measureRequest, prepareRunRequest, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, startRun,
-  storeResult, SUMMARY_NOTE, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,
+  storeResult, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,
 } from '../../src/run/index.ts';
+import { summaryNote } from '../../src/run/fitting.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { createConversation, filler, INPUT, ok, prng, recordingSummarizer, SMALL_POLICY, type Prng, prepareChecked } from './support/fixtures.ts';
 
@@ -241,7 +242,8 @@ function feasibleUpperBound(request: RunRequest, m: Model, afterSeq: number, per
   if (prefix === 0) return { plain, compacted: null };
   const summaryOf = (): CheckpointSummaryItem => ({
     kind: 'checkpoint_summary', checkpointId: randomUUID(), segment: 99, fromSeq: 10 ** 9, toSeq: 10 ** 9, authoritative: false,
-    note: SUMMARY_NOTE, text: 'w'.repeat(100), toolUnits: 0, toolCalls: 'x'.repeat(1100),
+    // Every answer of this summarizer carries its invented canary (grounding 'flag'): the note names it.
+    note: summaryNote([`identifier:SUMMARY-CANARY-${m.seed}-9999`]), text: 'w'.repeat(100), toolUnits: 0, toolCalls: 'x'.repeat(1100),
   });
   const replaced = new Set(older.slice(0, prefix).flatMap((g) => g.items));
   const starts = new Set(older.slice(0, prefix).map((g) => g.items[0]));
