@@ -1,10 +1,10 @@
 import type pg from 'pg';
-import type { PairRange } from '../plan.ts';
+import { RANGE_SIZE, rangeAt, type PairRange } from '../plan.ts';
 import * as q from '../db/queries/summaries.ts';
 
 /**
  * Claim (DESIGN.md "Job identity and claim"): one statement,
- * sourcebound.claim_range() (0023_compaction_functions.sql), takes the
+ * sourcebound.claim_range() (0025_claim_path.sql), takes the
  * range's advisory lock, reads its ten pairs from the eligibility definition,
  * computes ids and hash, and inserts or takes over the record of that
  * identity under a lease. The unique constraint on the identity is the final
@@ -35,7 +35,32 @@ export interface ClaimRequest {
 }
 
 export async function claimRange(pool: pg.Pool | q.Queryable, request: ClaimRequest): Promise<ClaimResult> {
-  const row = await q.rangeClaim(pool, request);
+  return claimResult(await q.rangeClaim(pool, request));
+}
+
+export interface NextClaimRequest extends Omit<ClaimRequest, 'range'> {
+  /** Only marks of ranges after this pair, unless `wrap`. (-1: all) */
+  after: number;
+  /** When nothing is left after `after`, take the first mark from the start (a new pass). */
+  wrap: boolean;
+  /** Marks already visited and left in place: from pair -> the generation seen. Taken again only once their generation moved. */
+  skip: ReadonlyMap<number, number>;
+}
+
+/** What a next-mark claim took: its range, and the mark's generation as read just before the claim. */
+export type NextClaimResult = { kind: 'none' } | (ClaimResult & { range: PairRange; generation: number });
+
+/**
+ * Finds the conversation's next mark and claims its range, in the same one
+ * statement: a job needs no statement of its own to find its work.
+ */
+export async function claimNextRange(pool: pg.Pool | q.Queryable, request: NextClaimRequest): Promise<NextClaimResult> {
+  const row = await q.rangeNextClaim(pool, request);
+  if (row.mark === null) return { kind: 'none' };
+  return { ...claimResult(row), range: rangeAt(row.mark.fromPair / RANGE_SIZE), generation: row.mark.generation };
+}
+
+function claimResult(row: q.ClaimRow): ClaimResult {
   switch (row.kind) {
     case 'claimed':
       return { kind: 'claimed', record: row.record!, attemptId: row.attemptId!, replies: row.replies };

@@ -14,7 +14,7 @@ import { commitOutcome, type CommitResult, type RetryDelays } from './commit.ts'
  * an answer paid for and thrown away (fault scenario 3 ended with ranges
  * failed for good that way).
  *
- * Why a retry is safe: commit_summary() (0023) settles only an open attempt
+ * Why a retry is safe: commit_summary() (0023, 0025) settles only an open attempt
  * of a running record under our lease, and re-reads and re-hashes the source
  * before it completes anything. A first commit that did land before its
  * connection was cut leaves the attempt settled, so the retry changes nothing
@@ -82,22 +82,22 @@ async function landedCommitRead(
   const conversationId = claim.record.conversationId;
   const attempt = (await q.attemptsOfConversationRead(pool, conversationId)).find((a) => a.id === claim.attemptId);
   const record = (await q.summariesOfConversationRead(pool, conversationId)).find((r) => r.id === claim.record.id);
-  if (!attempt || !record || attempt.workerId !== claim.workerId) return { kind: 'lease_lost' };
+  if (!attempt || !record || attempt.workerId !== claim.workerId) return { kind: 'lease_lost', marksRemain: true };
   switch (outcome.kind) {
     case 'ok':
-      if (attempt.outcome === 'ok') return { kind: 'completed', record };
-      if (attempt.outcome === 'stale') return { kind: 'stale', record };
+      if (attempt.outcome === 'ok') return { kind: 'completed', record, marksRemain: true };
+      if (attempt.outcome === 'stale') return { kind: 'stale', record, marksRemain: true };
       break;
     case 'invalid':
     case 'unknown':
-      if (attempt.outcome === outcome.kind && attempt.reason === outcome.reason) return { kind: 'spent', record };
+      if (attempt.outcome === outcome.kind && attempt.reason === outcome.reason) return { kind: 'spent', record, marksRemain: true };
       break;
     case 'deferred':
-      if (attempt.outcome === 'deferred') return { kind: 'deferred', record, until: record.notBefore ?? new Date() };
+      if (attempt.outcome === 'deferred') return { kind: 'deferred', record, until: record.notBefore ?? new Date(), marksRemain: true };
       break;
     case 'config':
-      if (attempt.outcome === 'config') return { kind: 'config', record, reason: outcome.reason };
+      if (attempt.outcome === 'config') return { kind: 'config', record, reason: outcome.reason, marksRemain: true };
       break;
   }
-  return { kind: 'lease_lost' };
+  return { kind: 'lease_lost', marksRemain: true };
 }

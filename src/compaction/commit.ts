@@ -5,8 +5,14 @@ import * as q from '../db/queries/summaries.ts';
 /** At most two attempts per identity (DESIGN.md "Attempts, failure, immutability"); the database's commit_summary() counts them. */
 export const MAX_ATTEMPTS = 2;
 
-/** What settling an outcome came to. */
-export type CommitResult =
+/**
+ * What settling an outcome came to. `marksRemain`: the conversation still has
+ * a range marked as needing work after this commit (a job whose last range
+ * this was can stop without looking again).
+ */
+export type CommitResult = CommitOutcome & { marksRemain: boolean };
+
+type CommitOutcome =
   | { kind: 'completed'; record: q.SummaryRow }
   /** The source changed between claim and commit: recorded stale (attempt spent), never completed. */
   | { kind: 'stale'; record: q.SummaryRow }
@@ -30,7 +36,7 @@ export const DEFAULT_RETRY_DELAYS: Readonly<RetryDelays> = Object.freeze({ defer
 
 /**
  * Settles one attempt in one statement, sourcebound.commit_summary()
- * (0023_compaction_functions.sql): the lease must still be ours; an `ok`
+ * (0025_claim_path.sql): the lease must still be ours; an `ok`
  * summary is committed only after the source is re-read and re-hashed, and a
  * completed range's mark is cleared in the same statement. The grounding
  * check was made before (compact.ts, in TypeScript, with no transaction
@@ -60,15 +66,15 @@ export async function commitOutcome(
       Object.assign(settle, { reason: outcome.reason });
       break;
   }
-  const { kind, record } = await q.summaryCommit(pool, settle);
+  const { kind, record, marksRemain } = await q.summaryCommit(pool, settle);
   switch (kind) {
     case 'lease_lost':
-      return { kind };
+      return { kind, marksRemain };
     case 'deferred':
-      return { kind, record: record!, until: record!.notBefore! };
+      return { kind, record: record!, until: record!.notBefore!, marksRemain };
     case 'config':
-      return { kind, record: record!, reason: (outcome as { reason: string }).reason };
+      return { kind, record: record!, reason: (outcome as { reason: string }).reason, marksRemain };
     default:
-      return { kind, record: record! };
+      return { kind, record: record!, marksRemain };
   }
 }

@@ -3,9 +3,7 @@ import type { Logger } from '../logger.ts';
 import type { Summarizer } from '../gateway/types.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '../grounding.ts';
-import { RANGE_SIZE, rangeAt } from '../plan.ts';
-import * as q from '../db/queries/summaries.ts';
-import { claimRange } from './claim.ts';
+import { claimNextRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
 
@@ -53,10 +51,12 @@ const MAX_PASSES = 100;
  * Compacts the ranges of a conversation that need work, oldest first: the
  * ranges its marks name (gained or changed since a record last bound them,
  * 0023_compaction_functions.sql), so a job costs what needs work, not the
- * conversation's length. For each: claim, call the summarizer with no
- * transaction open, commit. Writes nothing to messages or runs. A deferral
- * stops the walk (the provider is refusing); a busy range is skipped: its
- * holder is working on it. When a pass ends the marks are read again, so
+ * conversation's length. For each: claim (the claim finds the next mark
+ * itself, 0025_claim_path.sql), call the summarizer with no transaction
+ * open, commit. A one-range job is two statements. Writes nothing to
+ * messages or runs. A deferral stops the walk (the provider is refusing); a
+ * busy range is skipped: its holder is working on it. When a pass reaches the
+ * last mark it starts again from the first one it has not left in place, so
  * ranges that became plannable or changed meanwhile are done by this job (a
  * job that found a range busy exits, and this one, the holder, carries on).
  * @throws SummarizerConfigError after recording a `config` outcome.
@@ -71,62 +71,71 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     if (report.leaseWatchAt === null || at < report.leaseWatchAt) report.leaseWatchAt = at;
   };
 
-  // The generation of each mark this job already handled: a mark seen again
-  // with the same generation is left to whoever holds it or to its retry time.
-  const handled = new Map<number, number>();
-  for (let pass = 0; pass < MAX_PASSES; pass++) {
-    const marks = (await q.compactionMarksRead(ctx.pool, conversationId)).filter((m) => handled.get(m.fromPair) !== m.generation);
-    if (marks.length === 0) break;
-    for (const mark of marks) {
-      handled.set(mark.fromPair, mark.generation);
-      const range = rangeAt(mark.fromPair / RANGE_SIZE);
-      const log = ctx.logger.child({ fromPair: range.fromPair, toPair: range.toPair });
-      const add = (result: RangeResult, recordId?: string) => report.ranges.push({ ...range, result, recordId });
+  // The marks this job visited and left in place (busy, spent, gone...), with
+  // the generation it saw: not taken again unless their generation moves (an
+  // edit: new work). A mark the claim or commit cleared is dropped from here.
+  const leftInPlace = new Map<number, number>();
+  let after = -1;
+  let pass = 0;
+  for (;;) {
+    const claim = await claimNextRange(ctx.pool, {
+      conversationId, after, wrap: pass + 1 < MAX_PASSES, skip: leftInPlace,
+      model: ctx.summarizer.model, promptVersion, workerId: ctx.workerId, leaseMs: ctx.leaseMs,
+    });
+    if (claim.kind === 'none') break;
+    const range = claim.range;
+    if (range.fromPair <= after) pass++;
+    after = range.fromPair;
+    leftInPlace.set(range.fromPair, claim.generation);
+    const cleared = () => leftInPlace.delete(range.fromPair);
+    const log = ctx.logger.child({ fromPair: range.fromPair, toPair: range.toPair });
+    const add = (result: RangeResult, recordId?: string) => report.ranges.push({ ...range, result, recordId });
 
-      const claim = await claimRange(ctx.pool, { conversationId, range, model: ctx.summarizer.model, promptVersion, workerId: ctx.workerId, leaseMs: ctx.leaseMs });
-      if (claim.kind === 'done') { add('already_completed', claim.record.id); continue; }
-      if (claim.kind === 'failed') { add('failed', claim.record.id); continue; }
-      if (claim.kind === 'gone') { add('gone'); continue; }
-      if (claim.kind === 'busy') { add('busy'); if (claim.until) watch(claim.until); continue; }
-      if (claim.kind === 'deferred') { add('deferred'); later(claim.until); return report; }
+    if (claim.kind === 'done') { cleared(); add('already_completed', claim.record.id); continue; }
+    if (claim.kind === 'failed') { cleared(); add('failed', claim.record.id); continue; }
+    if (claim.kind === 'gone') { add('gone'); continue; }
+    if (claim.kind === 'busy') { add('busy'); if (claim.until) watch(claim.until); continue; }
+    if (claim.kind === 'deferred') { add('deferred'); later(claim.until); return report; }
 
-      log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'summarizing range');
-      // No transaction is open here: the call may take minutes.
-      const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
-      const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
-      // Every figure, date and identifier must be in the replies it summarizes (src/grounding.ts).
-      const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
-      // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).
-      const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
-        ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal });
-      switch (committed.kind) {
-        case 'completed':
-          log.info({ recordId: committed.record.id, chars: outcome.kind === 'ok' ? outcome.text.length : 0 }, 'range summarized');
-          add('completed', committed.record.id);
-          break;
-        case 'stale':
-          // The edit moved the range's mark: the next pass summarizes the new source.
-          log.warn({ recordId: committed.record.id, status: committed.record.status }, 'source changed while summarizing: recorded stale, attempt spent');
-          add('stale', committed.record.id);
-          break;
-        case 'spent':
-          log.warn({ recordId: committed.record.id, outcome: outcome.kind, reason: 'reason' in outcome ? outcome.reason : undefined, status: committed.record.status }, 'summary attempt spent');
-          add(committed.record.status === 'failed' ? 'failed' : 'attempt_spent', committed.record.id);
-          if (committed.record.status === 'pending') later(committed.record.notBefore);
-          break;
-        case 'deferred':
-          log.info({ recordId: committed.record.id, until: committed.until }, 'provider deferred the call: no attempt spent');
-          add('deferred', committed.record.id);
-          // commit_summary() scheduled the conversation's job at `until` itself.
-          return { ...report, rescheduleAt: null };
-        case 'config':
-          throw new SummarizerConfigError(`summarizer configuration error (no attempt spent): ${committed.reason}`);
-        case 'lease_lost':
-          log.warn('lease lost before commit: another worker took the range over');
-          add('lease_lost');
-          break;
-      }
+    log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'summarizing range');
+    // No transaction is open here: the call may take minutes.
+    const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
+    const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
+    // Every figure, date and identifier must be in the replies it summarizes (src/grounding.ts).
+    const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
+    // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).
+    const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
+      ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal });
+    switch (committed.kind) {
+      case 'completed':
+        log.info({ recordId: committed.record.id, chars: outcome.kind === 'ok' ? outcome.text.length : 0 }, 'range summarized');
+        cleared();
+        add('completed', committed.record.id);
+        break;
+      case 'stale':
+        // The edit moved the range's mark: the next pass summarizes the new source.
+        log.warn({ recordId: committed.record.id, status: committed.record.status }, 'source changed while summarizing: recorded stale, attempt spent');
+        add('stale', committed.record.id);
+        break;
+      case 'spent':
+        log.warn({ recordId: committed.record.id, outcome: outcome.kind, reason: 'reason' in outcome ? outcome.reason : undefined, status: committed.record.status }, 'summary attempt spent');
+        add(committed.record.status === 'failed' ? 'failed' : 'attempt_spent', committed.record.id);
+        if (committed.record.status === 'pending') later(committed.record.notBefore);
+        break;
+      case 'deferred':
+        log.info({ recordId: committed.record.id, until: committed.until }, 'provider deferred the call: no attempt spent');
+        add('deferred', committed.record.id);
+        // commit_summary() scheduled the conversation's job at `until` itself.
+        return { ...report, rescheduleAt: null };
+      case 'config':
+        throw new SummarizerConfigError(`summarizer configuration error (no attempt spent): ${committed.reason}`);
+      case 'lease_lost':
+        log.warn('lease lost before commit: another worker took the range over');
+        add('lease_lost');
+        break;
     }
+    // Nothing marked is left: no statement to find that out.
+    if (!committed.marksRemain) break;
   }
   return report;
 }

@@ -8,8 +8,8 @@ import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 
 /**
- * The claim and the commit hash a range's source in SQL
- * (sourcebound.source_hash_v1, 0023); the projection and inspect hash it in
+ * The claim and the commit hash a range's source in SQL (range_source() and
+ * its array twin source_hash_v1(), both set-based since 0025); the projection and inspect hash it in
  * TypeScript (src/hash.ts). The two must agree byte for byte, or summaries
  * would never bind: checked on every real conversation and on hostile text.
  */
@@ -75,6 +75,19 @@ describe('source hash: the SQL twin equals src/hash.ts', () => {
     }
     const all = HOSTILE.map((t, i) => pair(t, HOSTILE[(i + 1) % HOSTILE.length]!));
     expect(await sqlHash(all)).toBe(sourceHash(all));
+  });
+
+  it('on hostile text stored and read back by range_source(), the one query claim and commit hash with', async () => {
+    const c = await createConversation(db.pool);
+    const texts = HOSTILE.map((t, i) => ({ user: t, assistant: HOSTILE[(i + 3) % HOSTILE.length]! }));
+    await addPairs(db.pool, c, 10, (i) => texts[i % texts.length]!);
+    const stored = await pairsRangeRead(db.pool, c, 0, 9);
+    const { rows: [src] } = await db.pool.query<{ h: string; ids: string[]; texts: string[] }>(
+      'select source_hash as h, source_message_ids::text[] as ids, assistant_texts as texts from sourcebound.range_source($1, 0)', [c]);
+    expect(src!.h).toBe(sourceHash(stored));
+    expect(src!.ids).toEqual(stored.flatMap((p) => [p.userMessageId, p.assistantMessageId]));
+    expect(src!.texts).toEqual(stored.map((p) => p.assistantText));
+    expect(stored.map((p) => p.userText)).toEqual(Array.from({ length: 10 }, (_, i) => texts[i % texts.length]!.user));
   });
 
   it('on lone surrogates, mapped to U+FFFD on the way in exactly as src/hash.ts maps them', async () => {

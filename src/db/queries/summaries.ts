@@ -29,8 +29,10 @@ export interface SummaryRow extends SummaryIdentity {
   completedAt: Date | null;
 }
 
+// Arrays come back as JSON: JSON.parse is native, node-postgres parses a
+// text[] character by character in JavaScript (about 1 ms for a claim's ten replies).
 const SUMMARY_COLUMNS = `id, conversation_id as "conversationId", scope, from_pair as "fromPair", to_pair as "toPair",
-  source_message_ids::text[] as "sourceMessageIds", source_hash as "sourceHash", hash_version as "hashVersion",
+  to_json(source_message_ids) as "sourceMessageIds", source_hash as "sourceHash", hash_version as "hashVersion",
   model, prompt_version as "promptVersion", status, summary, attempts_spent as "attemptsSpent",
   lease_owner as "leaseOwner", lease_expires_at as "leaseExpiresAt", not_before as "notBefore",
   failure_reason as "failureReason", created_at as "createdAt", completed_at as "completedAt"`;
@@ -105,13 +107,13 @@ export interface ReplyRow {
   assistantText: string;
 }
 
-/** A plannable range that may need work (0022, 0023): the job starts from these. */
+/** A mark (0022): a plannable range that may need work, as a job saw it. */
 export interface MarkRow {
   fromPair: number;
   generation: number;
 }
 
-/** The marks of a conversation, oldest range first. */
+/** The marks of a conversation, oldest range first (tests and operators; the job finds them through its claim). */
 export async function compactionMarksRead(db: Queryable, conversationId: string): Promise<MarkRow[]> {
   const { rows } = await db.query<MarkRow>(
     `select from_pair as "fromPair", generation::float8 as generation from sourcebound.compaction_marks
@@ -129,18 +131,13 @@ export interface ClaimRow {
   replies: ReplyRow[];
 }
 
-/** One statement: sourcebound.claim_range() (0023_compaction_functions.sql). */
-export async function rangeClaim(
-  db: Queryable,
-  request: { conversationId: string; range: { fromPair: number }; model: string; promptVersion: string; workerId: string; leaseMs: number },
-): Promise<ClaimRow> {
-  const { rows } = await db.query<SummaryRow & { claimKind: ClaimRow['kind']; claimAttemptId: string | null; claimUntil: Date | null; assistantIds: string[] | null; assistantTexts: string[] | null }>(
-    `select c.claim_kind as "claimKind", c.claim_attempt_id as "claimAttemptId", c.claim_until as "claimUntil",
-            c.claim_assistant_ids::text[] as "assistantIds", c.claim_assistant_texts as "assistantTexts", ${SUMMARY_COLUMNS}
-     from sourcebound.claim_range($1, $2, $3, $4, $5, $6) c cross join lateral (select (c.rec).*) s`,
-    [request.conversationId, request.range.fromPair, request.model, request.promptVersion, request.workerId, request.leaseMs],
-  );
-  const { claimKind, claimAttemptId, claimUntil, assistantIds, assistantTexts, ...record } = rows[0]!;
+type ClaimColumns = SummaryRow & { claimKind: ClaimRow['kind']; claimAttemptId: string | null; claimUntil: Date | null; assistantIds: string[] | null; assistantTexts: string[] | null };
+
+const CLAIM_COLUMNS = `c.claim_kind as "claimKind", c.claim_attempt_id as "claimAttemptId", c.claim_until as "claimUntil",
+  to_json(c.claim_assistant_ids) as "assistantIds", to_json(c.claim_assistant_texts) as "assistantTexts", ${SUMMARY_COLUMNS}`;
+
+function claimRow(row: ClaimColumns): ClaimRow {
+  const { claimKind, claimAttemptId, claimUntil, assistantIds, assistantTexts, ...record } = row;
   return {
     kind: claimKind,
     record: record.id === null ? null : record,
@@ -148,6 +145,47 @@ export async function rangeClaim(
     until: claimUntil,
     replies: (assistantIds ?? []).map((id, i) => ({ assistantMessageId: id, assistantText: assistantTexts![i]! })),
   };
+}
+
+export interface ClaimIdentity {
+  model: string;
+  promptVersion: string;
+  workerId: string;
+  leaseMs: number;
+}
+
+/** One statement: sourcebound.claim_range() of one range (0025_claim_path.sql). */
+export async function rangeClaim(
+  db: Queryable,
+  request: ClaimIdentity & { conversationId: string; range: { fromPair: number } },
+): Promise<ClaimRow> {
+  const { rows } = await db.query<ClaimColumns>(
+    `select ${CLAIM_COLUMNS}
+     from sourcebound.claim_range($1, $2, $3, $4, $5, $6) c cross join lateral (select (c.rec).*) s`,
+    [request.conversationId, request.range.fromPair, request.model, request.promptVersion, request.workerId, request.leaseMs],
+  );
+  return claimRow(rows[0]!);
+}
+
+/**
+ * One statement: sourcebound.claim_range() of the conversation's next mark
+ * (0025_claim_path.sql): the first after `after` that is not in `skip`
+ * (from pair -> generation, marks the job left in place), or with `wrap` the
+ * first such from the start. `mark` is null when there is none.
+ */
+export async function rangeNextClaim(
+  db: Queryable,
+  request: ClaimIdentity & { conversationId: string; after: number; wrap: boolean; skip: ReadonlyMap<number, number> },
+): Promise<ClaimRow & { mark: MarkRow | null }> {
+  const { rows } = await db.query<ClaimColumns & { claimFromPair: number | null; claimGeneration: number | null }>(
+    `select c.claim_from_pair as "claimFromPair", c.claim_generation::float8 as "claimGeneration", ${CLAIM_COLUMNS}
+     from sourcebound.claim_range($1, $2, $3, $4::int[], $5::bigint[], $6, $7, $8, $9) c cross join lateral (select (c.rec).*) s`,
+    [request.conversationId, request.after, request.wrap, [...request.skip.keys()], [...request.skip.values()],
+      request.model, request.promptVersion, request.workerId, request.leaseMs],
+  );
+  const { claimFromPair, claimGeneration, ...row } = rows[0]!;
+  if ((row.claimKind as string) === 'none') return { ...claimRow(row), mark: null };
+  return { ...claimRow(row), mark: { fromPair: claimFromPair!, generation: claimGeneration! } };
 }
 
 export interface CommitInput {
@@ -165,17 +203,20 @@ export interface CommitInput {
   grounding?: Grounding | undefined;
 }
 
-/** One statement: sourcebound.commit_summary() (0023_compaction_functions.sql). */
-export async function summaryCommit(db: Queryable, input: CommitInput): Promise<{ kind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; record: SummaryRow | null }> {
-  const { rows } = await db.query<SummaryRow & { commitKind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost' }>(
-    `select c.commit_kind as "commitKind", ${SUMMARY_COLUMNS}
+/**
+ * One statement: sourcebound.commit_summary() (0025_claim_path.sql).
+ * `marksRemain`: the conversation still has a mark after it (true when the lease was lost: not looked at).
+ */
+export async function summaryCommit(db: Queryable, input: CommitInput): Promise<{ kind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; record: SummaryRow | null; marksRemain: boolean }> {
+  const { rows } = await db.query<SummaryRow & { commitKind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; marksRemain: boolean | null }>(
+    `select c.commit_kind as "commitKind", c.marks_remain as "marksRemain", ${SUMMARY_COLUMNS}
      from sourcebound.commit_summary($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::text[], $11::text[]) c cross join lateral (select (c.rec).*) s`,
     [input.summaryId, input.attemptId, input.workerId, input.outcome, input.summary ?? null, input.reason ?? null, input.requestId ?? null,
       input.usage === undefined || input.usage === null ? null : JSON.stringify(input.usage), input.notBeforeMs ?? null,
       input.grounding?.checked ?? null, input.grounding?.ungrounded ?? null],
   );
-  const { commitKind, ...record } = rows[0]!;
-  return { kind: commitKind, record: record.id === null ? null : record };
+  const { commitKind, marksRemain, ...record } = rows[0]!;
+  return { kind: commitKind, record: record.id === null ? null : record, marksRemain: marksRemain ?? true };
 }
 
 export interface AttemptRow {
