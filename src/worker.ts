@@ -5,7 +5,7 @@ import pg from 'pg';
 import { run, type Runner, type Task, type WorkerEvents } from 'graphile-worker';
 import type { Config } from './config.ts';
 import type { Logger } from './logger.ts';
-import type { Database } from './db/database.ts';
+import { poolEnd, type Database } from './db/database.ts';
 import { graphileLogger, migrateDatabase } from './db/migrate.ts';
 import { createWorkerPool } from './db/worker-pool.ts';
 import { ownClaimsRelease, ownOutageDeferralsRelease, workerJobsUnlock } from './db/queries/recovery.ts';
@@ -254,7 +254,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     if (gen.tasks.size > 0) {
       logger.warn({ workerId, generation: gen.n, tasks: gen.tasks.size }, 'tasks of the retired runner are still running after their deadline; their claims are released now');
     }
-    if (!(await bounded(gen.pool.end(), 5000))) {
+    if (!(await bounded(poolEnd(gen.pool, 5000), 6000))) {
       logger.warn({ workerId, generation: gen.n }, 'the retired runner still holds PostgreSQL clients; its pool is left to close');
     }
   }
@@ -422,7 +422,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   try {
     current = await startGeneration();
   } catch (error) {
-    probe.close();
+    await probe.close();
     await configured?.close();
     throw error;
   }
@@ -443,10 +443,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     stopping ??= (async () => {
       logger.info({ workerId }, 'worker stopping: no new jobs, waiting for running ones');
       wake.abort();
-      probe.close();
+      const probeClosed = bounded(probe.close(), 5000);
       const gen = current;
       current = null;
-      await Promise.all([gen ? retire(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring, recovery]);
+      await Promise.all([gen ? retire(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring, recovery, probeClosed]);
       await configured?.close();
       await http?.close();
       metrics.runnerUp.set(0);
@@ -475,7 +475,8 @@ interface Probe {
   /** One `select 1` now. @throws when PostgreSQL does not answer. */
   check(): Promise<void>;
   okAt(): number | null;
-  close(): void;
+  /** Stops probing; resolves once its connection has closed. */
+  close(): Promise<void>;
 }
 
 /**
@@ -494,9 +495,9 @@ function createProbe(connectionString: string, on: { ok(serverStartedAt: string)
   let slow = 0;
   let inFlight: Promise<void> | null = null;
 
-  const drop = (c: pg.Client) => {
+  const drop = (c: pg.Client): Promise<void> => {
     if (client === c) client = null;
-    c.end().catch(() => {});
+    return c.end().catch(() => {});
   };
   async function connected(): Promise<pg.Client> {
     if (client) return client;
@@ -542,10 +543,10 @@ function createProbe(connectionString: string, on: { ok(serverStartedAt: string)
     start() { if (!closed && timer === null) timer = setTimeout(tick, PROBE_INTERVAL_MS); },
     check,
     okAt: () => okAt,
-    close() {
+    async close() {
       closed = true;
       if (timer) clearTimeout(timer);
-      if (client) drop(client);
+      if (client) await drop(client);
     },
   };
 }

@@ -24,7 +24,7 @@ export interface Database {
   /** connectionString goes through a transaction pooler (a direct URL was given and differs). */
   pooled: boolean;
   pool: pg.Pool;
-  /** Ends the pool, then stops an embedded server this process started. */
+  /** Ends the pool and waits until its connections have closed, then stops an embedded server this process started. */
   close(): Promise<void>;
 }
 
@@ -65,7 +65,9 @@ export async function openDatabase(
     pooled,
     pool,
     close: async () => {
-      await pool.end();
+      // Connections first: a server stopped under them terminates their backends,
+      // and each client then logs "terminating connection due to administrator command".
+      await poolEnd(pool);
       await stopEmbedded();
     },
   };
@@ -94,7 +96,39 @@ export function createPool(connectionString: string, logger: Logger, max = 10): 
   // A checked-out client whose connection dies emits 'error' too; without a
   // handler that would crash the process instead of failing the one query.
   pool.on('connect', (client) => client.on('error', (error) => logger.warn({ err: error }, 'PostgreSQL client failed')));
+  trackConnections(pool);
   return pool;
+}
+
+/** The clients of each tracked pool whose connection has not closed yet. */
+const openClients = new WeakMap<pg.Pool, Set<pg.PoolClient>>();
+
+/** Tracks the connections `pool` opens (for poolEnd); `as`: count them as another pool's (a pool inside a pool). */
+export function trackConnections(pool: pg.Pool, as: pg.Pool = pool): void {
+  let open = openClients.get(as);
+  if (!open) openClients.set(as, open = new Set());
+  pool.on('connect', (client) => {
+    open!.add(client);
+    client.once('end', () => open!.delete(client));
+  });
+}
+
+/**
+ * Ends a pool and resolves once every connection it opened has closed, within
+ * `timeoutMs`. pg-pool's `end()` resolves as soon as it has asked its clients
+ * to end, before their sockets close (and before the server has seen them go).
+ */
+export async function poolEnd(pool: pg.Pool, timeoutMs = 5000): Promise<void> {
+  const open = openClients.get(pool);
+  await pool.end();
+  if (!open || open.size === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  const closed = Promise.all([...open].map((client) => new Promise<void>((resolve) => {
+    client.once('end', () => resolve());
+    if (!open.has(client)) resolve();
+  })));
+  await Promise.race([closed, new Promise<void>((resolve) => { timer = setTimeout(resolve, timeoutMs); })]);
+  clearTimeout(timer);
 }
 
 /** A connection string with its password hidden, for messages. */

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from '../logger.ts';
+import { trackConnections } from './database.ts';
 
 /**
  * The pool graphile-worker runs on. Its queries (get, complete and fail jobs)
@@ -31,6 +32,9 @@ export function createWorkerPool(options: WorkerPoolOptions): pg.Pool {
   const pool = new WorkerPool({ ...base, connectionString, max }, direct);
   watch(pool, logger);
   if (direct) watch(direct, logger);
+  // poolEnd(pool) waits for both pools' connections to close.
+  trackConnections(pool);
+  if (direct) trackConnections(direct, pool);
   return pool;
 }
 
