@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createTestDatabase } from './support/db.ts';
+import { inTwoTransactions } from './support/transactions.ts';
 import { addPairs, compactionJobs, createConversation, drift, pairCount } from './support/fixtures.ts';
 
 const db = await createTestDatabase();
@@ -179,20 +180,8 @@ describe('enqueue triggers', () => {
       const c = await createConversation(db.pool);
       await addPairs(db.pool, c, 28);
       const pending = await addPairs(db.pool, c, 2, undefined, { runStatus: 'running', startAt: 28 });
-      const a = new pg.Client({ connectionString: db.url });
-      const b = new pg.Client({ connectionString: db.url });
-      await Promise.all([a.connect(), b.connect()]);
-      try {
-        await Promise.all([a.query('begin'), b.query('begin')]);
-        await a.query(`update sourcebound.runs set status = 'completed' where id = $1`, [pending[0]!.runId]);
-        // b blocks on a's conversation lock until a commits, then counts a's pair.
-        const bDone = b.query(`update sourcebound.runs set status = 'completed' where id = $1`, [pending[1]!.runId]);
-        await a.query('commit');
-        await bDone;
-        await b.query('commit');
-      } finally {
-        await Promise.all([a.end(), b.end()]);
-      }
+      const complete = `update sourcebound.runs set status = 'completed' where id = $1`;
+      await inTwoTransactions(db.url, [complete, [pending[0]!.runId]], [complete, [pending[1]!.runId]]);
       expect(await pairCount(db.pool, c)).toBe(30);
       expect(await compactionJobs(db.pool, c)).toBe(1);
       expect(await drift(db.pool, c)).toEqual([]);

@@ -11,6 +11,7 @@ import { silentLogger } from '../../src/logger.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import { startWorker } from '../../src/worker.ts';
 import { createTestDatabase } from '../support/db.ts';
+import { inTwoTransactions } from '../support/transactions.ts';
 import { addPairs, compactionJobs, createConversation, drift, pairCount } from '../support/fixtures.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { startPgBouncer } from '../support/pgbouncer.ts';
@@ -186,19 +187,8 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
       const c = await createConversation(db.pool);
       await addPairs(db.pool, c, 28);
       const pending = await addPairs(db.pool, c, 2, undefined, { runStatus: 'running', startAt: 28 });
-      const a = new pg.Client({ connectionString: pooledUrl });
-      const b = new pg.Client({ connectionString: pooledUrl });
-      await Promise.all([a.connect(), b.connect()]);
-      try {
-        await Promise.all([a.query('begin'), b.query('begin')]);
-        await a.query(`update sourcebound.runs set status = 'completed' where id = $1`, [pending[0]!.runId]);
-        const bDone = b.query(`update sourcebound.runs set status = 'completed' where id = $1`, [pending[1]!.runId]);
-        await a.query('commit');
-        await bDone;
-        await b.query('commit');
-      } finally {
-        await Promise.all([a.end(), b.end()]);
-      }
+      const complete = `update sourcebound.runs set status = 'completed' where id = $1`;
+      await inTwoTransactions(pooledUrl, [complete, [pending[0]!.runId]], [complete, [pending[1]!.runId]]);
       expect(await pairCount(db.pool, c)).toBe(30);
       expect(await compactionJobs(db.pool, c)).toBe(1);
       expect(await drift(db.pool, c)).toEqual([]);

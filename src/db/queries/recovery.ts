@@ -62,14 +62,9 @@ export async function ownClaimsRelease(db: Queryable, leaseOwner: string, except
      select distinct conversation_id as "conversationId" from (select * from released union all select * from undeferred) changed`,
     [leaseOwner, exceptConversations],
   );
-  for (const { conversationId } of rows) {
-    await db.query(
-      `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::uuid),
-         run_at := now(), job_key := 'sourcebound:compact-resume:' || $1, job_key_mode := 'replace')`,
-      [conversationId],
-    );
-  }
-  return rows.map((r) => r.conversationId);
+  const conversations = rows.map((r) => r.conversationId);
+  await compactionResumeJobsAdd(db, conversations);
+  return conversations;
 }
 
 /**
@@ -92,12 +87,22 @@ export async function ownOutageDeferralsRelease(db: Queryable, workerId: string)
      select distinct conversation_id as "conversationId" from undeferred`,
     [workerId],
   );
-  for (const { conversationId } of rows) {
-    await db.query(
-      `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::uuid),
-         run_at := now(), job_key := 'sourcebound:compact-resume:' || $1, job_key_mode := 'replace')`,
-      [conversationId],
-    );
-  }
-  return rows.map((r) => r.conversationId);
+  const conversations = rows.map((r) => r.conversationId);
+  await compactionResumeJobsAdd(db, conversations);
+  return conversations;
+}
+
+/**
+ * A compaction job that runs now for each conversation, under its own key
+ * (`sourcebound:compact-resume:<id>`): not the conversation's usual key, which
+ * a running job may hold (see ownClaimsRelease). One statement.
+ */
+async function compactionResumeJobsAdd(db: Queryable, conversationIds: readonly string[]): Promise<void> {
+  if (conversationIds.length === 0) return;
+  await db.query(
+    `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', c),
+       run_at := now(), job_key := 'sourcebound:compact-resume:' || c, job_key_mode := 'replace')
+     from unnest($1::uuid[]) as c`,
+    [conversationIds],
+  );
 }
