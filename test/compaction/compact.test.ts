@@ -1,27 +1,12 @@
-import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { compactConversation, SummarizerConfigError, type CompactionContext } from '../../src/compaction/compact.ts';
+import { describe, expect, it } from 'vitest';
+import { compactConversation, SummarizerConfigError } from '../../src/compaction/compact.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
-import { silentLogger } from '../../src/logger.ts';
-import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { gatewayFor } from '../support/gateway.ts';
-import { behaviours, startMessagesServer, type Behaviour } from '../support/messages-server.ts';
+import { behaviours, type Behaviour } from '../support/messages-server.ts';
+import { compactionSetup } from './setup.ts';
 
-const db = await createTestDatabase();
-const server = await startMessagesServer();
-afterAll(() => server.close());
-beforeEach(() => server.reset());
-
-const ctx = (overrides: Partial<CompactionContext> = {}): CompactionContext => ({
-  pool: db.pool,
-  summarizer: gatewayFor(server),
-  logger: silentLogger,
-  workerId: 'test-worker',
-  leaseMs: 60_000,
-  // Retries are due at once: the tests drive time, not the clock.
-  retryDelays: { deferMs: 0, afterSpentMs: 0 },
-  ...overrides,
-});
+const { db, server, ctx } = await compactionSetup();
 
 const canaryText = (i: number) => ({ user: `USER-CANARY-${i} what about fund ${i}?`, assistant: `Fund ${i} had a NAV of ${100 + i}.25 on 2026-10-0${i % 9 + 1}.` });
 

@@ -1,35 +1,20 @@
-import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { compactConversation, type CompactionContext } from '../../src/compaction/compact.ts';
+import { describe, expect, it } from 'vitest';
+import { compactConversation } from '../../src/compaction/compact.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import type { FactKind } from '../../src/grounding.ts';
 import { renderInspection } from '../../src/cli/inspect.ts';
 import { inspectConversation } from '../../src/inspect.ts';
-import { silentLogger } from '../../src/logger.ts';
 import { projectConversationHistory, type SummaryItem } from '../../src/projection/index.ts';
-import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
-import { gatewayFor } from '../support/gateway.ts';
-import { behaviours, startMessagesServer } from '../support/messages-server.ts';
+import { behaviours } from '../support/messages-server.ts';
+import { compactionSetup } from './setup.ts';
 
 /**
  * The grounding check at commit, through the real SDK against the local
  * Messages server: the model's answer is scripted, everything else (gateway,
  * claim, commit, attempts, projection) is the product's own path.
  */
-const db = await createTestDatabase();
-const server = await startMessagesServer();
-afterAll(() => server.close());
-beforeEach(() => server.reset());
-
-const ctx = (overrides: Partial<CompactionContext> = {}): CompactionContext => ({
-  pool: db.pool,
-  summarizer: gatewayFor(server),
-  logger: silentLogger,
-  workerId: 'test-worker',
-  leaseMs: 60_000,
-  retryDelays: { deferMs: 0, afterSpentMs: 0 },
-  ...overrides,
-});
+const { db, server, ctx } = await compactionSetup();
 
 // Pair 3's reply holds one fact of every kind; the others are plain.
 const FACTS = 'Order INV-2231 costs $1,250.00 with a fee of 0.5% and weighs 12 kg; billed on 2024-03-05 at 14:30. '
