@@ -56,7 +56,8 @@ function worker(env: Record<string, string> = {}): WorkerProcess {
   running.push(w);
   return w;
 }
-const started = (w: WorkerProcess) => w.waitForLog((l) => l.msg === 'worker started', 60_000);
+// Processes loading TypeScript on two cores at load 15 took over a minute to start.
+const started = (w: WorkerProcess) => w.waitForLog((l) => l.msg === 'worker started', 120_000);
 const completedIn = async (ids: string[]) => (await db.pool.query<{ n: number }>(
   `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`, [ids])).rows[0]!.n;
 
@@ -85,7 +86,8 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
       await admin.query(`drop database if exists ${name} with (force)`);
       await admin.end();
     }
-  });
+    // Three processes migrating an empty database took 49 s at load 15.
+  }, 150_000);
 
   it('a worker drains 300 ranges: no prepared-statement error, no error logged, nothing left locked', async () => {
     server.reset();

@@ -137,7 +137,8 @@ describe('sourcebound worker (real processes)', () => {
     // Three waves of exactly five: the limit was reached each time and never passed.
     expect(server.maxInFlight).toBe(5);
     expect(server.count).toBe(15);
-  });
+    // Three processes starting, then three waves: over a minute at load 15.
+  }, 180_000);
 
   it('two workers starting at once on an empty database migrate it once, safely', async () => {
     const admin = new pg.Client({ connectionString: db.adminUrl });
@@ -147,7 +148,7 @@ describe('sourcebound worker (real processes)', () => {
     try {
       const url = withDatabase(db.adminUrl, name);
       const pair = [worker({}, url), worker({}, url)];
-      await Promise.all(pair.map(started));
+      await Promise.all(pair.map((w) => started(w)));
       const check = new pg.Client({ connectionString: url });
       await check.connect();
       const { rows } = await check.query('select count(*)::int as n from sourcebound_migrations.__drizzle_migrations');
