@@ -67,6 +67,8 @@ class WorkerPool extends pg.Pool {
   override connect(callback?: ConnectCallback): Promise<pg.PoolClient> | void {
     if (!callback) return super.connect();
     const once: ConnectCallback = (err, client, done) => {
+      // pg-pool passes no release function with some errors (a pool that is ending): pass none on.
+      if (typeof done !== 'function') return callback(err, client, done);
       let released = false;
       callback(err, client, (release) => {
         if (released) return;
