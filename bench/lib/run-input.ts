@@ -18,7 +18,9 @@ export function instantRunSummarizer(): Summarizer & { elapsed(): number; reset(
     model: 'bench/instant',
     async summarize(r) {
       const t0 = performance.now();
-      const text = `Summary of ${r.items.length} items of earlier research work.`;
+      // No figures: a count of the items would be a fact the material does not hold, and the
+      // grounding check (issue 13) rightly refuses it.
+      const text = `Summary of the earlier research work, item by item.`;
       ms += performance.now() - t0;
       return { kind: 'ok', text, model: 'bench/instant', usage: null, requestId: null };
     },
