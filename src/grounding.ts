@@ -208,8 +208,13 @@ const WORD_START = /^(?:[\p{L}\p{N}]|[.,]\d)/u;
 export function normalizeText(text: string): string {
   let t = prepare(text);
   if (t.includes('%')) t = t.replace(/(\d) +%/g, '$1%');
-  return t.replace(/\s+/g, ' ');
+  return t.replace(WHITE_RUN, ' ');
 }
+
+// A run of white space that is not already one plain space: the same result as
+// replacing every /\s+/ with ' ', without rewriting each single space between
+// words (that was half the check's time on the real threads).
+const WHITE_RUN = /\s{2,}|[^\S ]/g;
 
 /** NFKC with thousands separators dropped and `percent` made `%`: what extraction and comparison start from. */
 function prepare(text: string): string {

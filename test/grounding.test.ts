@@ -106,6 +106,14 @@ describe('grounding against the material', () => {
   it('normalizes NFKC, separators, percent and white space the same way on both sides', () => {
     expect(normalizeText('１２,３４５\u00a0€ — 50 %  and 7 per cent')).toBe('12345 € — 50% and 7%');
   });
+
+  it('collapses every run of white space to one space, whatever the run holds', () => {
+    // Every string of up to four characters over white space of each sort and a letter.
+    const alphabet = [' ', '\t', '\n', '\r', '\u00a0', '\u2003', '\u3000', '\u2028', 'a'];
+    let strings = [''];
+    for (let n = 0; n < 4; n++) strings = strings.flatMap((s) => alphabet.map((c) => s + c));
+    for (const s of strings) expect(normalizeText(s), JSON.stringify(s)).toBe(s.normalize('NFKC').replace(/\s+/g, ' '));
+  });
 });
 
 describe('groundOutcome', () => {
