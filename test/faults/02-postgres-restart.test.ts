@@ -170,8 +170,11 @@ describe('fault scenario 2: PostgreSQL restart drills under draining workers', (
     expect(figures.completedRanges + figures.failedRanges).toBe((DRILLS + POOLED_DRILLS) * CONVERSATIONS_PER_DRILL * 2);
     expect(lostLines.length).toBeGreaterThan(0);
     expect(lostLines.every((l) => l.level === 50)).toBe(true);
-    // Every drill made each worker replace its runner at least once.
-    expect(restartLines.length).toBeGreaterThanOrEqual((DRILLS + POOLED_DRILLS) * WORKERS);
+    // Every drill made a worker replace its runner. Not each worker: since a lost
+    // connection recovers only when a new session cannot answer (or the server's start
+    // time changed), a worker may ride a restart out on graphile-worker's own reconnect
+    // (CI at d66ed5b: 12 replacements for 7 drills of 2 workers, every range settled).
+    expect(restartLines.length).toBeGreaterThanOrEqual(DRILLS + POOLED_DRILLS);
   });
 });
 
