@@ -47,13 +47,17 @@ describe('fault scenario 4: eight workers and an enqueue storm', () => {
       return c;
     }));
     const stormStart = Date.now();
-    await Promise.all(clients.map(async (client, k) => {
-      for (let i = k; i < ENQUEUES; i += STORM_CLIENTS) {
-        for (const c of conversations) await client.query('select sourcebound.enqueue_compaction($1)', [c.id]);
-      }
-    }));
+    try {
+      await Promise.all(clients.map(async (client, k) => {
+        for (let i = k; i < ENQUEUES; i += STORM_CLIENTS) {
+          for (const c of conversations) await client.query('select sourcebound.enqueue_compaction($1)', [c.id]);
+        }
+      }));
+    } finally {
+      // Ended here even when an enqueue fails, so that the failure is what the run reports.
+      await Promise.all(clients.map((c) => c.end()));
+    }
     const stormSeconds = (Date.now() - stormStart) / 1000;
-    await Promise.all(clients.map((c) => c.end()));
 
     await quiesce(pool, server, { timeoutMs: size(180_000, 600_000), what: 'race' });
     await sweeper.stop();

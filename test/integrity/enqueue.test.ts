@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/db.ts';
 import { createConversation } from '../support/fixtures.ts';
@@ -31,7 +32,7 @@ const cases: { name: string; setup: Setup }[] = [
     name: 'a running (locked) job',
     setup: async (key, c) => {
       await addJob(key, c);
-      await db.pool.query(`update graphile_worker._private_jobs set locked_at = now(), locked_by = 'worker-x' where key = $1`, [key]);
+      await db.pool.query(`update graphile_worker._private_jobs set locked_at = now(), locked_by = 'worker-x', attempts = attempts + 1 where key = $1`, [key]);
     },
   },
 ];
@@ -59,5 +60,52 @@ describe('enqueue_compaction keeps graphile-worker\'s preserve_run_at rules', ()
     await db.pool.query('select sourcebound.enqueue_compaction($1)', [ours]);
     await addJob(`sourcebound:compact:${theirs}`, theirs);
     expect(await jobsOf(ours)).toEqual(await jobsOf(theirs));
+  });
+});
+
+/**
+ * Fault scenario 4 found a deadlock between two enqueue_compaction() calls of
+ * one conversation (0026). Replayed here step by step: a worker is taking the
+ * fresh job (its row locked FOR UPDATE, as graphile-worker's get_job does),
+ * two enqueues of the conversation wait for it, the worker commits. Both then
+ * find the job running; before 0026 each kept the share lock of its recheck
+ * and waited for the other's key update, and PostgreSQL failed one of them.
+ */
+describe('enqueue_compaction while a worker takes the job', () => {
+  it('two enqueues waiting for the worker both succeed and leave one fresh job', async () => {
+    const conversationId = await createConversation(db.pool);
+    const key = `sourcebound:compact:${conversationId}`;
+    await db.pool.query('select sourcebound.enqueue_compaction($1)', [conversationId]);
+    const clients = await Promise.all(Array.from({ length: 3 }, async (_, k) => {
+      const c = new pg.Client({ connectionString: db.url, application_name: `enqueue-race-${k}` });
+      c.on('error', () => {});
+      await c.connect();
+      return c;
+    }));
+    const [worker, a, b] = clients as [pg.Client, pg.Client, pg.Client];
+    try {
+      await worker.query('begin');
+      await worker.query('select 1 from graphile_worker._private_jobs where key = $1 for update', [key]);
+      await worker.query(
+        `update graphile_worker._private_jobs set locked_at = now(), locked_by = 'worker-x', attempts = attempts + 1 where key = $1`, [key]);
+      const enqueues = [a, b].map((c) => c.query('select sourcebound.enqueue_compaction($1)', [conversationId]));
+      // Both enqueues are waiting (for the worker's row lock, or since 0026 one of them for the key's lock).
+      for (;;) {
+        const { rows } = await db.pool.query(
+          `select count(*)::int as n from pg_stat_activity where application_name like 'enqueue-race-%' and wait_event_type = 'Lock'`);
+        if (rows[0].n === 2) break;
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+      await worker.query('commit');
+      const settled = await Promise.allSettled(enqueues);
+      expect(settled.map((r) => (r.status === 'rejected' ? String((r.reason as Error).message) : 'ok'))).toEqual(['ok', 'ok']);
+    } finally {
+      await Promise.all(clients.map((c) => c.end()));
+    }
+    const { rows } = await db.pool.query(
+      `select count(*) filter (where locked_at is null and attempts = 0)::int as fresh,
+              count(*) filter (where locked_by = 'worker-x')::int as running
+       from graphile_worker._private_jobs where payload->>'conversationId' = $1`, [conversationId]);
+    expect(rows[0]).toEqual({ fresh: 1, running: 1 });
   });
 });

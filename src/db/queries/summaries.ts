@@ -250,13 +250,13 @@ export async function attemptsOfConversationRead(db: Queryable, conversationId: 
   return rows;
 }
 
-/** Schedules the conversation's compaction job at a time (deferral, lease expiry); deduplicated by its job key. */
+/**
+ * Schedules the conversation's compaction job at a time (deferral, lease
+ * expiry); deduplicated by its job key, as that key's one writer at a time
+ * (0026_enqueue_one_writer_per_key.sql).
+ */
 export async function compactionJobAtAdd(db: Queryable, conversationId: string, runAt: Date): Promise<void> {
-  await db.query(
-    `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::uuid),
-       run_at := $2, job_key := 'sourcebound:compact:' || $1, job_key_mode := 'preserve_run_at')`,
-    [conversationId, runAt],
-  );
+  await db.query('select sourcebound.compaction_job_at($1, $2)', [conversationId, runAt]);
 }
 
 /**
