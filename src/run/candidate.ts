@@ -182,6 +182,24 @@ function build(state: RunState, groups: Group[], inputBytes: number, model: stri
   };
 }
 
+/**
+ * The least a checkpoint over `c` with the summary `text` would save, as the
+ * net-benefit gate measures it, from the floor of the current request
+ * (`requestBytes`): its groups' floor bytes less its summary item, and, when
+ * the request is over the target, no more than it is over (fitting stops at
+ * the target, so a request the summary takes under it gets bodies back). Used
+ * to take a later boundary after a refused answer only once an answer that
+ * large would pass.
+ */
+export function savingAtLeast(
+  c: Chunk, text: string, ungrounded: readonly string[], floor: Floor, requestBytes: number, policy: Readonly<RunCompactionPolicy>,
+): number {
+  let groupBytes = 0;
+  for (const seq of c.seqs) groupBytes += floor.groupBytes.get(seq) ?? 0;
+  const saving = groupBytes - itemBytes(summaryItem(hypothetical(c, text, `${UUID_ZERO}${'0'.repeat(12)}`, ungrounded)), true).bytes;
+  return requestBytes > policy.targetBytes ? Math.min(saving, requestBytes - policy.targetBytes) : saving;
+}
+
 /** The checkpoint a candidate (or a later chunk of a plan) would become, for measuring before it exists. */
 export function hypothetical(candidate: Chunk, summary: string, id: string, ungrounded: readonly string[] = []): ProjectedCheckpoint {
   return {

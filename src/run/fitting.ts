@@ -289,7 +289,7 @@ const WARNING_RESERVE = escapedBytes(summaryNote([`identifier:${'x'.repeat(RESER
  * the summarizer is told the allowance less this. A summary accepted with its
  * facts costs their warning in every later request, so the plan counts it:
  * otherwise a flagged answer at its allowance would save less than the
- * minimum, be refused, and (re-judged without a new call) stay refused. An
+ * minimum and be refused (and a refused answer is never judged again). An
  * answer whose warning is larger is measured as it is, by the gate. 0 under
  * `reject`: no accepted summary has a warning.
  */

@@ -23,18 +23,24 @@ export interface StepGoal {
   planFloorBytes: number;
 }
 
+/** The gate's verdict on one answer: the checkpoint it would become, or why it is refused. */
+export type Verdict =
+  | { accepted: true; final: Evaluated; row: CheckpointRow; compaction: GateReport }
+  | { accepted: false; compaction: GateReport & { reason: string } };
+
 /**
- * The net-benefit gate, then the checkpoint. The full next request is
- * re-assembled with the summary in place (and fitted as any request is). The
- * checkpoint is committed only if that request saves at least the minimum
- * and, for the last checkpoint of the plan, is at or under the target; for an
- * earlier one, if the rest of the plan can still reach the target with this
- * summary in place (its floor plus this summary plus the minimum room of each
- * remaining summary is at or under the target). Otherwise the original
- * history stays.
+ * The net-benefit gate. The full next request is re-assembled with the
+ * summary in place (and fitted as any request is). The answer is accepted only
+ * if that request saves at least the minimum and, for the last checkpoint of
+ * the plan, is at or under the target; for an earlier one, if the rest of the
+ * plan can still reach the target with this summary in place (its floor plus
+ * this summary plus the minimum room of each remaining summary is at or under
+ * the target). Otherwise the original history stays. Judged once, when the
+ * answer comes back: the refusal is recorded on its receipt with its reason,
+ * and that answer is never judged again (prepareRunRequest then takes a later
+ * boundary). No database access.
  */
-export async function gateAndCommit(
-  client: pg.PoolClient,
+export function judge(
   state: RunState,
   input: RequestInput,
   policy: Readonly<RunCompactionPolicy>,
@@ -42,33 +48,32 @@ export async function gateAndCommit(
   candidate: Candidate,
   receipt: Pick<ReceiptRow, 'id' | 'attempt'>,
   text: string,
-  answerModel: string,
   goal: StepGoal,
   /** The answer's ungrounded facts (accepted under `flag`): the note names them, and they are measured with it. */
   ungrounded: readonly string[] = [],
-): Promise<{ final: Evaluated; compaction: GateReport; checkpoint: CheckpointRow | null }> {
+): Verdict {
   const summaryBytes = Buffer.byteLength(text, 'utf8');
-  const base = { decision: 'rejected' as const, reason: null, summaryRequestId: receipt.id, attempt: receipt.attempt, summaryBytes, bytesWithSummary: null, checkpointId: null };
+  const base = { decision: 'rejected' as const, summaryRequestId: receipt.id, attempt: receipt.attempt, summaryBytes, bytesWithSummary: null, checkpointId: null };
   if (summaryBytes > policy.summaryCapBytes) {
-    return { final: before, checkpoint: null, compaction: { ...base, reason: `summary_over_cap:${summaryBytes}>${policy.summaryCapBytes}` } };
+    return { accepted: false, compaction: { ...base, reason: `summary_over_cap:${summaryBytes}>${policy.summaryCapBytes}` } };
   }
   const checkpointId = randomUUID();
   const after = evaluate(state, input, policy, hypothetical(candidate, text, checkpointId, ungrounded));
   const bytesWithSummary = after.fitted.bytes;
   const saved = before.fitted.bytes - bytesWithSummary;
   if (goal.remaining === 0 && bytesWithSummary > policy.targetBytes) {
-    return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_target:${bytesWithSummary}>${policy.targetBytes}` } };
+    return { accepted: false, compaction: { ...base, bytesWithSummary, reason: `over_target:${bytesWithSummary}>${policy.targetBytes}` } };
   }
   if (goal.remaining > 0) {
     // The summary's bytes in the request (JSON-escaped) and its note's warning, if any, on top of the plan's floor.
     const warning = escapedBytes(summaryNote(ungrounded)) - escapedBytes(SUMMARY_NOTE);
     const reachable = goal.planFloorBytes + escapedBytes(text) + warning + goal.remaining * minSummaryRoom(policy);
     if (reachable > policy.targetBytes) {
-      return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `over_plan:${reachable}>${policy.targetBytes}` } };
+      return { accepted: false, compaction: { ...base, bytesWithSummary, reason: `over_plan:${reachable}>${policy.targetBytes}` } };
     }
   }
   if (saved < policy.minSavingBytes) {
-    return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `insufficient_saving:${saved}<${policy.minSavingBytes}` } };
+    return { accepted: false, compaction: { ...base, bytesWithSummary, reason: `insufficient_saving:${saved}<${policy.minSavingBytes}` } };
   }
   const row: CheckpointRow = {
     id: checkpointId, segment: candidate.segment, predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq,
@@ -76,19 +81,30 @@ export async function gateAndCommit(
     hashVersion: RUN_HASH_VERSION, toolResultRefs: candidate.toolResultRefs, summary: text, summaryRequestId: receipt.id,
     correctionRevision: newestRevision(state), ungrounded: [...ungrounded],
   };
+  return { accepted: true, final: after, row, compaction: { ...base, reason: null, decision: 'committed', bytesWithSummary, checkpointId } };
+}
+
+/**
+ * Inserts the checkpoint of an accepted answer (its receipt settled `ok` in
+ * this transaction). Null when it is in; the reason when the database refused
+ * it as stale (the chain or the source moved): then nothing is written.
+ */
+export async function commitCheckpoint(
+  client: pg.PoolClient, state: RunState, input: RequestInput, row: CheckpointRow, answerModel: string,
+): Promise<string | null> {
   await savepoint(client, 'checkpoint');
   try {
     await runCheckpointInsert(client, {
       ...row, runId: state.run.id, conversationId: state.run.conversationId, scope: state.run.scope,
       modelRoute: input.model, summaryModel: answerModel, promptVersion: RUN_PROMPT_VERSION,
     });
+    return null;
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code !== '23000' && !isUniqueViolation(error)) throw error;
     await rollbackTo(client, 'checkpoint');
-    return { final: before, checkpoint: null, compaction: { ...base, bytesWithSummary, reason: `stale_candidate:${(error as Error).message}` } };
+    return `stale_candidate:${(error as Error).message}`;
   }
-  return { final: after, checkpoint: row, compaction: { ...base, decision: 'committed', bytesWithSummary, checkpointId } };
 }
 
 function newestRevision(state: RunState): number {

@@ -8,24 +8,25 @@ import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Summarizer } from '../gateway/types.ts';
 import {
-  blockingUnit, candidateOver, excerptRefs, planCompaction, selectCandidate, summaryMaterial, type Candidate, type MaterialSizes, type Plan,
+  blockingUnit, candidateOver, excerptRefs, planCompaction, savingAtLeast, selectCandidate, summaryMaterial, type Candidate, type MaterialSizes, type Plan,
 } from './candidate.ts';
 import { isUniqueViolation, RunNotFoundError, RunPolicyError } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
 import { hookQueue } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
 import { evaluate, materialize, requestInput, type Evaluated } from './assemble.ts';
-import { gateAndCommit, type StepGoal } from './gate.ts';
+import { commitCheckpoint, judge, type StepGoal } from './gate.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { cannotFitOf } from './overflow.ts';
-import { floorOf, minSummaryRoom, warningReserve, type Fitted, type RequestInput } from './fitting.ts';
+import { floorOf, minSummaryRoom, warningReserve, type Fitted, type Floor, type RequestInput } from './fitting.ts';
 import { groundOutcome } from '../grounding.ts';
 import { charLimitFor, settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type {
-  CannotFit, CandidateReport, CompactionPlanReport, ExhaustedIdentity, CompactionReport, PrepareReport, RunCompactionHooks, RunCompactionPolicy, RunRequest,
-  SummaryBudgetOptions,
+  CannotFit, CandidateReport, CompactionPlanReport, ExhaustedIdentity, CompactionReport, PrepareReport, RefusedIdentity, RunCompactionHooks,
+  RunCompactionPolicy, RunRequest, SummaryBudgetOptions,
 } from './types.ts';
+import type { ReceiptRow } from '../db/queries/run-receipts.ts';
 
 export interface PrepareRunRequestOptions extends RequestInput {
   pool: pg.Pool;
@@ -89,21 +90,13 @@ interface Stop {
   cursor: Cursor;
 }
 
-/** A stored summary re-judged without a model call. */
-interface Reused {
-  kind: 'reused';
-  compaction: CompactionReport;
-  checkpoint: CheckpointRow | null;
-  final: Evaluated;
-}
-
 /** One compaction decision of this call, in order. */
 interface Decision {
   compaction: CompactionReport;
   bytesBefore: number;
   /** The request after a committed checkpoint. */
   bytesAfter: number | null;
-  /** Observed by onAfterCompaction (a summary came back, or a stored one was re-judged). */
+  /** Observed by onAfterCompaction (a summary came back). */
   observed: boolean;
 }
 
@@ -116,7 +109,7 @@ interface Context {
   signal: AbortSignal | undefined;
   clock: () => number;
   sizes: MaterialSizes;
-  /** Summaries requested or re-judged so far. */
+  /** Summaries requested so far. */
   summaries: number;
 }
 
@@ -198,6 +191,12 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     // No transaction is open during the model call: the receipt is already committed.
     // Every figure of the summary must be in its material (src/grounding.ts); checked before the checkpoint.
     const outcome = groundOutcome(await summaryCall(summarizer!, step.items, step.maxChars, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
+    const receipt = { id: step.receiptId, attempt: step.attempt };
+    // Judged (no database access) before the receipt is settled, so that a refusal is recorded on the
+    // receipt with its reason: an answer is judged once, and the next candidate is other material (nextStep).
+    const verdict = outcome.kind === 'ok'
+      ? judge(step.cursor.state, input, policy, step.cursor.current, step.candidate, receipt, outcome.text, step.goal, outcome.grounding?.ungrounded ?? [])
+      : null;
     const leg = await inTransaction(pool, async (client) => {
       await runLockWait(client, runId);
       const made: Decision[] = [];
@@ -205,18 +204,26 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
         made.push({ compaction, bytesBefore, bytesAfter, observed: true });
         return { made, next: { kind: 'stop', cursor } as Dispatch | Stop, error: undefined as unknown };
       };
-      const settlement = settlementOf(outcome, step.reservedTokens, clock());
+      const settled = settlementOf(outcome, step.reservedTokens, clock());
+      const settlement = verdict !== null && !verdict.accepted ? { ...settled, reason: verdict.compaction.reason } : settled;
+      await savepoint(client, 'settle');
       if (!(await runSummaryRequestSettle(client, step.receiptId, settlement))) {
         return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: 'lease_lost: the receipt was settled as unknown before this call returned' });
       }
       if (outcome.kind !== 'ok') return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: outcome.reason });
-      const receipt = { id: step.receiptId, attempt: step.attempt };
-      const gated = await gateAndCommit(client, step.cursor.state, input, policy, step.cursor.current, step.candidate, receipt, outcome.text, outcome.model, step.goal, outcome.grounding?.ungrounded ?? []);
-      const compaction: CompactionReport = { ...step.compaction, ...gated.compaction, outcome: 'ok' };
-      if (!gated.checkpoint) return stop(compaction);
-      const cursor = following(step.cursor, gated.checkpoint, gated.final);
-      const result = stop(compaction, cursor, gated.final.fitted.bytes);
-      if (gated.final.fitted.bytes <= policy.targetBytes) return result;
+      const judged = verdict!;
+      if (!judged.accepted) return stop({ ...step.compaction, ...judged.compaction, outcome: 'ok' });
+      const stale = await commitCheckpoint(client, step.cursor.state, input, judged.row, outcome.model);
+      if (stale !== null) {
+        // Refused after all: the receipt is settled again (from the savepoint) with that reason.
+        await rollbackTo(client, 'settle');
+        await runSummaryRequestSettle(client, step.receiptId, { ...settled, reason: stale });
+        return stop({ ...step.compaction, ...judged.compaction, decision: 'rejected', reason: stale, checkpointId: null, outcome: 'ok' });
+      }
+      const compaction: CompactionReport = { ...step.compaction, ...judged.compaction, outcome: 'ok' };
+      const cursor = following(step.cursor, judged.row, judged.final);
+      const result = stop(compaction, cursor, judged.final.fitted.bytes);
+      if (judged.final.fitted.bytes <= policy.targetBytes) return result;
       // The plan's next summary, in this same transaction: between two summaries of this call
       // the Run is never without its lock or an in-flight receipt.
       await savepoint(client, 'next_step');
@@ -271,31 +278,21 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
 
 /**
  * From `cursor`, in a transaction holding the Run's lock: the plan's next
- * summary to send, or a stop. A stored summary is re-judged in place (no
- * call), and after it is committed the plan goes on. Decisions are appended
- * to `made`.
+ * summary to send, or a stop. Decisions are appended to `made`.
  */
 async function advance(client: pg.PoolClient, cursor: Cursor, context: Context, made: Decision[]): Promise<Dispatch | Stop> {
   const { policy } = context;
-  for (;;) {
-    const stop = (reason: string): Stop => {
-      made.push(unobserved(emptyCompaction('skipped', reason), cursor.current));
-      return { kind: 'stop', cursor };
-    };
-    if (context.summaries >= policy.maxSummariesPerPrepare) return stop(`summary_limit:${policy.maxSummariesPerPrepare}: the next call goes on with the plan`);
-    if (context.signal?.aborted) return stop('cancelled');
-    const step = await nextStep(client, cursor, context, made);
-    if (step.kind !== 'reused') return step;
-    context.summaries++;
-    made.push({ compaction: step.compaction, bytesBefore: cursor.current.fitted.bytes, bytesAfter: step.checkpoint ? step.final.fitted.bytes : null, observed: true });
-    if (!step.checkpoint) return { kind: 'stop', cursor };
-    cursor = following(cursor, step.checkpoint, step.final);
-    if (cursor.current.fitted.bytes <= policy.targetBytes) return { kind: 'stop', cursor };
-  }
+  const stop = (reason: string): Stop => {
+    made.push(unobserved(emptyCompaction('skipped', reason), cursor.current));
+    return { kind: 'stop', cursor };
+  };
+  if (context.summaries >= policy.maxSummariesPerPrepare) return stop(`summary_limit:${policy.maxSummariesPerPrepare}: the next call goes on with the plan`);
+  if (context.signal?.aborted) return stop('cancelled');
+  return nextStep(client, cursor, context, made);
 }
 
-/** The candidate and its plan; then a receipt (dispatch), a stored summary re-judged (reused), or why not (stop). */
-async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context, made: Decision[]): Promise<Dispatch | Stop | Reused> {
+/** The candidate and its plan; then a receipt (dispatch), or why not (stop). */
+async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context, made: Decision[]): Promise<Dispatch | Stop> {
   const { state, current } = cursor;
   const { policy, summarizer, budget, input } = context;
   const runId = state.run.id;
@@ -322,40 +319,48 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
     }
     candidate = pinned;
   }
-  // Material whose identity has spent every attempt is never sent again, under any identity. The
-  // next candidate is different material: the same groups and the next one (a later boundary),
-  // once the Run has grown one; until then, nothing is sent and the report says why.
+  // Material whose identity has spent every attempt, or whose answer the net-benefit gate refused, is
+  // never sent again under any identity, and a refused answer is never judged again. The next candidate
+  // is different material: the same groups and the next ones (a later boundary), once the Run has grown
+  // them (after a refusal: enough for an answer as large as the refused one to save the minimum). Until
+  // then nothing is sent, and the report says which identity and why.
+  const refusals = state.receipts.filter((r) => isRefusedAnswer(r, policy));
   let exhausted: ExhaustedIdentity | null = null;
+  let refused: RefusedIdentity | null = null;
   for (;;) {
-    const hit = exhaustedMaterial(state.receipts, candidate, policy.maxAttempts);
-    if (hit === null) break;
-    exhausted ??= hit;
+    const hit = exhaustedMaterial(state.receipts, candidate, policy);
+    const block = hit === null ? refusalBlocking(refusals, candidate, floor, current, policy) : null;
+    if (hit === null && block === null) break;
+    if (hit !== null) exhausted ??= hit;
+    else refused ??= block!.refused;
     const last = selection.compactable.findIndex((g) => g.seq === candidate.toSeq);
     const next = last < 0 ? undefined : selection.compactable[last + 1];
     const later = next === undefined ? null : candidateOver(state, current.projection, policy, summarizer.model, [...candidate.seqs, next.seq]);
     if (later === null) {
-      return stop(`exhausted:${hit.identityKey}: turns ${hit.fromSeq}-${hit.toSeq} spent ${hit.attempts} attempt(s), the last ${hit.lastOutcome}; ` +
-        `that material is never sent again; the next candidate takes a later boundary once settled work follows turn ${candidate.toSeq}`,
-      { candidate: candidateReport(candidate, current.fitted), exhausted });
+      const known = { candidate: candidateReport(candidate, current.fitted), exhausted, refused };
+      if (hit !== null) {
+        return stop(`exhausted:${hit.identityKey}: turns ${hit.fromSeq}-${hit.toSeq} spent ${hit.attempts} attempt(s), the last ${hit.lastOutcome}; ` +
+          `that material is never sent again; the next candidate takes a later boundary once settled work follows turn ${candidate.toSeq}`, known);
+      }
+      const r = block!.refused;
+      return stop(`refused:${r.identityKey}: turns ${r.fromSeq}-${r.toSeq}: its summary (${r.summaryBytes} bytes, receipt ${r.summaryRequestId}) was refused by the ` +
+        `net-benefit gate (${r.reason ?? 'reason not recorded'}); that answer is not judged again and that material is never sent again; ` +
+        `the next candidate takes a later boundary once the Run has grown enough for an answer that large to save ${policy.minSavingBytes} bytes ` +
+        `(turns ${candidate.fromSeq}-${candidate.toSeq} would save at most ${block!.saving})`, known);
     }
     candidate = later;
   }
-  // A candidate that grew past exhausted material says so too.
-  exhausted ??= exhaustedMaterial(state.receipts, candidate, policy.maxAttempts, true);
+  // A candidate that grew past exhausted or refused material says so too.
+  exhausted ??= exhaustedMaterial(state.receipts, candidate, policy, true);
+  refused ??= latestRefusal(refusals, candidate);
   const report = candidateReport(candidate, current.fitted);
-  const withExhausted = exhausted === null ? {} : { exhausted };
+  const known = { ...(exhausted === null ? {} : { exhausted }), ...(refused === null ? {} : { refused }) };
   const same = state.receipts.filter((r) => r.identityKey === candidate.identityKey);
-  // A summary of exactly this material already came back (and was not committed): re-judged below, no new call.
-  // One with ungrounded facts (accepted under `flag`) is not an answer under `reject`: its attempt stays spent.
-  const reusable = findLast(same, (r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null &&
-    (policy.grounding === 'flag' || r.ungrounded.length === 0));
-  if (!reusable) {
-    if (same.filter((r) => r.spent === true).length >= policy.maxAttempts) {
-      return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report, ...withExhausted });
-    }
-    const waiting = findLast(same, (r) => r.status === 'deferred' && r.notBefore !== null && Date.parse(r.notBefore) > context.clock());
-    if (waiting) return stop(`deferred_until:${waiting.notBefore}`, { candidate: report, ...withExhausted });
+  if (same.filter((r) => r.spent === true).length >= policy.maxAttempts) {
+    return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report, ...known });
   }
+  const waiting = findLast(same, (r) => r.status === 'deferred' && r.notBefore !== null && Date.parse(r.notBefore) > context.clock());
+  if (waiting) return stop(`deferred_until:${waiting.notBefore}`, { candidate: report, ...known });
 
   // The plan: nothing is summarized unless its checkpoints reach the target. An unknown
   // summary size is never taken as zero: each summarizer is held to its allowance.
@@ -366,18 +371,11 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
     const open = blockingUnit(state, current.projection, policy);
     const why = open === null ? '' : `open_tool_unit:${open.proposalId}: tool call ${open.proposalId} in turn ${open.seq} is ${open.status}, not settled; ` +
       'nothing after it can be compacted until it is settled (recordToolResult: settled, failed or unknown); ';
-    return stop(why + insufficientRoom(plan, policy), { candidate: report, plan: planned, ...withExhausted });
+    return stop(why + insufficientRoom(plan, policy), { candidate: report, plan: planned, ...known });
   }
   const goal: StepGoal = { remaining: plan.chunks.length - 1, planFloorBytes: plan.floor.bytes };
-  if (reusable) {
-    const gated = await gateAndCommit(client, state, input, policy, current, candidate, reusable, reusable.summary!, reusable.answerModel ?? reusable.model, goal, reusable.ungrounded);
-    return {
-      kind: 'reused', checkpoint: gated.checkpoint, final: gated.final,
-      compaction: { ...emptyCompaction('rejected', null), ...gated.compaction, candidate: report, plan: planned, reusedSummary: true, outcome: 'ok', ...withExhausted },
-    };
-  }
   const allowance = plan.allowance;
-  if (allowance < minSummaryRoom(policy)) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned, ...withExhausted });
+  if (allowance < minSummaryRoom(policy)) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned, ...known });
 
   const material = summaryMaterial(candidate, policy, await runResultExcerpts(client, runId, excerptRefs(candidate), policy.toolExcerptBytes));
   // Under `flag` the allowance also holds the note's warning, if the answer has one (warningReserve).
@@ -392,7 +390,7 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   await savepoint(client, 'dispatch');
   if (!(await runBudgetReserve(client, runId, 1, reservedTokens, budget.finalizationRequests + rest.length, budget.finalizationTokens + restTokens))) {
     await rollbackTo(client, 'dispatch');
-    return stop('finalization_reserve', { candidate: report, plan: planned, ...withExhausted });
+    return stop('finalization_reserve', { candidate: report, plan: planned, ...known });
   }
   let receipt: { id: string; attempt: number };
   try {
@@ -407,13 +405,13 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
     const code = (error as { code?: string }).code;
     if (code !== '23000' && !isUniqueViolation(error)) throw error;
     await rollbackTo(client, 'dispatch');
-    return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report, plan: planned, ...withExhausted });
+    return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report, plan: planned, ...known });
   }
   context.summaries++;
   return {
     kind: 'dispatch', cursor, candidate, goal, items: material.items, receiptId: receipt.id, attempt: receipt.attempt, allowance, maxChars, reservedTokens,
     compaction: {
-      ...emptyCompaction('pending', null), candidate: { ...report, inputBytes: material.inputBytes }, plan: planned, ...withExhausted,
+      ...emptyCompaction('pending', null), candidate: { ...report, inputBytes: material.inputBytes }, plan: planned, ...known,
       summaryRequestId: receipt.id, attempt: receipt.attempt, summaryAllowance: allowance, summaryMaxChars: maxChars,
     },
   };
@@ -453,8 +451,8 @@ function candidateReport(c: Candidate, fitted: Fitted): CandidateReport {
 
 export function emptyCompaction(decision: CompactionReport['decision'], reason: string | null): CompactionReport {
   return {
-    decision, reason, candidate: null, plan: null, summaryRequestId: null, attempt: null, outcome: null, reusedSummary: false,
-    summaryAllowance: null, summaryMaxChars: null, summaryBytes: null, bytesWithSummary: null, checkpointId: null, exhausted: null,
+    decision, reason, candidate: null, plan: null, summaryRequestId: null, attempt: null, outcome: null,
+    summaryAllowance: null, summaryMaxChars: null, summaryBytes: null, bytesWithSummary: null, checkpointId: null, exhausted: null, refused: null,
   };
 }
 
@@ -467,9 +465,14 @@ function budgetOptions(b: SummaryBudgetOptions | undefined): { finalizationReque
   return { finalizationRequests, finalizationTokens, summaryTokens: b?.summaryTokens };
 }
 
-/** The identity that spent every attempt on exactly this material (same predecessor, same groups; with `prefix`, on a part of it that starts it), if any. */
-function exhaustedMaterial(receipts: readonly RunState['receipts'][number][], c: Candidate, maxAttempts: number, prefix = false): ExhaustedIdentity | null {
-  const spent = new Map<string, RunState['receipts'][number][]>();
+/**
+ * The identity that spent every attempt on exactly this material (same
+ * predecessor, same groups; with `prefix`, on a part of it that starts it),
+ * if any. An identity with an answer the gate refused is not exhausted but
+ * refused (isRefusedAnswer, refusalBlocking).
+ */
+function exhaustedMaterial(receipts: readonly ReceiptRow[], c: Candidate, policy: Readonly<RunCompactionPolicy>, prefix = false): ExhaustedIdentity | null {
+  const spent = new Map<string, ReceiptRow[]>();
   const within = (seqs: readonly number[]) => prefix
     ? seqs.length < c.seqs.length && seqs.every((s, i) => c.seqs[i] === s)
     : seqs.join() === c.seqs.join();
@@ -478,13 +481,50 @@ function exhaustedMaterial(receipts: readonly RunState['receipts'][number][], c:
     spent.set(r.identityKey, [...(spent.get(r.identityKey) ?? []), r]);
   }
   for (const [identityKey, rs] of spent) {
-    if (rs.length < maxAttempts) continue;
-    // A summary that came back ok (and was not committed) is re-judged, not exhausted.
-    if (rs.some((r) => r.status === 'ok' && r.checkpointId === null && r.summary !== null)) continue;
+    if (rs.length < policy.maxAttempts) continue;
+    if (rs.some((r) => isRefusedAnswer(r, policy))) continue;
     const last = rs.at(-1)!;
     return { identityKey, fromSeq: last.fromSeq, toSeq: last.toSeq, attempts: rs.length, lastOutcome: last.status as ExhaustedIdentity['lastOutcome'], reason: last.reason };
   }
   return null;
+}
+
+/**
+ * A summary that came back and was never committed: the net-benefit gate
+ * refused it when it came back (its reason is on the receipt). Under
+ * `reject`, an answer with ungrounded facts (accepted under `flag`) is no
+ * answer at all: its attempt stays spent, and its identity may try again.
+ */
+function isRefusedAnswer(r: ReceiptRow, policy: Readonly<RunCompactionPolicy>): boolean {
+  return r.status === 'ok' && r.checkpointId === null && r.summary !== null && (policy.grounding === 'flag' || r.ungrounded.length === 0);
+}
+
+/**
+ * Whether a refused answer on the candidate's predecessor still holds the
+ * candidate back: until the candidate reaches past the latest boundary
+ * refused and, with an answer as large as that one, would save the minimum
+ * (savingAtLeast, from the floor). Then it is a later boundary worth a request.
+ */
+function refusalBlocking(
+  refusals: readonly ReceiptRow[], c: Candidate, floor: Floor, current: Evaluated, policy: Readonly<RunCompactionPolicy>,
+): { refused: RefusedIdentity; saving: number } | null {
+  const r = latestRefusal(refusals, c);
+  if (r === null) return null;
+  const receipt = refusals.find((x) => x.id === r.summaryRequestId)!;
+  const saving = savingAtLeast(c, receipt.summary!, receipt.ungrounded, floor, current.fitted.bytes, policy);
+  if (c.toSeq > r.toSeq && saving >= policy.minSavingBytes) return null;
+  return { refused: r, saving };
+}
+
+/** The refused answer on the candidate's predecessor with the latest boundary, if any. */
+function latestRefusal(refusals: readonly ReceiptRow[], c: Candidate): RefusedIdentity | null {
+  let latest: ReceiptRow | null = null;
+  for (const r of refusals) if (r.predecessorId === c.predecessorId && (latest === null || r.toSeq >= latest.toSeq)) latest = r;
+  if (latest === null) return null;
+  return {
+    identityKey: latest.identityKey, fromSeq: latest.fromSeq, toSeq: latest.toSeq, summaryRequestId: latest.id, attempt: latest.attempt,
+    summaryBytes: Buffer.byteLength(latest.summary!, 'utf8'), reason: latest.reason,
+  };
 }
 
 /** Where semantic compaction starts: `compactAboveBytes`, or the target when unset (0). */

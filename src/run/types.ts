@@ -27,6 +27,11 @@
  *   result is `{ ok: false, cannotFit }`, naming what holds the bytes.
  * - Exhausted identity: a candidate identity that spent every attempt; its
  *   material is never sent again, the next candidate takes a later boundary.
+ * - Refused identity: a candidate identity whose summary came back and was
+ *   refused by the net-benefit gate (the refusal and its reason are recorded
+ *   on its receipt). The answer is judged once and never again, its material
+ *   is never sent again, and the next candidate takes a later boundary, once
+ *   the Run has grown enough for an answer that large to save the minimum.
  * - Semantic compaction: lossy, non-authoritative model summaries of older
  *   settled work groups, each committed as a checkpoint.
  * - Chunk: consecutive compactable work groups one summary covers, oldest
@@ -78,7 +83,9 @@
  * 3. Each checkpoint is committed only if the re-assembled request saves at
  *    least `minSavingBytes`, and, for the plan's last one, is at or under the
  *    target; for an earlier one, if the rest of the plan still reaches the
- *    target with this summary in place (`over_plan` otherwise).
+ *    target with this summary in place (`over_plan` otherwise). An answer is
+ *    judged once, when it comes back; a refusal is recorded on its receipt
+ *    with its reason and stands: the next candidate is a later boundary.
  * 4. It stops at the target, at the first summary not committed (the
  *    committed ones stay: each made progress, and the next call plans again
  *    from them), or after `maxSummariesPerPrepare` summaries.
@@ -251,7 +258,7 @@ export interface RunCompactionPolicy {
   /** Largest summarizer input in bytes; fewer groups are taken when more would not fit. (Default: 262144) */
   maxSummaryInputBytes: number;
   /**
-   * Most summaries one prepareRunRequest requests or re-judges, each for its
+   * Most summaries one prepareRunRequest requests, each for its
    * own checkpoint, one after another (a plan of more is finished by the next
    * calls). With `summaryDeadlineMs`, it bounds the time one call may spend in
    * summary requests. At least 1. (Default: 16)
@@ -376,8 +383,6 @@ export interface CompactionReport {
   summaryRequestId: string | null;
   attempt: number | null;
   outcome: OutcomeKind | null;
-  /** The summary text came from an earlier ok receipt of the same identity: no model call. */
-  reusedSummary: boolean;
   /** The summary's room in UTF-8 bytes (at most summaryCapBytes). */
   summaryAllowance: number | null;
   /** The character limit the summarizer was told for that room, for the script of its material (bytes / 1 to 4). */
@@ -392,6 +397,28 @@ export interface CompactionReport {
    * the candidate moved to a later boundary (or, with none yet, nothing was sent).
    */
   exhausted: ExhaustedIdentity | null;
+  /**
+   * An identity whose summary the net-benefit gate refused, on the material
+   * this call would have summarized first (or a part of it that starts it):
+   * that answer is not judged again and that material is never sent again, so
+   * the candidate moved to a later boundary (or, with none that could pass the
+   * gate yet, nothing was sent).
+   */
+  refused: RefusedIdentity | null;
+}
+
+/** A candidate identity whose answer the net-benefit gate refused, and why. */
+export interface RefusedIdentity {
+  identityKey: string;
+  fromSeq: number;
+  toSeq: number;
+  /** The receipt of the refused answer. */
+  summaryRequestId: string;
+  attempt: number;
+  /** The refused summary's UTF-8 bytes: a later boundary is taken once an answer this large would save the minimum. */
+  summaryBytes: number;
+  /** The gate's reason, as recorded on the receipt (e.g. insufficient_saving:3100<4096); null for an answer settled before reasons were recorded. */
+  reason: string | null;
 }
 
 /** A candidate identity with no attempt left, and why. */
@@ -422,7 +449,7 @@ export interface PrepareReport {
   compaction: CompactionReport;
   /**
    * Every compaction decision of this call, in order; `compaction` is the
-   * last. One per summary requested or re-judged (each its own checkpoint when
+   * last. One per summary requested (each its own checkpoint when
    * committed), then a `skipped` one when the plan stopped short of the target
    * for another reason (budget, limit, cancellation...). With no summary: the
    * one decision (`not_needed`, `disabled` or `skipped`).
@@ -481,6 +508,6 @@ export type DeepReadonly<T> = T extends (infer U)[] ? readonly DeepReadonly<U>[]
 export interface RunCompactionHooks {
   /** Before each summary request is dispatched (its receipt is already committed). */
   onBeforeCompaction?: (observation: DeepReadonly<CompactionObservation>) => void | Promise<void>;
-  /** After each summary's decision is settled and committed (committed, rejected or failed), also when a stored summary was re-judged without a call. */
+  /** After each summary's decision is settled and committed (committed, rejected or failed). */
   onAfterCompaction?: (observation: DeepReadonly<CompactionObservation>) => void | Promise<void>;
 }

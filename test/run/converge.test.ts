@@ -246,10 +246,16 @@ describe('a Run many times over the threshold', () => {
     expect(report.compactions.map((c) => c.decision)).toEqual(['rejected']);
     expect(report.compaction.reason).toMatch(/^over_plan:/);
     expect(await checkpoints(runId)).toEqual([]);
-    // The stored answer is re-judged by the next call, with no new request.
+    // The next call does not judge that answer again, and never sends that material again: its
+    // candidate is a later boundary (the same first turn, and further).
     const again = await prepare(runId, { summarizer, policy });
-    expect(again.report.compaction).toMatchObject({ decision: 'rejected', reusedSummary: true });
-    expect(summarizer.calls).toHaveLength(1);
+    const first = again.report.compactions[0]!;
+    expect(first.refused).toMatchObject({ identityKey: report.compaction.candidate!.identityKey, summaryRequestId: report.compaction.summaryRequestId, reason: report.compaction.reason });
+    for (const c of again.report.compactions) expect(c.summaryRequestId).not.toBe(report.compaction.summaryRequestId);
+    expect(first.candidate!.fromSeq).toBe(report.compaction.candidate!.fromSeq);
+    expect(first.candidate!.toSeq).toBeGreaterThan(report.compaction.candidate!.toSeq);
+    expect(first.decision).toBe('committed');
+    expect(summarizer.calls).toHaveLength(1 + again.report.compactions.filter((c) => c.summaryRequestId !== null).length);
   });
 });
 

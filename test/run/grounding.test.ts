@@ -120,15 +120,15 @@ describe('grounding of run checkpoints', () => {
     expect(flagged.report.compaction).toMatchObject({ decision: 'rejected', outcome: 'ok', summaryAllowance: 300, summaryMaxChars: 300 - reserve, summaryBytes: Buffer.byteLength(answer) });
     expect(flagged.report.compaction.reason).toMatch(/^over_target:/);
     expect(await checkpointCount(runId)).toBe(0);
-    // Under flag the stored answer is re-judged, with no new request (and refused again).
+    // Under flag the refused answer is not judged again, and there is no later boundary yet: no new request.
     const again = await prepareChecked({ pool, runId, scope, ...INPUT, policy, summarizer: gatewayFor(server) });
-    expect(again.report.compaction).toMatchObject({ decision: 'rejected', reusedSummary: true });
+    expect(again.report.compaction).toMatchObject({ decision: 'skipped', refused: { summaryBytes: Buffer.byteLength(answer), reason: flagged.report.compaction.reason } });
     expect(server.count).toBe(1);
     // Under reject it is not an answer at all: the identity's second attempt is sent.
     server.enqueue(behaviours.text('Earlier work searched funds and read their fee tables.'));
     const strict = await prepareChecked({ pool, runId, scope, ...INPUT, policy: { ...policy, grounding: 'reject' }, summarizer: gatewayFor(server) });
     expect(server.count).toBe(2);
-    expect(strict.report.compaction).toMatchObject({ decision: 'committed', reusedSummary: false, attempt: 2 });
+    expect(strict.report.compaction).toMatchObject({ decision: 'committed', refused: null, attempt: 2 });
     expect(summariesOf(strict.request)[0]!.note).toBe(SUMMARY_NOTE);
   });
 

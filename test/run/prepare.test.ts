@@ -94,7 +94,7 @@ describe('semantic compaction', () => {
     await recordCorrection({ pool, runId, scope, text: 'USER-CANARY-CORRECTION-1' });
     const summarizer = recordingSummarizer();
     const { request, report } = await prepare(runId, { summarizer });
-    expect(report.compaction).toMatchObject({ decision: 'committed', outcome: 'ok', attempt: 1, reusedSummary: false });
+    expect(report.compaction).toMatchObject({ decision: 'committed', outcome: 'ok', attempt: 1, refused: null });
     expect(report.fits).toBe(true);
     expect(report.bytes).toBeLessThanOrEqual(SMALL_POLICY.targetBytes);
     expect(report.steps.at(-1)).toMatchObject({ step: 'compaction', bytesAfter: report.bytes });
@@ -178,7 +178,7 @@ describe('semantic compaction', () => {
        from sourcebound.run_checkpoints where id = $1`, [cps[1].id])).rejects.toThrow(/overlaps/);
   });
 
-  it('rejects a summary that fails the net-benefit gate, keeps the original, and re-judges it without a new call', async () => {
+  it('rejects a summary that fails the net-benefit gate, keeps the original, records why, and never judges it again', async () => {
     // The room: a twin Run (the same bytes) shows the floor of its one-checkpoint plan; this Run's
     // target leaves 1,000 bytes above it. The summary is allowed 512 bytes (the work it replaces,
     // 10 calls in 10 turns, is at SUMMARY_FLOOR_BYTES) and the summarizer writes exactly the 512
@@ -207,10 +207,15 @@ describe('semantic compaction', () => {
     expect(kinds(before.request.messages)).not.toContain('checkpoint_summary');
     expect(await checkpoints(runId)).toEqual([]);
     const [receipt] = await receipts(runId);
-    expect(receipt).toMatchObject({ status: 'ok', spent: true, attempt: 1 });
-    // Same candidate again: the stored answer is re-judged, no second request.
+    expect(receipt).toMatchObject({ status: 'ok', spent: true, attempt: 1, reason: before.report.compaction.reason });
+    // Again: the stored answer is not judged again, and that material is never sent again. Every
+    // compactable group is in it: no later boundary yet, so nothing is sent, and the report says why.
     const again = await prepare(runId, { summarizer, policy });
-    expect(again.report.compaction).toMatchObject({ decision: 'rejected', reusedSummary: true, summaryRequestId: receipt.id });
+    expect(again.report.compaction).toMatchObject({
+      decision: 'skipped', summaryRequestId: null,
+      refused: { identityKey: before.report.compaction.candidate!.identityKey, summaryRequestId: receipt.id, summaryBytes: 3 * SUMMARY_FLOOR_BYTES, reason: before.report.compaction.reason },
+    });
+    expect(again.report.compaction.reason).toMatch(new RegExp(`^refused:${before.report.compaction.candidate!.identityKey}: .*never sent again`));
     expect(summarizer.calls).toHaveLength(1);
   });
 

@@ -188,7 +188,7 @@ async function check(m: Model, { request, report }: PreparedRunRequest & { reque
   if (report.compaction !== report.compactions.at(-1)) fail('report.compaction is not the last decision');
   const committedNow = report.compactions.filter((c) => c.decision === 'committed').length;
   if (report.steps.filter((s) => s.step === 'compaction').length !== committedNow) fail('compaction steps differ from committed decisions');
-  if (report.compactions.filter((c) => c.summaryRequestId !== null && !c.reusedSummary).length > (policy.maxSummariesPerPrepare ?? 16)) fail('more summaries than the per-call limit');
+  if (report.compactions.filter((c) => c.summaryRequestId !== null).length > (policy.maxSummariesPerPrepare ?? 16)) fail('more summaries than the per-call limit');
 
   // Fits, or says why not; and when a fitting solution exists, it fits.
   if (report.fits !== report.bytes <= policy.thresholdBytes) fail('fits flag disagrees with bytes');
