@@ -200,6 +200,28 @@ export function savingAtLeast(
   return requestBytes > policy.targetBytes ? Math.min(saving, requestBytes - policy.targetBytes) : saving;
 }
 
+/**
+ * The groups of the shortest later boundary of `c`: its groups and the next
+ * compactable ones, as few as make `passes` hold; null when none does yet.
+ * `best` is the most `saving` gives over the boundaries tried. Chunks are
+ * built without their material (cheap): the caller makes the candidate.
+ */
+export function laterBoundary(
+  c: Candidate, compactable: readonly Group[], passes: (c: Chunk) => boolean, saving: (c: Chunk) => number,
+): { seqs: number[] | null; best: number } {
+  const at = compactable.findIndex((g) => g.seq === c.toSeq);
+  let best = saving(c);
+  if (at < 0) return { seqs: null, best };
+  const groups = [...c.groups];
+  for (const g of compactable.slice(at + 1)) {
+    groups.push(g);
+    const later = chunk(groups.slice(), 0, c.segment);
+    if (passes(later)) return { seqs: later.seqs, best: saving(later) };
+    best = Math.max(best, saving(later));
+  }
+  return { seqs: null, best };
+}
+
 /** The checkpoint a candidate (or a later chunk of a plan) would become, for measuring before it exists. */
 export function hypothetical(candidate: Chunk, summary: string, id: string, ungrounded: readonly string[] = []): ProjectedCheckpoint {
   return {

@@ -8,7 +8,8 @@ import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Summarizer } from '../gateway/types.ts';
 import {
-  blockingUnit, candidateOver, excerptRefs, planCompaction, savingAtLeast, selectCandidate, summaryMaterial, type Candidate, type MaterialSizes, type Plan,
+  blockingUnit, candidateOver, excerptRefs, laterBoundary, planCompaction, savingAtLeast, selectCandidate, summaryMaterial, type Candidate, type Chunk,
+  type MaterialSizes, type Plan,
 } from './candidate.ts';
 import { isUniqueViolation, RunNotFoundError, RunPolicyError } from './errors.ts';
 import { RUN_HASH_VERSION } from './hash.ts';
@@ -18,7 +19,7 @@ import { evaluate, materialize, requestInput, type Evaluated } from './assemble.
 import { commitCheckpoint, judge, type StepGoal } from './gate.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { cannotFitOf } from './overflow.ts';
-import { floorOf, minSummaryRoom, warningReserve, type Fitted, type Floor, type RequestInput } from './fitting.ts';
+import { floorOf, minSummaryRoom, warningReserve, type Fitted, type RequestInput } from './fitting.ts';
 import { groundOutcome } from '../grounding.ts';
 import { charLimitFor, settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
@@ -329,24 +330,36 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   let refused: RefusedIdentity | null = null;
   for (;;) {
     const hit = exhaustedMaterial(state.receipts, candidate, policy);
-    const block = hit === null ? refusalBlocking(refusals, candidate, floor, current, policy) : null;
-    if (hit === null && block === null) break;
-    if (hit !== null) exhausted ??= hit;
-    else refused ??= block!.refused;
-    const last = selection.compactable.findIndex((g) => g.seq === candidate.toSeq);
-    const next = last < 0 ? undefined : selection.compactable[last + 1];
-    const later = next === undefined ? null : candidateOver(state, current.projection, policy, summarizer.model, [...candidate.seqs, next.seq]);
-    if (later === null) {
-      const known = { candidate: candidateReport(candidate, current.fitted), exhausted, refused };
-      if (hit !== null) {
+    if (hit !== null) {
+      exhausted ??= hit;
+      const last = selection.compactable.findIndex((g) => g.seq === candidate.toSeq);
+      const next = last < 0 ? undefined : selection.compactable[last + 1];
+      const later = next === undefined ? null : candidateOver(state, current.projection, policy, summarizer.model, [...candidate.seqs, next.seq]);
+      if (later === null) {
         return stop(`exhausted:${hit.identityKey}: turns ${hit.fromSeq}-${hit.toSeq} spent ${hit.attempts} attempt(s), the last ${hit.lastOutcome}; ` +
-          `that material is never sent again; the next candidate takes a later boundary once settled work follows turn ${candidate.toSeq}`, known);
+          `that material is never sent again; the next candidate takes a later boundary once settled work follows turn ${candidate.toSeq}`,
+        { candidate: candidateReport(candidate, current.fitted), exhausted, refused });
       }
-      const r = block!.refused;
+      candidate = later;
+      continue;
+    }
+    const r = latestRefusal(refusals, candidate);
+    if (r === null) break;
+    const answer = refusals.find((x) => x.id === r.summaryRequestId)!;
+    const saving = (c: Chunk) => savingAtLeast(c, answer.summary!, answer.ungrounded, floor, current.fitted.bytes, policy);
+    const passes = (c: Chunk) => c.toSeq > r.toSeq && saving(c) >= policy.minSavingBytes;
+    if (passes(candidate)) break;
+    refused ??= r;
+    // Over the target by less than the minimum, no boundary passes yet (fitting stops at the target).
+    const over = current.fitted.bytes - policy.targetBytes;
+    const boundary = over >= 0 && over < policy.minSavingBytes ? { seqs: null, best: over } : laterBoundary(candidate, selection.compactable, passes, saving);
+    const later = boundary.seqs === null ? null : candidateOver(state, current.projection, policy, summarizer.model, boundary.seqs);
+    if (later === null) {
       return stop(`refused:${r.identityKey}: turns ${r.fromSeq}-${r.toSeq}: its summary (${r.summaryBytes} bytes, receipt ${r.summaryRequestId}) was refused by the ` +
         `net-benefit gate (${r.reason ?? 'reason not recorded'}); that answer is not judged again and that material is never sent again; ` +
         `the next candidate takes a later boundary once the Run has grown enough for an answer that large to save ${policy.minSavingBytes} bytes ` +
-        `(turns ${candidate.fromSeq}-${candidate.toSeq} would save at most ${block!.saving})`, known);
+        `(a later boundary now would save at most ${boundary.best})`,
+      { candidate: candidateReport(candidate, current.fitted), exhausted, refused });
     }
     candidate = later;
   }
@@ -469,7 +482,7 @@ function budgetOptions(b: SummaryBudgetOptions | undefined): { finalizationReque
  * The identity that spent every attempt on exactly this material (same
  * predecessor, same groups; with `prefix`, on a part of it that starts it),
  * if any. An identity with an answer the gate refused is not exhausted but
- * refused (isRefusedAnswer, refusalBlocking).
+ * refused (isRefusedAnswer, latestRefusal).
  */
 function exhaustedMaterial(receipts: readonly ReceiptRow[], c: Candidate, policy: Readonly<RunCompactionPolicy>, prefix = false): ExhaustedIdentity | null {
   const spent = new Map<string, ReceiptRow[]>();
@@ -497,23 +510,6 @@ function exhaustedMaterial(receipts: readonly ReceiptRow[], c: Candidate, policy
  */
 function isRefusedAnswer(r: ReceiptRow, policy: Readonly<RunCompactionPolicy>): boolean {
   return r.status === 'ok' && r.checkpointId === null && r.summary !== null && (policy.grounding === 'flag' || r.ungrounded.length === 0);
-}
-
-/**
- * Whether a refused answer on the candidate's predecessor still holds the
- * candidate back: until the candidate reaches past the latest boundary
- * refused and, with an answer as large as that one, would save the minimum
- * (savingAtLeast, from the floor). Then it is a later boundary worth a request.
- */
-function refusalBlocking(
-  refusals: readonly ReceiptRow[], c: Candidate, floor: Floor, current: Evaluated, policy: Readonly<RunCompactionPolicy>,
-): { refused: RefusedIdentity; saving: number } | null {
-  const r = latestRefusal(refusals, c);
-  if (r === null) return null;
-  const receipt = refusals.find((x) => x.id === r.summaryRequestId)!;
-  const saving = savingAtLeast(c, receipt.summary!, receipt.ungrounded, floor, current.fitted.bytes, policy);
-  if (c.toSeq > r.toSeq && saving >= policy.minSavingBytes) return null;
-  return { refused: r, saving };
 }
 
 /** The refused answer on the candidate's predecessor with the latest boundary, if any. */
