@@ -1,4 +1,3 @@
-import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createTestDatabase } from './support/db.ts';
 import { inTwoTransactions } from './support/transactions.ts';
@@ -194,19 +193,9 @@ describe('enqueue triggers', () => {
     const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
     await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, r.id]);
     const { rows: [m] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', 'a', 'streaming') returning id`, [c, r.id]);
-    const a = new pg.Client({ connectionString: db.url });
-    const b = new pg.Client({ connectionString: db.url });
-    await Promise.all([a.connect(), b.connect()]);
-    try {
-      await Promise.all([a.query('begin'), b.query('begin')]);
-      await a.query(`update sourcebound.messages set status = 'completed' where id = $1`, [m.id]);
-      const bDone = b.query(`update sourcebound.runs set status = 'completed' where id = $1`, [r.id]);
-      await a.query('commit');
-      await bDone;
-      await b.query('commit');
-    } finally {
-      await Promise.all([a.end(), b.end()]);
-    }
+    await inTwoTransactions(db.url,
+      [`update sourcebound.messages set status = 'completed' where id = $1`, [m.id]],
+      [`update sourcebound.runs set status = 'completed' where id = $1`, [r.id]]);
     expect(await pairCount(db.pool, c)).toBe(30);
     expect(await compactionJobs(db.pool, c)).toBe(1);
   });

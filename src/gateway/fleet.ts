@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { sleep } from '../backoff.ts';
 import type { GatewayLogger } from './logger.ts';
 import type { Release } from './semaphore.ts';
 
@@ -180,16 +181,16 @@ function signalled(): { promise: Promise<void>; fire(): void } {
   return { promise, fire };
 }
 
-/** Resolves on `woken`, after `ms`, or on abort, whichever is first; leaves no timer or listener behind. */
-function firstOf(woken: Promise<void>, ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-    woken.then(done, done);
-  });
+/** Resolves on `woken`, after `ms`, or on abort, whichever is first (backoff.ts `sleep`, cut short by `woken`); leaves no timer or listener behind. */
+async function firstOf(woken: Promise<void>, ms: number, signal?: AbortSignal): Promise<void> {
+  if (signal?.aborted) return;
+  const cut = new AbortController();
+  const stop = () => cut.abort();
+  signal?.addEventListener('abort', stop, { once: true });
+  woken.then(stop, stop);
+  try {
+    await sleep(ms, cut.signal);
+  } finally {
+    signal?.removeEventListener('abort', stop);
+  }
 }

@@ -2,6 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, compactionJobs, createConversation, drift, pairCount } from '../support/fixtures.ts';
+import { inTwoTransactions, type Statement } from '../support/transactions.ts';
 
 /**
  * What the application's write path costs in function calls (migration 0024,
@@ -163,25 +164,25 @@ describe('the write path of a live pair, in function calls', () => {
 });
 
 describe('two transactions each writing half of a pair', () => {
-  type Step = (q: pg.Client, ids: { c: string; run: string; user?: string; assistant: string }) => Promise<unknown>;
+  type Step = (ids: { c: string; run: string; user?: string; assistant: string }) => Statement;
   const cases: { name: string; setup: 'streaming' | 'no user'; first: Step; second: Step }[] = [
     {
       name: 'the run completes first, the assistant message second',
       setup: 'streaming',
-      first: (q, { run }) => q.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run]),
-      second: (q, { assistant }) => q.query(`update sourcebound.messages set status = 'completed' where id = $1`, [assistant]),
+      first: ({ run }) => [`update sourcebound.runs set status = 'completed' where id = $1`, [run]],
+      second: ({ assistant }) => [`update sourcebound.messages set status = 'completed' where id = $1`, [assistant]],
     },
     {
       name: 'the run completes first, the user message is inserted second',
       setup: 'no user',
-      first: (q, { run }) => q.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run]),
-      second: (q, { c, run }) => q.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, run]),
+      first: ({ run }) => [`update sourcebound.runs set status = 'completed' where id = $1`, [run]],
+      second: ({ c, run }) => [`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, run]],
     },
     {
       name: 'the user message is inserted first, the run completes second',
       setup: 'no user',
-      first: (q, { c, run }) => q.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, run]),
-      second: (q, { run }) => q.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run]),
+      first: ({ c, run }) => [`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, run]],
+      second: ({ run }) => [`update sourcebound.runs set status = 'completed' where id = $1`, [run]],
     },
   ];
 
@@ -194,21 +195,8 @@ describe('two transactions each writing half of a pair', () => {
     const { rows: [a] } = await db.pool.query(
       `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', 'a', $3) returning id`, [c, r.id, assistantStatus]);
     const ids = { c, run: r.id as string, assistant: a.id as string };
-    const one = new pg.Client({ connectionString: db.url });
-    const two = new pg.Client({ connectionString: db.url });
-    await Promise.all([one.connect(), two.connect()]);
-    try {
-      await Promise.all([one.query('begin'), two.query('begin')]);
-      await first(one, ids);
-      // The second waits on the first's conversation lock, then reads what it committed.
-      const secondDone = second(two, ids);
-      await waitForLockWait(two);
-      await one.query('commit');
-      await secondDone;
-      await two.query('commit');
-    } finally {
-      await Promise.all([one.end(), two.end()]);
-    }
+    // The second waits on the first's conversation lock, then reads what it committed.
+    await inTwoTransactions(db.url, first(ids), second(ids), { whileSecondRuns: waitForLockWait });
     expect(await pairCount(db.pool, c)).toBe(30);
     expect(await compactionJobs(db.pool, c)).toBe(1);
     expect(await drift(db.pool, c)).toEqual([]);
