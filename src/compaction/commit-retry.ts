@@ -79,10 +79,10 @@ async function landedCommitRead(
   claim: { record: q.SummaryRow; attemptId: number; workerId: string },
   outcome: Outcome,
 ): Promise<CommitResult> {
-  const conversationId = claim.record.conversationId;
-  const attempt = (await q.attemptsOfConversationRead(pool, conversationId)).find((a) => a.id === claim.attemptId);
-  const record = (await q.summariesOfConversationRead(pool, conversationId)).find((r) => r.id === claim.record.id);
-  if (!attempt || !record || attempt.workerId !== claim.workerId) return { kind: 'lease_lost', marksRemain: true };
+  // Our attempt's row and its record, by id: not every attempt of the conversation.
+  const landed = await q.summaryAttemptRead(pool, claim.record.id, claim.attemptId);
+  if (!landed || landed.attempt.workerId !== claim.workerId) return { kind: 'lease_lost', marksRemain: true };
+  const { attempt, record } = landed;
   switch (outcome.kind) {
     case 'ok':
       if (attempt.outcome === 'ok') return { kind: 'completed', record, marksRemain: true };

@@ -1,7 +1,10 @@
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { compactConversation, type CompactionContext } from '../../src/compaction/compact.ts';
-import { compactionSweepRun } from '../../src/db/queries/summaries.ts';
+import { claimNextRange } from '../../src/compaction/claim.ts';
+import { commitRetrying } from '../../src/compaction/commit-retry.ts';
+import { DEFAULT_RETRY_DELAYS } from '../../src/compaction/commit.ts';
+import { compactionSweepRun, summaryAttemptRead } from '../../src/db/queries/summaries.ts';
 import { createOfflineSummarizer } from '../../src/gateway/index.ts';
 import { silentLogger } from '../../src/logger.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -114,6 +117,69 @@ describe('what a compaction job costs', () => {
     expect(cost.statements).toBe(2);
     expect(cost.rowsRead).toBeLessThanOrEqual(100);
   }, 60_000);
+});
+
+describe('what a commit retry costs after a cut commit that landed', () => {
+  /**
+   * The claim of the conversation's newest range, then commitRetrying() on a
+   * client whose first commit lands and then reports a lost connection (as a
+   * connection cut while the server answered does): the retry finds the
+   * attempt settled and reads back whether the landed commit was ours.
+   */
+  async function cutCommit(c: string): Promise<{ cost: Cost; kind: string }> {
+    let kind = '';
+    const cost = await measured(async (client) => {
+      const claim = await claimNextRange(client, {
+        conversationId: c, after: -1, wrap: true, skip: new Map(), model: summarizer.model,
+        promptVersion: 'conversation-compaction@3', workerId: 'cost', leaseMs: 60_000,
+      });
+      if (claim.kind !== 'claimed') throw new Error(`expected a claim, got ${claim.kind}`);
+      let cut = false;
+      const cutting = {
+        query: async (...args: unknown[]) => {
+          const result = await (client.query as (...a: unknown[]) => Promise<unknown>)(...args);
+          if (!cut && String(args[0]).includes('commit_summary(')) {
+            cut = true;
+            throw Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' });
+          }
+          return result;
+        },
+      };
+      const result = await commitRetrying(cutting as never, { record: claim.record, attemptId: claim.attemptId, workerId: 'cost' },
+        { kind: 'ok', text: 'summary of ten replies', model: summarizer.model, usage: null, requestId: null, grounding: { checked: [], ungrounded: [] } },
+        DEFAULT_RETRY_DELAYS, { logger: silentLogger, deadlineAt: Date.now() + 30_000 });
+      kind = result.kind;
+    });
+    return { cost, kind };
+  }
+
+  it('reads its own attempt and record by id: one statement and the same rows at 500 pairs as at 40', async () => {
+    const small = await createConversation(db.pool);
+    await addPairs(db.pool, small, 40);
+    const large = await compacted(490);
+    await addPairs(db.pool, large, 10, undefined, { startAt: 490 });
+    const atSmall = await cutCommit(small);
+    const atLarge = await cutCommit(large);
+    expect([atSmall.kind, atLarge.kind]).toEqual(['completed', 'completed']);
+    // claim, the commit that landed, its retry (lease_lost: settled), the landed read.
+    expect(atLarge.cost.statements).toBe(4);
+    // 47 records and their attempts behind the large one: none of them is read.
+    expect(atLarge.cost.rowsRead).toBeLessThanOrEqual(atSmall.cost.rowsRead + 5);
+  }, 120_000);
+
+  it('summaryAttemptRead gives null for an attempt of another record', async () => {
+    const c = await compacted(50);
+    const { rows } = await db.pool.query<{ id: string; attempt: string }>(
+      `select s.id, a.id as attempt from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
+       where s.conversation_id = $1 order by s.from_pair`, [c]);
+    expect(rows).toHaveLength(3);
+    const [first, second] = rows as [{ id: string; attempt: string }, { id: string; attempt: string }];
+    expect(await summaryAttemptRead(db.pool, first.id, Number(second.attempt))).toBeNull();
+    const read = await summaryAttemptRead(db.pool, second.id, Number(second.attempt));
+    expect(read?.record).toMatchObject({ id: second.id, conversationId: c, fromPair: 10, status: 'completed' });
+    expect(read?.attempt).toMatchObject({ id: Number(second.attempt), summaryId: second.id, outcome: 'ok', spent: true, workerId: 'setup' });
+    expect(read?.attempt.startedAt).toBeInstanceOf(Date);
+  });
 });
 
 describe('what the sweep costs', () => {

@@ -251,6 +251,37 @@ export async function attemptsOfConversationRead(db: Queryable, conversationId: 
 }
 
 /**
+ * One attempt and its record, by their ids, in one statement that reads
+ * those two rows by primary key (the commit retry's question: did my cut
+ * commit land?), however many the conversation has. Null when the attempt
+ * is not one of that record's (or either is gone).
+ */
+export async function summaryAttemptRead(db: Queryable, summaryId: string, attemptId: number): Promise<{ record: SummaryRow; attempt: AttemptRow } | null> {
+  type Row = SummaryRow & { [K in keyof AttemptRow as `attempt_${K}`]: AttemptRow[K] };
+  const { rows } = await db.query<Row>(
+    `select ${SUMMARY_COLUMNS}, x.*
+     from sourcebound.conversation_summaries
+     cross join lateral (
+       select a.id::int as "attempt_id", a.summary_id as "attempt_summaryId", a.worker_id as "attempt_workerId", a.started_at as "attempt_startedAt",
+              a.finished_at as "attempt_finishedAt", a.outcome as "attempt_outcome", a.spent as "attempt_spent", a.reason as "attempt_reason",
+              a.request_id as "attempt_requestId", a.usage as "attempt_usage", a.input_chars as "attempt_inputChars",
+              a.grounding_checked as "attempt_groundingChecked", a.grounding_ungrounded as "attempt_groundingUngrounded"
+       from sourcebound.conversation_summary_attempts a where a.id = $2 and a.summary_id = $1) x
+     where id = $1`,
+    [summaryId, attemptId],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  const record: Record<string, unknown> = {};
+  const attempt: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(row)) {
+    if (key.startsWith('attempt_')) attempt[key.slice('attempt_'.length)] = value;
+    else record[key] = value;
+  }
+  return { record: record as unknown as SummaryRow, attempt: attempt as unknown as AttemptRow };
+}
+
+/**
  * Schedules the conversation's compaction job at a time (deferral, lease
  * expiry); deduplicated by its job key, as that key's one writer at a time
  * (0026_enqueue_one_writer_per_key.sql).
