@@ -201,7 +201,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       void running.then(() => gen.tasks.delete(running), () => gen.tasks.delete(running));
       return running;
     };
-    const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding };
+    // Named prepared statements for the claim and the commit on a direct connection only, as for graphile-worker's own below.
+    const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding, preparedStatements: !database.pooled };
     try {
       gen.runner = await run({
         pgPool: pool,

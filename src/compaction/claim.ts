@@ -34,8 +34,8 @@ export interface ClaimRequest {
   leaseMs: number;
 }
 
-export async function claimRange(pool: pg.Pool | q.Queryable, request: ClaimRequest): Promise<ClaimResult> {
-  return claimResult(await q.rangeClaim(pool, request));
+export async function claimRange(pool: pg.Pool | q.Queryable, request: ClaimRequest, send?: q.SendOptions): Promise<ClaimResult> {
+  return claimResult(await q.rangeClaim(pool, request, send));
 }
 
 export interface NextClaimRequest extends Omit<ClaimRequest, 'range'> {
@@ -54,8 +54,8 @@ export type NextClaimResult = { kind: 'none' } | (ClaimResult & { range: PairRan
  * Finds the conversation's next mark and claims its range, in the same one
  * statement: a job needs no statement of its own to find its work.
  */
-export async function claimNextRange(pool: pg.Pool | q.Queryable, request: NextClaimRequest): Promise<NextClaimResult> {
-  const row = await q.rangeNextClaim(pool, request);
+export async function claimNextRange(pool: pg.Pool | q.Queryable, request: NextClaimRequest, send?: q.SendOptions): Promise<NextClaimResult> {
+  const row = await q.rangeNextClaim(pool, request, send);
   if (row.mark === null) return { kind: 'none' };
   return { ...claimResult(row), range: rangeAt(row.mark.fromPair / RANGE_SIZE), generation: row.mark.generation };
 }

@@ -33,6 +33,8 @@ export interface CommitRetryOptions {
   signal?: AbortSignal;
   /** Try no later than this (epoch ms). (Default: the claim's lease expiry) */
   deadlineAt?: number;
+  /** How the commit is sent (named prepared statement on a direct connection). (Default: unnamed) */
+  send?: q.SendOptions;
 }
 
 /**
@@ -50,7 +52,7 @@ export async function commitRetrying(
   let cut = 0;
   for (let delay = RETRY_FIRST_MS; ; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
     try {
-      const result = await commitOutcome(pool, claim, outcome, delays);
+      const result = await commitOutcome(pool, claim, outcome, delays, options.send);
       if (result.kind === 'lease_lost' && cut > 0) {
         const landed = await landedCommitRead(pool, claim, outcome);
         options.logger.info({ recordId: claim.record.id, tries: cut + 1, kind: landed.kind },

@@ -47,6 +47,7 @@ export async function commitOutcome(
   claim: { record: q.SummaryRow; attemptId: number; workerId: string },
   outcome: Outcome,
   delays: Readonly<RetryDelays> = DEFAULT_RETRY_DELAYS,
+  send?: q.SendOptions,
 ): Promise<CommitResult> {
   const settle: q.CommitInput = { summaryId: claim.record.id, attemptId: claim.attemptId, workerId: claim.workerId, outcome: outcome.kind };
   switch (outcome.kind) {
@@ -66,7 +67,7 @@ export async function commitOutcome(
       Object.assign(settle, { reason: outcome.reason });
       break;
   }
-  const { kind, record, marksRemain } = await q.summaryCommit(pool, settle);
+  const { kind, record, marksRemain } = await q.summaryCommit(pool, settle, send);
   switch (kind) {
     case 'lease_lost':
       return { kind, marksRemain };

@@ -23,6 +23,13 @@ export interface CompactionContext {
   retryDelays?: Readonly<RetryDelays>;
   /** What an ungrounded fact in a summary does: `reject` spends the attempt, `flag` completes it and labels it. (Default: reject) */
   grounding?: GroundingPolicy;
+  /**
+   * Send the claim and the commit as named prepared statements. Only when
+   * `pool` reaches PostgreSQL directly, never through a transaction pooler
+   * (the worker sets it when DATABASE_DIRECT_URL is not a separate URL, as it
+   * lets graphile-worker prepare its own). (Default: false)
+   */
+  preparedStatements?: boolean;
 }
 
 export type RangeResult =
@@ -63,6 +70,7 @@ const MAX_PASSES = 100;
  */
 export async function compactConversation(ctx: CompactionContext, conversationId: string, signal?: AbortSignal, knownPairCount?: number): Promise<CompactionReport> {
   const promptVersion = ctx.promptVersion ?? CONVERSATION_PROMPT_VERSION;
+  const send = { prepared: ctx.preparedStatements ?? false };
   const report: CompactionReport = { conversationId, pairCount: knownPairCount ?? null, ranges: [], rescheduleAt: null, leaseWatchAt: null };
   const later = (at: Date | null) => {
     if (at !== null && (report.rescheduleAt === null || at < report.rescheduleAt)) report.rescheduleAt = at;
@@ -81,7 +89,7 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     const claim = await claimNextRange(ctx.pool, {
       conversationId, after, wrap: pass + 1 < MAX_PASSES, skip: leftInPlace,
       model: ctx.summarizer.model, promptVersion, workerId: ctx.workerId, leaseMs: ctx.leaseMs,
-    });
+    }, send);
     if (claim.kind === 'none') break;
     const range = claim.range;
     if (range.fromPair <= after) pass++;
@@ -105,7 +113,7 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
     // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).
     const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
-      ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal });
+      ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal, send });
     switch (committed.kind) {
       case 'completed':
         log.info({ recordId: committed.record.id, chars: outcome.kind === 'ok' ? outcome.text.length : 0 }, 'range summarized');

@@ -119,6 +119,30 @@ describe('what a compaction job costs', () => {
   }, 60_000);
 });
 
+describe('named prepared statements on a direct connection', () => {
+  it('three one-range jobs on one connection prepare the claim and the commit once and execute each three times; unnamed otherwise', async () => {
+    const client = await db.pool.connect();
+    try {
+      const run = async (preparedStatements: boolean) => {
+        for (let i = 0; i < 3; i++) {
+          const c = await createConversation(db.pool);
+          await addPairs(db.pool, c, 30);
+          const report = await compactConversation({ ...ctxOn(client), preparedStatements }, c, undefined, 30);
+          expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
+        }
+        // custom + generic plans: executions of each named statement on this backend (PostgreSQL 14+).
+        const { rows } = await client.query<{ name: string; runs: number }>(
+          `select name, (custom_plans + generic_plans)::int as runs from pg_prepared_statements where name like 'sourcebound.%' order by name`);
+        return rows;
+      };
+      expect(await run(false)).toEqual([]);
+      expect(await run(true)).toEqual([{ name: 'sourcebound.range_next_claim', runs: 3 }, { name: 'sourcebound.summary_commit', runs: 3 }]);
+    } finally {
+      client.release(true);
+    }
+  });
+});
+
 describe('what a commit retry costs after a cut commit that landed', () => {
   /**
    * The claim of the conversation's newest range, then commitRetrying() on a
@@ -138,7 +162,8 @@ describe('what a commit retry costs after a cut commit that landed', () => {
       const cutting = {
         query: async (...args: unknown[]) => {
           const result = await (client.query as (...a: unknown[]) => Promise<unknown>)(...args);
-          if (!cut && String(args[0]).includes('commit_summary(')) {
+          const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text: string }).text;
+          if (!cut && text.includes('commit_summary(')) {
             cut = true;
             throw Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' });
           }
