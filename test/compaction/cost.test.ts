@@ -93,6 +93,31 @@ describe('what a compaction job costs', () => {
     expect(atLarge.rowsRead).toBeLessThanOrEqual(atSmall.rowsRead * 1.5);
   }, 120_000);
 
+  it('a one-range job enters PL/pgSQL for the claim, the commit and the two guard triggers only', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    const client = await db.pool.connect();
+    try {
+      // Calls of PL/pgSQL (and not inlined SQL) functions in this transaction; superuser setting.
+      await client.query(`set track_functions = 'all'`);
+      await client.query('begin');
+      expect((await compactConversation(ctxOn(client), c, undefined, 30)).ranges.map((r) => r.result)).toEqual(['completed']);
+      const { rows } = await client.query<{ name: string; calls: number }>(
+        `select funcname as name, sum(calls)::int as calls from pg_stat_xact_user_functions where schemaname = 'sourcebound' group by funcname order by funcname`);
+      await client.query('commit');
+      // claim_range twice: the next-mark form and the one-range form it runs. Not
+      // compaction_mark_clear (0027 clears the mark in the commit's own DELETE).
+      expect(rows).toEqual([
+        { name: 'claim_range', calls: 2 },
+        { name: 'commit_summary', calls: 1 },
+        { name: 'conversation_summaries_guard', calls: 1 },
+        { name: 'conversation_summary_attempts_guard', calls: 1 },
+      ]);
+    } finally {
+      client.release(true);
+    }
+  });
+
   it('a job with nothing to do: one claim that finds no mark', async () => {
     const c = await compacted(300);
     const cost = await measured(async (client) => {
