@@ -273,6 +273,31 @@ describe('summary records in the database', () => {
     expect(rows[0].n).toBe(0);
   });
 
+  it('the guards refuse the same writes when the statement sets updated_at = now() itself (0027 WHEN clauses), and keep updated_at the database\'s', async () => {
+    const { c } = await conversationWith(30);
+    await compactConversation(ctx(), c);
+    const [record] = await summariesOfConversationRead(db.pool, c);
+    // Setting updated_at = now() skips the guard only for a write it would let through.
+    await expect(db.pool.query(`update sourcebound.conversation_summaries set updated_at = now(), summary = 'rewritten' where id = $1`, [record!.id])).rejects.toThrow(/immutable/);
+    await expect(db.pool.query(`update sourcebound.conversation_summary_attempts set reason = 'x' where summary_id = $1`, [record!.id])).rejects.toThrow(/immutable/);
+    const { c: open } = await conversationWith(30);
+    server.enqueue(behaviours.refusal());
+    await compactConversation(ctx(), open);
+    const [pending] = await summariesOfConversationRead(db.pool, open);
+    expect(pending!.status).toBe('pending');
+    for (const change of [`updated_at = now(), source_hash = repeat('b', 64)`, `updated_at = now(), scope = 'tenant-b'`, `updated_at = now(), model = 'other'`, `updated_at = now(), from_pair = 10, to_pair = 19`]) {
+      await expect(db.pool.query(`update sourcebound.conversation_summaries set ${change} where id = $1`, [pending!.id]), change).rejects.toThrow(/identity|violates/);
+    }
+    await expect(db.pool.query(`update sourcebound.conversation_summaries set updated_at = now(), attempts_spent = 0 where id = $1`, [pending!.id])).rejects.toThrow(/cannot decrease/);
+    // A writer that sets another updated_at (or none) still gets the transaction's now().
+    const { rows: [t] } = await db.pool.query<{ same: boolean }>(
+      `with u as (update sourcebound.conversation_summaries set updated_at = '2000-01-01', failure_reason = 'x' where id = $1 returning updated_at)
+       select (select updated_at from u) = now() as same`, [pending!.id]);
+    expect(t!.same).toBe(true);
+    const { rows: [attempt] } = await db.pool.query<{ id: string }>(`select id from sourcebound.conversation_summary_attempts where summary_id = $1`, [pending!.id]);
+    await expect(db.pool.query(`update sourcebound.conversation_summary_attempts set worker_id = 'other' where id = $1`, [attempt!.id])).rejects.toThrow(/immutable|identity/);
+  });
+
   it('a failed record is final in the database too', async () => {
     const { c } = await conversationWith(30);
     server.enqueue(behaviours.refusal(), behaviours.refusal());

@@ -13,7 +13,16 @@
 --   function entered from PL/pgSQL for one DELETE: now the DELETE itself,
 --   word for word the same condition (compaction_mark_clear() stays, for
 --   other callers).
--- Same signatures, same return types, same outcomes: CREATE OR REPLACE.
+-- - each UPDATE of a record or an attempt entered a PL/pgSQL guard trigger
+--   that, but for a change it refuses, only set updated_at := now() (records)
+--   or returned the row as it came (attempts). The guards' UPDATE triggers
+--   now have WHEN clauses, evaluated in C, that hold exactly when the
+--   function would raise, or (records) when updated_at is not already now();
+--   the claim's and the commit's UPDATEs set updated_at = now() themselves.
+--   Any other writer still enters the guard as before, so every refusal and
+--   every updated_at stays the database's. DELETE keeps its own trigger.
+-- The functions keep their signatures, return types and outcomes (CREATE OR
+-- REPLACE); the two guard triggers are each split into a DELETE and an UPDATE trigger.
 
 -- Claim of one range (0025), the mark cleared in place.
 CREATE OR REPLACE FUNCTION sourcebound.claim_range(p_conversation_id uuid, p_from_pair integer, p_model text, p_prompt_version text, p_worker_id text, p_lease_ms double precision)
@@ -92,7 +101,7 @@ BEGIN
       WHERE summary_id = v_rec.id AND outcome IS NULL;
       IF v_rec.attempts_spent + 1 >= 2 THEN
         UPDATE sourcebound.conversation_summaries
-        SET status = 'failed', attempts_spent = attempts_spent + 1, failure_reason = 'two attempts spent (the last: lease expired)',
+        SET updated_at = now(), status = 'failed', attempts_spent = attempts_spent + 1, failure_reason = 'two attempts spent (the last: lease expired)',
             lease_owner = NULL, lease_expires_at = NULL, not_before = NULL
         WHERE id = v_rec.id RETURNING * INTO v_rec;
         DELETE FROM sourcebound.compaction_marks WHERE conversation_id = p_conversation_id AND from_pair = p_from_pair AND generation = v_generation;
@@ -110,7 +119,7 @@ BEGIN
       RETURN;
     END IF;
     UPDATE sourcebound.conversation_summaries
-    SET status = 'running', lease_owner = p_worker_id, lease_expires_at = now() + make_interval(secs => p_lease_ms / 1000), not_before = NULL,
+    SET updated_at = now(), status = 'running', lease_owner = p_worker_id, lease_expires_at = now() + make_interval(secs => p_lease_ms / 1000), not_before = NULL,
         attempts_spent = attempts_spent + CASE WHEN v_expired THEN 1 ELSE 0 END,
         failure_reason = CASE WHEN v_expired THEN 'lease expired' ELSE failure_reason END
     WHERE id = v_rec.id RETURNING * INTO v_rec;
@@ -169,7 +178,7 @@ BEGIN
           grounding_checked = p_grounding_checked, grounding_ungrounded = p_grounding_ungrounded
       WHERE id = p_attempt_id;
       UPDATE sourcebound.conversation_summaries
-      SET status = 'completed', attempts_spent = attempts_spent + 1, summary = p_summary, completed_at = now(),
+      SET updated_at = now(), status = 'completed', attempts_spent = attempts_spent + 1, summary = p_summary, completed_at = now(),
           lease_owner = NULL, lease_expires_at = NULL, not_before = NULL
       WHERE id = p_summary_id RETURNING * INTO v_rec;
       DELETE FROM sourcebound.compaction_marks WHERE conversation_id = v_rec.conversation_id AND from_pair = v_rec.from_pair AND generation = v_generation;
@@ -181,7 +190,7 @@ BEGIN
           grounding_checked = p_grounding_checked, grounding_ungrounded = p_grounding_ungrounded
       WHERE id = p_attempt_id;
       UPDATE sourcebound.conversation_summaries
-      SET status = CASE WHEN v_final THEN 'failed' ELSE 'stale' END, attempts_spent = attempts_spent + 1,
+      SET updated_at = now(), status = CASE WHEN v_final THEN 'failed' ELSE 'stale' END, attempts_spent = attempts_spent + 1,
           failure_reason = CASE WHEN v_final THEN 'two attempts spent (the last: source changed before commit)' ELSE 'source changed before commit' END,
           lease_owner = NULL, lease_expires_at = NULL, not_before = NULL
       WHERE id = p_summary_id RETURNING * INTO v_rec;
@@ -193,7 +202,7 @@ BEGIN
         grounding_checked = p_grounding_checked, grounding_ungrounded = p_grounding_ungrounded
     WHERE id = p_attempt_id;
     UPDATE sourcebound.conversation_summaries
-    SET status = CASE WHEN v_final THEN 'failed' ELSE 'pending' END, attempts_spent = attempts_spent + 1,
+    SET updated_at = now(), status = CASE WHEN v_final THEN 'failed' ELSE 'pending' END, attempts_spent = attempts_spent + 1,
         failure_reason = p_outcome || ': ' || p_reason,
         not_before = CASE WHEN v_final OR p_not_before_ms IS NULL THEN NULL ELSE now() + make_interval(secs => p_not_before_ms / 1000) END,
         lease_owner = NULL, lease_expires_at = NULL
@@ -204,7 +213,7 @@ BEGIN
     SET outcome = p_outcome, spent = false, reason = p_reason, request_id = NULL, usage = NULL, finished_at = now()
     WHERE id = p_attempt_id;
     UPDATE sourcebound.conversation_summaries
-    SET status = 'pending', failure_reason = p_outcome || ': ' || p_reason,
+    SET updated_at = now(), status = 'pending', failure_reason = p_outcome || ': ' || p_reason,
         not_before = CASE WHEN p_outcome = 'deferred' THEN now() + make_interval(secs => coalesce(p_not_before_ms, 0) / 1000) END,
         lease_owner = NULL, lease_expires_at = NULL
     WHERE id = p_summary_id RETURNING * INTO v_rec;
@@ -222,3 +231,36 @@ BEGIN
   RETURN NEXT;
 END
 $$;
+--> statement-breakpoint
+-- The guards (0004) split by operation; their functions are unchanged. UPDATE
+-- fires the function only when it has something to do: the conditions are
+-- the function's own (the identity columns are NOT NULL, so IS DISTINCT FROM
+-- is <> there), plus, for records, an updated_at that is not now().
+DROP TRIGGER conversation_summaries_guard ON sourcebound.conversation_summaries;
+--> statement-breakpoint
+CREATE TRIGGER conversation_summaries_guard_delete BEFORE DELETE ON sourcebound.conversation_summaries
+  FOR EACH ROW EXECUTE FUNCTION sourcebound.conversation_summaries_guard();
+--> statement-breakpoint
+CREATE TRIGGER conversation_summaries_guard_update BEFORE UPDATE ON sourcebound.conversation_summaries
+  FOR EACH ROW WHEN (
+    OLD.status IN ('completed', 'failed')
+    OR NEW.conversation_id IS DISTINCT FROM OLD.conversation_id OR NEW.scope IS DISTINCT FROM OLD.scope
+    OR NEW.from_pair IS DISTINCT FROM OLD.from_pair OR NEW.to_pair IS DISTINCT FROM OLD.to_pair
+    OR NEW.source_message_ids IS DISTINCT FROM OLD.source_message_ids OR NEW.source_hash IS DISTINCT FROM OLD.source_hash
+    OR NEW.hash_version IS DISTINCT FROM OLD.hash_version OR NEW.model IS DISTINCT FROM OLD.model
+    OR NEW.prompt_version IS DISTINCT FROM OLD.prompt_version
+    OR NEW.attempts_spent < OLD.attempts_spent
+    OR NEW.updated_at IS DISTINCT FROM now())
+  EXECUTE FUNCTION sourcebound.conversation_summaries_guard();
+--> statement-breakpoint
+DROP TRIGGER conversation_summary_attempts_guard ON sourcebound.conversation_summary_attempts;
+--> statement-breakpoint
+CREATE TRIGGER conversation_summary_attempts_guard_delete BEFORE DELETE ON sourcebound.conversation_summary_attempts
+  FOR EACH ROW EXECUTE FUNCTION sourcebound.conversation_summary_attempts_guard();
+--> statement-breakpoint
+CREATE TRIGGER conversation_summary_attempts_guard_update BEFORE UPDATE ON sourcebound.conversation_summary_attempts
+  FOR EACH ROW WHEN (
+    OLD.outcome IS NOT NULL
+    OR NEW.summary_id IS DISTINCT FROM OLD.summary_id OR NEW.worker_id IS DISTINCT FROM OLD.worker_id
+    OR NEW.started_at IS DISTINCT FROM OLD.started_at)
+  EXECUTE FUNCTION sourcebound.conversation_summary_attempts_guard();
