@@ -122,6 +122,13 @@ export function groundSummary(summary: string, material: readonly MaterialItem[]
 }
 
 interface MaterialIndex {
+  /** The material as given (items joined by newlines), not normalized: most facts are found here as written. */
+  raw: string;
+  /** The normalized forms and the material's own keys, built on first need. */
+  normalized(): NormalizedMaterial;
+}
+
+interface NormalizedMaterial {
   /** Normalized, case-folded material (items separated by newlines). */
   folded: string;
   /** Normalized material with its case kept (code, paths). */
@@ -133,7 +140,12 @@ interface MaterialIndex {
 }
 
 function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
-  const joined = material.map((m) => `${m.id}\n${m.text}`).join('\n');
+  const raw = material.map((m) => `${m.id}\n${m.text}`).join('\n');
+  let normalized: NormalizedMaterial | undefined;
+  return { raw, normalized: () => (normalized ??= normalizeMaterial(raw)) };
+}
+
+function normalizeMaterial(joined: string): NormalizedMaterial {
   const exact = normalizeText(joined);
   let keys: Set<string> | undefined;
   let compact: string | undefined;
@@ -152,16 +164,18 @@ function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
 }
 
 function isGrounded(fact: Fact, index: MaterialIndex): boolean {
-  if (occursAsWritten(fact, index)) return true;
+  if (occursUnchanged(fact, index.raw)) return true;
+  const normalized = index.normalized();
+  if (occursAsWritten(fact, normalized)) return true;
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
-  const keys = index.keys();
+  const keys = normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
   // A bare number is grounded by the same number anywhere: in a figure, a date, an amount.
   return fact.kind === 'number' && !/\D$/.test(fact.key) && keys.has(`n:${fact.key}`);
 }
 
 /** The fact's normalized text in the normalized material (code: without white space; paths and code: with case). */
-function occursAsWritten(fact: Fact, index: MaterialIndex): boolean {
+function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean {
   switch (fact.kind) {
     case 'code': {
       const needle = normalizeText(fact.key).replace(/\s+/g, '');
@@ -173,6 +187,89 @@ function occursAsWritten(fact: Fact, index: MaterialIndex): boolean {
       return occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated)
         || (fact.kind === 'version' && occurs(index.folded, fact.key, fact.truncated));
   }
+}
+
+/**
+ * The fast path of `occursAsWritten`, on the raw material: the fact's
+ * normalized text, as written (case kept), where normalizing the material
+ * provably leaves it and its boundaries as they are. True only when
+ * `occursAsWritten` is true too; false means "ask the normalized material",
+ * which is then built (NFKC, separators, white space, case folding of the
+ * whole material cost more than the rest of the check together).
+ */
+function occursUnchanged(fact: Fact, raw: string): boolean {
+  if (fact.kind === 'code') {
+    const needle = normalizeText(fact.key).replace(/\s+/g, '');
+    return needle.length === 0 || unchangedIn(raw, needle, false, true);
+  }
+  return unchangedIn(raw, normalizeText(fact.text), true, fact.truncated);
+}
+
+/**
+ * `needle` (pure ASCII, white space only as single inner spaces) at a place
+ * of `raw` where normalizeText changes nothing in it or next to it. Why each
+ * test suffices:
+ * - NFKC leaves an ASCII character as it is unless a combining mark follows
+ *   it, so the window around the place is required to be ASCII (its margin
+ *   covers every rule's context below);
+ * - a thousands separator is dropped only between digits: none may be
+ *   dropped from the needle, right before it or in the two characters after;
+ * - `per cent` rewritten as `%` (at most ten characters and one of
+ *   look-ahead) must not touch the needle or its neighbours;
+ * - a single space between two other characters stays as it is (the
+ *   needle's own, which has no space before a `%`); white space next to the
+ *   needle stays white space (one space) or is dropped before a `%`: either
+ *   way not a letter, a digit or `.`/`,` (the needle does not start with `%`);
+ * - ASCII case folding is one character for one, so the case-folded
+ *   comparison of `occurs` finds the same place.
+ * With `bounded`, the token boundaries of `occurs` are checked on the raw
+ * characters, which the tests above keep as they are.
+ */
+function unchangedIn(raw: string, needle: string, bounded: boolean, prefix: boolean): boolean {
+  if (needle.length === 0 || NON_ASCII.test(needle) || LAYOUT.test(needle) || needle[0] === '%' || needle.includes(' %')) return false;
+  const n = needle.length;
+  for (let at = raw.indexOf(needle); at !== -1; at = raw.indexOf(needle, at + 1)) {
+    if (bounded) {
+      const before = raw.charCodeAt(at - 1);
+      if (isAsciiAlnum(before) || isGroupMark(before)) continue;
+      const after = raw.charCodeAt(at + n);
+      if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) continue;
+    }
+    const from = Math.max(0, at - UNCHANGED_MARGIN);
+    const window = raw.slice(from, at + n + UNCHANGED_MARGIN);
+    if (NON_ASCII.test(window)) continue;
+    // The range of the window that must come out unchanged: the character before the needle to the second after it.
+    const lo = at - 1 - from;
+    const hi = at + n + 2 - from;
+    if (touches(THOUSANDS, window, lo, hi, 1, 1)) continue;
+    if (/cent/i.test(window) && touches(PERCENT_WORD, window, lo, hi, 0, 0)) continue;
+    return true;
+  }
+  return false;
+}
+
+/**
+ * Covers a `per cent` rewrite (ten characters and one of look-ahead) that
+ * reaches the needle's neighbours, and a separator's three digits and the one after.
+ */
+const UNCHANGED_MARGIN = 13;
+const NON_ASCII = /[^\x00-\x7f]/;
+/** White space other than single inner spaces (a normalized needle has none of it). */
+const LAYOUT = /[^\S ]|  |^ | $/;
+const isAsciiAlnum = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
+const isAsciiDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
+/** The ASCII thousands separators of THOUSANDS: `,` `'` `_`. */
+const isGroupMark = (c: number): boolean => c === 0x2c || c === 0x27 || c === 0x5f;
+
+/** Whether a match of `regex` in `text`, shrunk by `skip` at its start and cut to `keep` characters (0: all), overlaps [lo, hi). */
+function touches(regex: RegExp, text: string, lo: number, hi: number, skip: number, keep: number): boolean {
+  regex.lastIndex = 0;
+  for (let m = regex.exec(text); m !== null; m = regex.exec(text)) {
+    const start = m.index + skip;
+    const end = keep > 0 ? start + keep : m.index + m[0].length;
+    if (start < hi && end > lo) return true;
+  }
+  return false;
 }
 
 /** Keys a material fact grounds: its own, for figures their bare number, for full dates their day and month. */
@@ -220,9 +317,12 @@ const WHITE_RUN = /\s{2,}|[^\S ]/g;
 function prepare(text: string): string {
   // Before NFKC, which turns no-break and thin spaces into plain ones.
   let t = text.replace(THOUSANDS, '$1');
-  const nfkc = t.normalize('NFKC');
-  // Again when NFKC changed something: full-width digits are digits only after it.
-  if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
+  // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
+  if (NON_ASCII.test(t)) {
+    const nfkc = t.normalize('NFKC');
+    // Again when NFKC changed something: full-width digits are digits only after it.
+    if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
+  }
   if (/cent/i.test(t)) t = t.replace(PERCENT_WORD, '$1%');
   return t;
 }
@@ -324,7 +424,12 @@ function trimTrailing(token: string): string {
 }
 
 const WORD = /[\p{L}\p{N}]/u;
-const isWord = (ch: string | undefined): boolean => ch !== undefined && (ch <= '\x7f' ? /[A-Za-z0-9]/.test(ch) : WORD.test(ch));
+/** A letter or digit at `i` of `text` (one UTF-16 unit; outside the text: no). */
+function isWordAt(text: string, i: number): boolean {
+  if (i < 0 || i >= text.length) return false;
+  const c = text.charCodeAt(i);
+  return c < 0x80 ? isAsciiAlnum(c) : WORD.test(text[i]!);
+}
 
 /** The non-space token around `at`, bounded by white space and quoting characters. */
 function tokenAround(text: string, at: number, stop: RegExp): [number, number] {
@@ -368,14 +473,14 @@ function* identifiers(input: string): Iterable<Match> {
     if (m.index < consumed) continue;
     let from = m.index;
     for (;;) {
-      if (isWord(input[from - 1])) { from--; continue; }
-      if (CONNECTOR.test(input[from - 1] ?? '') && isWord(input[from - 2])) { from -= 2; continue; }
+      if (isWordAt(input, from - 1)) { from--; continue; }
+      if (isConnector(input.charCodeAt(from - 1)) && isWordAt(input, from - 2)) { from -= 2; continue; }
       break;
     }
     let to = m.index + 1;
     for (;;) {
-      if (isWord(input[to])) { to++; continue; }
-      if (CONNECTOR.test(input[to] ?? '') && isWord(input[to + 1])) { to += 2; continue; }
+      if (isWordAt(input, to)) { to++; continue; }
+      if (isConnector(input.charCodeAt(to)) && isWordAt(input, to + 1)) { to += 2; continue; }
       break;
     }
     consumed = to;
@@ -386,7 +491,8 @@ function* identifiers(input: string): Iterable<Match> {
     yield { index: from, length: to - from, text: t, key: t.toLowerCase() };
   }
 }
-const CONNECTOR = /^[-_.#+]$/;
+/** `-` `_` `.` `#` `+` inside an identifier. */
+const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x2e || c === 0x23 || c === 0x2b;
 
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'gi');
 
@@ -459,13 +565,37 @@ export function extractFacts(text: string): Fact[] {
   const found: { at: number; fact: Fact }[] = [];
   // Quoted code first, over the whole text (a fenced block spans lines); then every other
   // kind only in the windows that can hold one.
-  const rest = matchAll(prepare(text), 0, PATTERNS.slice(0, CODE_PATTERNS), found);
-  for (const [from, to] of factWindows(rest)) matchAll(rest.slice(from, to), from, PATTERNS.slice(CODE_PATTERNS), found);
+  const rest = matchAll(prepare(text), (i) => i, CODE, found);
+  const windows = factWindows(rest);
+  if (windows.length > 0) {
+    // All windows in one text, each pattern run once over it (not once per window).
+    const starts: number[] = [];
+    let length = 0;
+    const parts = windows.map(([from, to]) => {
+      starts.push(length);
+      length += to - from + BARRIER.length;
+      return rest.slice(from, to);
+    });
+    const at = (i: number): number => {
+      let k = starts.length - 1;
+      while (starts[k]! > i) k--;
+      return windows[k]![0] + i - starts[k]!;
+    };
+    matchAll(parts.join(BARRIER), at, IN_WINDOWS, found);
+  }
   return found.sort((a, b) => a.at - b.at).map((f) => f.fact);
 }
 
-/** Runs `patterns` in order over `text` (at `offset` in the whole), each masking what it matched; returns the masked text. */
-function matchAll(text: string, offset: number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[]): string {
+/**
+ * Between two windows in the text the patterns run over: no pattern matches
+ * across it or with it (none consumes `<`: URLs, e-mails and paths stop at
+ * it), and every look-around sees it as the start or end of a text (no
+ * look-behind or look-ahead class has it, and it is no word character).
+ */
+const BARRIER = '<';
+
+/** Runs `patterns` in order over `text` (`at` maps an index to the whole), each masking what it matched; returns the masked text. */
+function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[]): string {
   let rest = text;
   for (const pattern of patterns) {
     const spans: [number, number][] = [];
@@ -474,7 +604,7 @@ function matchAll(text: string, offset: number, patterns: readonly Pattern[], fo
       spans.push([m.index, m.index + m.length]);
       if (m.checked === false) continue;
       const end = m.index + m.text.length;
-      found.push({ at: offset + m.index, fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
+      found.push({ at: at(m.index), fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
     }
     // Mask what this kind matched, so a later kind does not match inside it.
     if (spans.length > 0) rest = mask(rest, spans);
@@ -482,8 +612,9 @@ function matchAll(text: string, offset: number, patterns: readonly Pattern[], fo
   return rest;
 }
 
-/** The patterns of quoted code, which run first and over the whole text. */
-const CODE_PATTERNS = 2;
+/** The patterns of quoted code, which run first and over the whole text; then the others, in windows. */
+const CODE = PATTERNS.slice(0, 2);
+const IN_WINDOWS = PATTERNS.slice(2);
 
 /**
  * Every fact but quoted code has a digit, `@`, `/`, `\\` or `www.` in it and

@@ -116,6 +116,37 @@ describe('grounding against the material', () => {
   });
 });
 
+describe('the fast paths give the results of the full normalization', () => {
+  // The check looks for a fact in the raw material first and normalizes the material only when
+  // that fails; it skips NFKC on pure-ASCII text; it runs each pattern once over all windows.
+  // Each case here is one a looser fast path would get wrong.
+  it.each<[string, string, string, string[]]>([
+    ['a separator dropped before the fact', '12,345 units', 'We had 345 units.', ['number:345']],
+    ['a separator dropped inside quoted code', 'x = 1,234;', 'Run `1,23` now.', ['code:`1,23`']],
+    ['`per cent` rewritten next to the fact', 'a 5 per cent5 b', 'Ref cent5 here.', ['identifier:cent5']],
+    ['a combining mark after the fact (NFKC composes it)', 'Ref ab12e\u0301.', 'Ref ab12e.', ['identifier:ab12e']],
+    ['a no-break space inside the fact', 'It is 12\u00a0kg.', 'It is 12 kg.', []],
+    ['a double space inside the fact', 'It is 12  kg.', 'It is 12 kg.', []],
+    ['a separator the summary dropped', 'It is 1,492 feet.', 'It is 1492 feet.', []],
+    ['another letter case', 'Order inv-2231.', 'Order INV-2231.', []],
+  ])('%s', (_case, text, summary, expected) => {
+    expect(groundSummary(summary, [{ id: 'm1', text }]).ungrounded).toEqual(expected);
+  });
+
+  it('ASCII and NFKC texts give the same facts (full-width digits, CJK, emoji)', () => {
+    const wide = extractFacts('Order INV-２２３１ weighs ３,５００ kg on ２０２４-０３-０５; 共感 😊');
+    expect(wide).toEqual(extractFacts('Order INV-2231 weighs 3,500 kg on 2024-03-05; 共感 😊'));
+    expect(wide.map((f) => `${f.kind}:${f.text}`)).toEqual(['identifier:INV-2231', 'number:3500 kg', 'date:2024-03-05']);
+    expect(normalizeText('INV-２２３１ ３,５００ 共感 😊 ﬁle 1\u00a0000')).toBe('INV-2231 3500 共感 😊 file 1000');
+    expect(normalizeText('INV-2231 3,500 file 1 000')).toBe('INV-2231 3500 file 1 000');
+  });
+
+  it('does not join two windows of a text into one fact', () => {
+    // "5" and "March" are in two windows (far apart, only blanks between them): not a date.
+    expect(facts(`On 5${' '.repeat(120)}March we met at 10 am`)).toEqual(['time:10 am']);
+  });
+});
+
 describe('groundOutcome', () => {
   const ok = (text: string): Outcome => ({ kind: 'ok', text, model: 'm', usage: null, requestId: 'r' });
 
