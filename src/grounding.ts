@@ -235,12 +235,16 @@ function unchangedIn(raw: string, needle: string, bounded: boolean, prefix: bool
       const after = raw.charCodeAt(at + n);
       if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) continue;
     }
-    const from = Math.max(0, at - UNCHANGED_MARGIN);
-    const window = raw.slice(from, at + n + UNCHANGED_MARGIN);
+    // A hard neighbour ends the context on its side: no rule reaches across it.
+    const hardBefore = isHard(raw.charCodeAt(at - 1));
+    const hardAfter = isHard(raw.charCodeAt(at + n));
+    const from = hardBefore ? at - 1 : Math.max(0, at - UNCHANGED_MARGIN);
+    const window = raw.slice(from, hardAfter ? at + n + 2 : at + n + UNCHANGED_MARGIN);
     if (NON_ASCII.test(window)) continue;
-    // The range of the window that must come out unchanged: the character before the needle to the second after it.
+    // The range of the window that must come out unchanged: the character before the needle to the
+    // second after it (the first after it, when that one is hard: it alone decides the boundary).
     const lo = at - 1 - from;
-    const hi = at + n + 2 - from;
+    const hi = at + n + (hardAfter ? 1 : 2) - from;
     if (touches(THOUSANDS, window, lo, hi, 1, 1)) continue;
     if (/cent/i.test(window) && touches(PERCENT_WORD, window, lo, hi, 0, 0)) continue;
     return true;
@@ -258,6 +262,13 @@ const NON_ASCII = /[^\x00-\x7f]/;
 const LAYOUT = /[^\S ]|  |^ | $/;
 const isAsciiAlnum = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
 const isAsciiDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
+/**
+ * An ASCII character no rule of normalizeText uses or reads past: not a
+ * letter, digit, space, `.`, `%` or thousands separator (`per cent`, `50 %`
+ * and `1,234` are made of those only). White space other than a space is
+ * hard: it becomes a space, and nothing reads across it.
+ */
+const isHard = (c: number): boolean => c < 0x80 && !isAsciiAlnum(c) && c !== 0x20 && c !== 0x2e && c !== 0x25 && !isGroupMark(c);
 /** The ASCII thousands separators of THOUSANDS: `,` `'` `_`. */
 const isGroupMark = (c: number): boolean => c === 0x2c || c === 0x27 || c === 0x5f;
 
