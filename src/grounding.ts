@@ -245,7 +245,7 @@ function unchangedIn(raw: string, needle: string, bounded: boolean, prefix: bool
     // second after it (the first after it, when that one is hard: it alone decides the boundary).
     const lo = at - 1 - from;
     const hi = at + n + (hardAfter ? 1 : 2) - from;
-    if (touches(THOUSANDS, window, lo, hi, 1, 1)) continue;
+    if (/[,'_]/.test(window) && touches(THOUSANDS, window, lo, hi, 1, 1)) continue;
     if (/cent/i.test(window) && touches(PERCENT_WORD, window, lo, hi, 0, 0)) continue;
     return true;
   }
@@ -314,6 +314,7 @@ const WORD_START = /^(?:[\p{L}\p{N}]|[.,]\d)/u;
 
 /** Steps 1-2 of the normalization: NFKC, thousands separators dropped, white space collapsed. */
 export function normalizeText(text: string): string {
+  if (!MAY_CHANGE.test(text)) return text;
   let t = prepare(text);
   if (t.includes('%')) t = t.replace(/(\d) +%/g, '$1%');
   return t.replace(WHITE_RUN, ' ');
@@ -323,6 +324,12 @@ export function normalizeText(text: string): string {
 // replacing every /\s+/ with ' ', without rewriting each single space between
 // words (that was half the check's time on the real threads).
 const WHITE_RUN = /\s{2,}|[^\S ]/g;
+/**
+ * What any step needs to change a text: a character outside printable ASCII
+ * (NFKC, no-break spaces, white space but a space), an ASCII thousands
+ * separator, `%`, two spaces or `cent`. A fact's text rarely has one.
+ */
+const MAY_CHANGE = /[^\x20-\x7e]|[,'_%]|  |[cC][eE][nN][tT]/;
 
 /** NFKC with thousands separators dropped and `percent` made `%`: what extraction and comparison start from. */
 function prepare(text: string): string {
@@ -390,6 +397,8 @@ const AMOUNT = String.raw`(\d+(?:[.,]\d+)*)`;
  * number, not an identifier. A leading zero makes it a code (`0634102a`).
  */
 const FIGURE_TOKEN = new RegExp(`^(?:0|[1-9]\\d*)(?:[.,]\\d+)?-?${ANY_UNIT}$`, 'iu');
+/** FIGURE_TOKEN for ASCII tokens: no unit outside ASCII case-folds to ASCII, so `i` alone matches the same. */
+const FIGURE_TOKEN_ASCII = new RegExp(FIGURE_TOKEN.source, 'i');
 
 /** One match of a kind: where it is, what it is, and its key (null: not a fact after all, but masked). */
 interface Match {
@@ -406,6 +415,8 @@ interface Match {
 interface Pattern {
   kind: FactKind;
   find(text: string): Iterable<Match>;
+  /** Every match contains one of these: a text without any is not searched (`includes` is much cheaper than the pattern). */
+  needs?: readonly string[];
 }
 
 /**
@@ -466,6 +477,7 @@ function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: str
 const EMAIL = /^[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}$/u;
 const PATH = /^(?:(?:~|\.{1,2})?\/[\p{L}\p{N}._@%+-]+(?:\/[\p{L}\p{N}._@%+-]*)*|[A-Za-z]:\\[^\s"'<>|]+|[\p{L}\p{N}._-]+(?:[\/\\][\p{L}\p{N}._@-]+)+\.[A-Za-z][A-Za-z0-9]{0,7})$/u;
 const IDENTIFIER = /^[\p{L}\p{N}]+(?:[-_.#+][\p{L}\p{N}]+)*$/u;
+const IDENTIFIER_ASCII = /^[A-Za-z0-9]+(?:[-_.#+][A-Za-z0-9]+)*$/;
 
 function pathFact(token: string): { text: string; key: string } | null {
   const t = trimTrailing(token.replace(/^[(\[{<*_]+/, ''));
@@ -496,9 +508,11 @@ function* identifiers(input: string): Iterable<Match> {
     }
     consumed = to;
     const t = input.slice(from, to);
-    if (!/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
+    // On ASCII, the same tests without Unicode classes (V8 runs those much slower).
+    const ascii = !NON_ASCII.test(t);
+    if (ascii ? !/[A-Za-z]/.test(t) || !IDENTIFIER_ASCII.test(t) : !/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
     if (/^\d+(?:st|nd|rd|th)$/i.test(t)) continue; // ordinals
-    if (FIGURE_TOKEN.test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
+    if ((ascii ? FIGURE_TOKEN_ASCII : FIGURE_TOKEN).test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
     yield { index: from, length: to - from, text: t, key: t.toLowerCase() };
   }
 }
@@ -509,8 +523,8 @@ const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t
 
 const PATTERNS: readonly Pattern[] = [
   // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
-  { kind: 'code', find: byRegex(/^[ \t]*```[^\n`]*\n([^]*?)\n[ \t]*```/gm, (m) => m[1]!.trim()) },
-  { kind: 'code', find: byRegex(/(?<!`)`([^`\n]{1,400})`(?!`)/g, (m) => m[1]!.trim()) },
+  { kind: 'code', find: byRegex(/^[ \t]*```[^\n`]*\n([^]*?)\n[ \t]*```/gm, (m) => m[1]!.trim()), needs: ['```'] },
+  { kind: 'code', find: byRegex(/(?<!`)`([^`\n]{1,400})`(?!`)/g, (m) => m[1]!.trim()), needs: ['`'] },
   {
     kind: 'url',
     find: byRegex(/(?<![A-Za-z0-9])(?:(?:https?|ftp):\/\/|www\.)[^\s<>"'`]+/gi,
@@ -525,7 +539,7 @@ const PATTERNS: readonly Pattern[] = [
     }),
   },
   { kind: 'path', find: (input) => around(input, /[\/\\]/g, /[\s"'`<>|]/, pathFact) },
-  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)) },
+  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
   {
     kind: 'date',
     find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
@@ -544,6 +558,7 @@ const PATTERNS: readonly Pattern[] = [
   {
     kind: 'money',
     find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    needs: ['$', '€', '£', '¥', '₹'],
   },
   {
     kind: 'money',
@@ -609,6 +624,7 @@ const BARRIER = '<';
 function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[]): string {
   let rest = text;
   for (const pattern of patterns) {
+    if (pattern.needs !== undefined && !pattern.needs.some((s) => rest.includes(s))) continue;
     const spans: [number, number][] = [];
     for (const m of pattern.find(rest)) {
       if (m.key === null) continue;
@@ -637,6 +653,11 @@ const IN_WINDOWS = PATTERNS.slice(2);
 const WINDOW_RADIUS = 48;
 const TRIGGER = /[0-9@\/\\]|www\./gi;
 const SPACE = /\s/;
+/** `/\s/` on the character at `i` (in the text), without a regex call for ASCII. */
+function isSpaceAt(text: string, i: number): boolean {
+  const c = text.charCodeAt(i);
+  return c < 0x80 ? c === 0x20 || (c >= 0x09 && c <= 0x0d) : SPACE.test(text[i]!);
+}
 
 /** The spans of `text` that can hold a fact, in order, merged. */
 function factWindows(text: string): [number, number][] {
@@ -647,8 +668,8 @@ function factWindows(text: string): [number, number][] {
     if (last !== undefined && m.index < last[1]) continue;
     let from = Math.max(0, m.index - WINDOW_RADIUS);
     let to = Math.min(text.length, m.index + WINDOW_RADIUS);
-    while (from > 0 && !SPACE.test(text[from - 1]!)) from--;
-    while (to < text.length && !SPACE.test(text[to]!)) to++;
+    while (from > 0 && !isSpaceAt(text, from - 1)) from--;
+    while (to < text.length && !isSpaceAt(text, to)) to++;
     if (last !== undefined && from <= last[1]) last[1] = to;
     else spans.push([from, to]);
     TRIGGER.lastIndex = Math.max(TRIGGER.lastIndex, to);
@@ -681,6 +702,8 @@ function numberKey(digits: string, unit: string | null): string {
 
 /** `1'234,5` -> `1234.5`: group separators dropped, a decimal comma made a point, trailing zeros dropped. */
 function canonicalNumber(digits: string): string {
+  // Digits only (most figures): only leading zeros to drop.
+  if (!/[.,']/.test(digits)) return digits.charCodeAt(0) === 0x30 ? digits.replace(/^0+(?=\d)/, '') : digits;
   let d = digits.replace(/'/g, '');
   // A comma not followed by exactly three digits is a decimal comma.
   d = d.replace(/,(?=\d{3}(?!\d))/g, '').replace(/,/g, '.');
