@@ -602,10 +602,16 @@ export function extractFacts(text: string): Fact[] {
       length += to - from + BARRIER.length;
       return rest.slice(from, to);
     });
+    // The window that holds index i of the joined text: the last one starting at or before it.
     const at = (i: number): number => {
-      let k = starts.length - 1;
-      while (starts[k]! > i) k--;
-      return windows[k]![0] + i - starts[k]!;
+      let lo = 0;
+      let hi = starts.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (starts[mid]! <= i) lo = mid;
+        else hi = mid - 1;
+      }
+      return windows[lo]![0] + i - starts[lo]!;
     };
     matchAll(parts.join(BARRIER), at, IN_WINDOWS, found);
   }
