@@ -124,6 +124,11 @@ export function groundSummary(summary: string, material: readonly MaterialItem[]
 interface MaterialIndex {
   /** The material as given (items joined by newlines), not normalized: most facts are found here as written. */
   raw: string;
+  /**
+   * `raw` with its thousands separators dropped (the first step of normalizeText, which a second
+   * time changes nothing), for a figure the summary wrote without them; null when there are none.
+   */
+  ungrouped(): string | null;
   /** The normalized forms and the material's own keys, built on first need. */
   normalized(): NormalizedMaterial;
 }
@@ -142,7 +147,18 @@ interface NormalizedMaterial {
 function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
   const raw = material.map((m) => `${m.id}\n${m.text}`).join('\n');
   let normalized: NormalizedMaterial | undefined;
-  return { raw, normalized: () => (normalized ??= normalizeMaterial(raw)) };
+  let ungrouped: string | null | undefined;
+  return {
+    raw,
+    ungrouped() {
+      if (ungrouped === undefined) {
+        const dropped = raw.replace(THOUSANDS, '$1');
+        ungrouped = dropped === raw ? null : dropped;
+      }
+      return ungrouped;
+    },
+    normalized: () => (normalized ??= normalizeMaterial(raw)),
+  };
 }
 
 function normalizeMaterial(joined: string): NormalizedMaterial {
@@ -165,6 +181,8 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
 
 function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (occursUnchanged(fact, index.raw)) return true;
+  const ungrouped = /\d/.test(fact.text) ? index.ungrouped() : null;
+  if (ungrouped !== null && occursUnchanged(fact, ungrouped)) return true;
   const normalized = index.normalized();
   if (occursAsWritten(fact, normalized)) return true;
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;

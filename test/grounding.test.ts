@@ -117,8 +117,9 @@ describe('grounding against the material', () => {
 });
 
 describe('the fast paths give the results of the full normalization', () => {
-  // The check looks for a fact in the raw material first and normalizes the material only when
-  // that fails; it skips NFKC on pure-ASCII text; it runs each pattern once over all windows.
+  // The check looks for a fact in the raw material first (then with its thousands separators
+  // dropped) and normalizes the material only when that fails; it skips NFKC on pure-ASCII text;
+  // it runs each pattern once over all windows.
   // Each case here is one a looser fast path would get wrong.
   it.each<[string, string, string, string[]]>([
     ['a separator dropped before the fact', '12,345 units', 'We had 345 units.', ['number:345']],
@@ -128,6 +129,7 @@ describe('the fast paths give the results of the full normalization', () => {
     ['a no-break space inside the fact', 'It is 12\u00a0kg.', 'It is 12 kg.', []],
     ['a double space inside the fact', 'It is 12  kg.', 'It is 12 kg.', []],
     ['a separator the summary dropped', 'It is 1,492 feet.', 'It is 1492 feet.', []],
+    ['a figure inside a longer one once separators are dropped', 'Total 12,345,678.', 'Total 345678.', ['number:345678']],
     ['another letter case', 'Order inv-2231.', 'Order INV-2231.', []],
   ])('%s', (_case, text, summary, expected) => {
     expect(groundSummary(summary, [{ id: 'm1', text }]).ungrounded).toEqual(expected);
