@@ -136,7 +136,7 @@ BEGIN
 END
 $$;
 --> statement-breakpoint
--- Commit (0026): reads only what it compares; the mark cleared in place.
+-- Commit (0025, with the deferral written through 0026's compaction_job_at()): reads only what it compares; the mark cleared in place.
 CREATE OR REPLACE FUNCTION sourcebound.commit_summary(
   p_summary_id uuid, p_attempt_id bigint, p_worker_id text, p_outcome text,
   p_summary text, p_reason text, p_request_id text, p_usage jsonb, p_not_before_ms double precision,
