@@ -197,47 +197,30 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     }
   });
 
-  it('new jobs are picked up by LISTEN on the direct URL: pooled p50 within 2x of direct, never by polling', async () => {
-    // Two databases, one worker each, samples interleaved so both see the same machine load.
-    const other = await createTestDatabase();
-    const poll = 60_000; // a pickup by polling would take up to a minute
-    const side = async (url: string, direct: string) => {
-      const config = loadConfig({ DATABASE_URL: url, DATABASE_DIRECT_URL: direct, SOURCEBOUND_POLL_INTERVAL_MS: String(poll), LOG_LEVEL: 'silent' });
-      const database = await openDatabase(config, silentLogger, 6);
-      const handle = await startWorker({ config, logger: silentLogger, database, summarizer: createOfflineSummarizer({ maxChars: 6000 }), skipMigrations: true });
-      const starts = new Map<string, number>();
-      handle.runner.events.on('job:start', ({ job }) => starts.set(String((job.payload as { conversationId?: string }).conversationId), performance.now()));
-      return { database, handle, starts };
-    };
-    const directSide = await side(other.url, other.url);
-    const pooledSide = await side(pooledUrl, db.url);
-    expect(pooledSide.database.pooled).toBe(true);
-    const sample = async (pool: pg.Pool, s: typeof directSide) => {
-      const c = await createConversation(pool);
-      const t0 = performance.now();
-      await pool.query('select sourcebound.enqueue_compaction($1)', [c]);
-      await until(async () => s.starts.has(c), 10_000, 'job picked up');
-      return s.starts.get(c)! - t0;
-    };
-    const direct: number[] = [];
-    const pooled: number[] = [];
+  it('new jobs are picked up by LISTEN on the direct URL, never by polling', async () => {
+    // The poll interval is a minute, so a pickup by polling would take up to a minute: every
+    // pickup in a tenth of that proves the notification reached the worker. (How fast a pickup
+    // through PgBouncer is against a direct one is a speed figure: P4 in the benchmarks.)
+    const poll = 60_000;
+    const config = loadConfig({ DATABASE_URL: pooledUrl, DATABASE_DIRECT_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: String(poll), LOG_LEVEL: 'silent' });
+    const database = await openDatabase(config, silentLogger, 6);
+    const handle = await startWorker({ config, logger: silentLogger, database, summarizer: createOfflineSummarizer({ maxChars: 6000 }), skipMigrations: true });
+    const starts = new Map<string, number>();
+    handle.runner.events.on('job:start', ({ job }) => starts.set(String((job.payload as { conversationId?: string }).conversationId), performance.now()));
+    expect(database.pooled).toBe(true);
+    const pickups: number[] = [];
     try {
-      // Warm-up: the first pickups pay for connections.
-      await sample(other.pool, directSide);
-      await sample(db.pool, pooledSide);
-      for (let i = 0; i < 15; i++) {
-        direct.push(await sample(other.pool, directSide));
-        pooled.push(await sample(db.pool, pooledSide));
+      for (let i = 0; i < 8; i++) {
+        const c = await createConversation(db.pool);
+        const t0 = performance.now();
+        await db.pool.query('select sourcebound.enqueue_compaction($1)', [c]);
+        await until(async () => starts.has(c), poll / 2, 'job picked up');
+        pickups.push(starts.get(c)! - t0);
       }
     } finally {
-      await directSide.handle.stop();
-      await pooledSide.handle.stop();
-      await directSide.database.close();
-      await pooledSide.database.close();
+      await handle.stop();
+      await database.close();
     }
-    const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-    console.log(`pickup p50: direct ${p50(direct).toFixed(1)} ms, through PgBouncer ${p50(pooled).toFixed(1)} ms`);
-    expect(Math.max(...pooled)).toBeLessThan(poll / 10);
-    expect(p50(pooled)).toBeLessThanOrEqual(2 * p50(direct));
+    expect(Math.max(...pickups)).toBeLessThan(poll / 10);
   }, 120_000);
 });
