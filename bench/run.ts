@@ -28,6 +28,7 @@ import { benchScale } from './p7-scale.ts';
 import { benchCache } from './p8-cache.ts';
 import { benchGrounding } from './p9-grounding.ts';
 import { benchRunSoak } from './p10-run-soak.ts';
+import { benchPooledPickup } from './p11-pooled-pickup.ts';
 
 const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promise<BenchResult> }[] = [
   { id: 'P1', title: 'write overhead of the triggers', run: benchWrite },
@@ -40,6 +41,7 @@ const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promi
   { id: 'P8', title: 'cache economics with prompt caching on', run: benchCache },
   { id: 'P9', title: 'grounding check on real ranges', run: benchGrounding },
   { id: 'P10', title: 'run-compaction soak (README agent loop)', run: benchRunSoak },
+  { id: 'P11', title: 'new-job pickup through PgBouncer versus direct', run: benchPooledPickup },
 ];
 
 const RESULTS_DIR = fileURLToPath(new URL('./results', import.meta.url));
