@@ -200,7 +200,7 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
   it('new jobs are picked up by LISTEN on the direct URL, never by polling', async () => {
     // The poll interval is a minute, so a pickup by polling would take up to a minute: every
     // pickup in a tenth of that proves the notification reached the worker. (How fast a pickup
-    // through PgBouncer is against a direct one is a speed figure: P4 in the benchmarks.)
+    // through PgBouncer is against a direct one is a speed figure: P11 in the benchmarks.)
     const poll = 60_000;
     const config = loadConfig({ DATABASE_URL: pooledUrl, DATABASE_DIRECT_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: String(poll), LOG_LEVEL: 'silent' });
     const database = await openDatabase(config, silentLogger, 6);
