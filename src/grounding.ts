@@ -124,6 +124,8 @@ export function groundSummary(summary: string, material: readonly MaterialItem[]
 interface MaterialIndex {
   /** The material as given (items joined by newlines), not normalized: most facts are found here as written. */
   raw: string;
+  /** The items' ids, each with the index of its first character in `raw` (a summary's reply tags are found in them first). */
+  ids: readonly { id: string; at: number }[];
   /**
    * `raw` with its thousands separators dropped (the first step of normalizeText, which a second
    * time changes nothing), for a figure the summary wrote without them; null when there are none.
@@ -146,10 +148,17 @@ interface NormalizedMaterial {
 
 function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
   const raw = material.map((m) => `${m.id}\n${m.text}`).join('\n');
+  const ids: { id: string; at: number }[] = [];
+  let at = 0;
+  for (const m of material) {
+    ids.push({ id: m.id, at });
+    at += m.id.length + m.text.length + 2;
+  }
   let normalized: NormalizedMaterial | undefined;
   let ungrouped: string | null | undefined;
   return {
     raw,
+    ids,
     ungrouped() {
       if (ungrouped === undefined) {
         const dropped = raw.replace(THOUSANDS, '$1');
@@ -180,9 +189,9 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
 }
 
 function isGrounded(fact: Fact, index: MaterialIndex): boolean {
-  if (occursUnchanged(fact, index.raw)) return true;
+  if (occursUnchanged(fact, index.raw, index.ids)) return true;
   const ungrouped = /\d/.test(fact.text) ? index.ungrouped() : null;
-  if (ungrouped !== null && occursUnchanged(fact, ungrouped)) return true;
+  if (ungrouped !== null && occursUnchanged(fact, ungrouped, NO_IDS)) return true;
   const normalized = index.normalized();
   if (occursAsWritten(fact, normalized)) return true;
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
@@ -215,13 +224,14 @@ function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean {
  * which is then built (NFKC, separators, white space, case folding of the
  * whole material cost more than the rest of the check together).
  */
-function occursUnchanged(fact: Fact, raw: string): boolean {
+function occursUnchanged(fact: Fact, raw: string, ids: MaterialIndex['ids']): boolean {
   if (fact.kind === 'code') {
     const needle = normalizeText(fact.key).replace(/\s+/g, '');
-    return needle.length === 0 || unchangedIn(raw, needle, false, true);
+    return needle.length === 0 || unchangedIn(raw, ids, needle, false, true);
   }
-  return unchangedIn(raw, normalizeText(fact.text), true, fact.truncated);
+  return unchangedIn(raw, ids, normalizeText(fact.text), true, fact.truncated);
 }
+const NO_IDS: MaterialIndex['ids'] = [];
 
 /**
  * `needle` (pure ASCII, white space only as single inner spaces) at a place
@@ -243,31 +253,42 @@ function occursUnchanged(fact: Fact, raw: string): boolean {
  * With `bounded`, the token boundaries of `occurs` are checked on the raw
  * characters, which the tests above keep as they are.
  */
-function unchangedIn(raw: string, needle: string, bounded: boolean, prefix: boolean): boolean {
+function unchangedIn(raw: string, ids: MaterialIndex['ids'], needle: string, bounded: boolean, prefix: boolean): boolean {
   if (needle.length === 0 || NON_ASCII.test(needle) || LAYOUT.test(needle) || needle[0] === '%' || needle.includes(' %')) return false;
-  const n = needle.length;
-  for (let at = raw.indexOf(needle); at !== -1; at = raw.indexOf(needle, at + 1)) {
-    if (bounded) {
-      const before = raw.charCodeAt(at - 1);
-      if (isAsciiAlnum(before) || isGroupMark(before)) continue;
-      const after = raw.charCodeAt(at + n);
-      if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) continue;
+  // Any place that passes will do: the items' ids first (a reply's tag is the start of its id; the
+  // scan of the whole material would read every reply before it), then the whole material.
+  for (const { id, at: start } of ids) {
+    for (let at = id.indexOf(needle); at !== -1; at = id.indexOf(needle, at + 1)) {
+      if (unchangedAt(raw, start + at, needle.length, bounded, prefix)) return true;
     }
-    // A hard neighbour ends the context on its side: no rule reaches across it.
-    const hardBefore = isHard(raw.charCodeAt(at - 1));
-    const hardAfter = isHard(raw.charCodeAt(at + n));
-    const from = hardBefore ? at - 1 : Math.max(0, at - UNCHANGED_MARGIN);
-    const window = raw.slice(from, hardAfter ? at + n + 2 : at + n + UNCHANGED_MARGIN);
-    if (NON_ASCII.test(window)) continue;
-    // The range of the window that must come out unchanged: the character before the needle to the
-    // second after it (the first after it, when that one is hard: it alone decides the boundary).
-    const lo = at - 1 - from;
-    const hi = at + n + (hardAfter ? 1 : 2) - from;
-    if (/[,'_]/.test(window) && touches(THOUSANDS, window, lo, hi, 1, 1)) continue;
-    if (/cent/i.test(window) && touches(PERCENT_WORD, window, lo, hi, 0, 0)) continue;
-    return true;
+  }
+  for (let at = raw.indexOf(needle); at !== -1; at = raw.indexOf(needle, at + 1)) {
+    if (unchangedAt(raw, at, needle.length, bounded, prefix)) return true;
   }
   return false;
+}
+
+/** Whether the needle of `n` characters found at `at` of `raw` passes the tests of unchangedIn. */
+function unchangedAt(raw: string, at: number, n: number, bounded: boolean, prefix: boolean): boolean {
+  if (bounded) {
+    const before = raw.charCodeAt(at - 1);
+    if (isAsciiAlnum(before) || isGroupMark(before)) return false;
+    const after = raw.charCodeAt(at + n);
+    if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) return false;
+  }
+  // A hard neighbour ends the context on its side: no rule reaches across it.
+  const hardBefore = isHard(raw.charCodeAt(at - 1));
+  const hardAfter = isHard(raw.charCodeAt(at + n));
+  const from = hardBefore ? at - 1 : Math.max(0, at - UNCHANGED_MARGIN);
+  const window = raw.slice(from, hardAfter ? at + n + 2 : at + n + UNCHANGED_MARGIN);
+  if (NON_ASCII.test(window)) return false;
+  // The range of the window that must come out unchanged: the character before the needle to the
+  // second after it (the first after it, when that one is hard: it alone decides the boundary).
+  const lo = at - 1 - from;
+  const hi = at + n + (hardAfter ? 1 : 2) - from;
+  if (/[,'_]/.test(window) && touches(THOUSANDS, window, lo, hi, 1, 1)) return false;
+  if (/cent/i.test(window) && touches(PERCENT_WORD, window, lo, hi, 0, 0)) return false;
+  return true;
 }
 
 /**
@@ -432,7 +453,8 @@ interface Match {
 
 interface Pattern {
   kind: FactKind;
-  find(text: string): Iterable<Match>;
+  /** The matches in `text`; `digits` holds (at least) the index of every ASCII digit in it, in order. */
+  find(text: string, digits: readonly number[]): Iterable<Match>;
   /** Every match contains one of these: a text without any is not searched (`includes` is much cheaper than the pattern). */
   needs?: readonly string[];
 }
@@ -452,6 +474,61 @@ function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text
     }
   };
 }
+
+/**
+ * A pattern that every match of which has an ASCII digit, and whose start can
+ * be told from that digit: `start(text, d)` gives, for the digit at `d`, the
+ * one place a match holding that digit first can start, or -1 when no match
+ * can (a cheap necessary test, e.g. the pattern's own look-behind). `regex`
+ * (sticky) is then tried only there, in order, each at or after the end of
+ * the last match: the same matches as the global regex scanning every place
+ * (the leftmost match at or after the last one's end starts at one of these
+ * places), at a fraction of the cost on long texts with few figures.
+ */
+function byStart(regex: RegExp, start: (text: string, d: number) => number, key: (m: RegExpExecArray) => string | null): (input: string, digits: readonly number[]) => Iterable<Match> {
+  if (!regex.sticky || regex.global) throw new Error(`byStart: ${regex} must be sticky, not global`);
+  return function* find(input: string, digits: readonly number[]) {
+    let next = 0;
+    for (let i = 0; i < digits.length; i++) {
+      const d = digits[i]!;
+      // Masked by an earlier kind (masking only ever turns characters into spaces).
+      if (!isAsciiDigit(input.charCodeAt(d))) continue;
+      const at = start(input, d);
+      if (at < next) continue;
+      regex.lastIndex = at;
+      const m = regex.exec(input);
+      if (m === null) continue;
+      next = at + m[0].length;
+      yield { index: at, length: m[0].length, text: m[0], key: key(m) };
+    }
+  };
+}
+
+/** The start of a match that begins at the digit `d`, when the character before it is not an ASCII letter or digit (nor `also`). */
+function digitStart(also = ''): (text: string, d: number) => number {
+  const codes = [...also].map((c) => c.charCodeAt(0));
+  return (text, d) => {
+    const before = text.charCodeAt(d - 1);
+    return isAsciiAlnum(before) || codes.includes(before) ? -1 : d;
+  };
+}
+
+/**
+ * A month name, an optional `.`, white space, then the digit `d`: the start
+ * of the month name (the ASCII letters before the `.` and the white space;
+ * the patterns require a non-letter before the name and every name is ASCII
+ * letters only, so the name is all of them), else -1.
+ */
+function monthStart(text: string, d: number): number {
+  let j = d - 1;
+  while (j >= 0 && isSpaceAt(text, j)) j--;
+  if (j === d - 1) return -1;
+  if (text.charCodeAt(j) === 0x2e) j--;
+  let k = j;
+  while (k >= 0 && isAsciiLetter(text.charCodeAt(k))) k--;
+  return k === j ? -1 : k + 1;
+}
+const isAsciiLetter = (c: number): boolean => (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
 
 /** Trailing punctuation that ends a sentence or a parenthesis, not a URL or a path. */
 const TRAILING = /[.,;:!?'"’”)\]}>*_]+$/u;
@@ -507,18 +584,18 @@ function pathFact(token: string): { text: string; key: string } | null {
 }
 
 /** Identifiers: the token of letters, digits and inner connectors around each digit, when it has a letter too. */
-function* identifiers(input: string): Iterable<Match> {
-  const digit = /\d/g;
+function* identifiers(input: string, digits: readonly number[]): Iterable<Match> {
   let consumed = -1;
-  for (let m = digit.exec(input); m !== null; m = digit.exec(input)) {
-    if (m.index < consumed) continue;
-    let from = m.index;
+  for (let i = 0; i < digits.length; i++) {
+    const index = digits[i]!;
+    if (index < consumed || !isAsciiDigit(input.charCodeAt(index))) continue;
+    let from = index;
     for (;;) {
       if (isWordAt(input, from - 1)) { from--; continue; }
       if (isConnector(input.charCodeAt(from - 1)) && isWordAt(input, from - 2)) { from -= 2; continue; }
       break;
     }
-    let to = m.index + 1;
+    let to = index + 1;
     for (;;) {
       if (isWordAt(input, to)) { to++; continue; }
       if (isConnector(input.charCodeAt(to)) && isWordAt(input, to + 1)) { to += 2; continue; }
@@ -537,7 +614,10 @@ function* identifiers(input: string): Iterable<Match> {
 /** `-` `_` `.` `#` `+` inside an identifier. */
 const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x2e || c === 0x23 || c === 0x2b;
 
-const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'gi');
+const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
+const numberStart = digitStart('.,');
+const alnumStart = digitStart();
+const versionStart = digitStart('.');
 
 const PATTERNS: readonly Pattern[] = [
   // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
@@ -557,21 +637,28 @@ const PATTERNS: readonly Pattern[] = [
     }),
   },
   { kind: 'path', find: (input) => around(input, /[\/\\]/g, /[\s"'`<>|]/, pathFact) },
-  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
+  // From here on every kind but money after a symbol has a digit: each is tried only where a
+  // digit says a match can start (byStart), not at every place of the text.
   {
     kind: 'date',
-    find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'y'),
+      (text, d) => (text.charCodeAt(d + 4) === 0x2d ? alnumStart(text, d) : -1), (m) => isoKey(m[1]!, m[2]!, m[3]!)),
+    needs: ['-'],
   },
   {
     kind: 'date',
-    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'iy'), monthStart, (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
   },
-  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'gi'), (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
-  { kind: 'date', find: byRegex(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/g, (m) => m[0].replace(/\./g, '/')) },
+  {
+    kind: 'date',
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'iy'), alnumStart, (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
+  },
+  { kind: 'date', find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'iy'), monthStart, (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
+  { kind: 'date', find: byStart(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/y, digitStart('./'), (m) => m[0].replace(/\./g, '/')) },
   {
     kind: 'time',
-    find: byRegex(/(?<![A-Za-z0-9:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/gi,
-      (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
+    find: byStart(/(?<![A-Za-z0-9:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/iy,
+      alnumStart, (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
   },
   {
     kind: 'money',
@@ -580,24 +667,34 @@ const PATTERNS: readonly Pattern[] = [
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'gi'), (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2])),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'iy'), numberStart, (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2])),
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'g'), (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
+    // The code's three letters right before the amount's first digit, or before one white-space character before it.
+    find: byStart(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'y'),
+      (text, d) => (d >= 1 && isSpaceAt(text, d - 1) ? d - 4 : d - 3), (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
   },
   {
     kind: 'version',
-    find: byRegex(/(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/g, (m) => m[0].toLowerCase().replace(/^v/, '')),
+    // `v` right before the digit starts the match there, else the digit (the look-behind excludes a letter before it).
+    find: byStart(/(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/y,
+      (text, d) => ((text.charCodeAt(d - 1) | 0x20) === 0x76 ? d - 1 : versionStart(text, d)), (m) => m[0].toLowerCase().replace(/^v/, '')),
   },
   { kind: 'identifier', find: identifiers },
   {
     kind: 'number',
-    find: function* numbers(input) {
-      NUMBER.lastIndex = 0;
-      for (let m = NUMBER.exec(input); m !== null; m = NUMBER.exec(input)) {
+    find: function* numbers(input, digits) {
+      let next = 0;
+      for (let i = 0; i < digits.length; i++) {
+        const d = digits[i]!;
+        if (d < next || !isAsciiDigit(input.charCodeAt(d)) || numberStart(input, d) < 0) continue;
+        NUMBER.lastIndex = d;
+        const m = NUMBER.exec(input);
+        if (m === null) continue;
+        next = d + m[0].length;
         const unit = m[2] ?? m[3] ?? null;
-        yield { index: m.index, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) };
+        yield { index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) };
       }
     },
   },
@@ -609,7 +706,7 @@ export function extractFacts(text: string): Fact[] {
   const found: { at: number; fact: Fact }[] = [];
   // Quoted code first, over the whole text (a fenced block spans lines); then every other
   // kind only in the windows that can hold one.
-  const rest = matchAll(prepare(text), (i) => i, CODE, found);
+  const rest = matchAll(prepare(text), (i) => i, CODE, found, NO_DIGITS);
   const windows = factWindows(rest);
   if (windows.length > 0) {
     // All windows in one text, each pattern run once over it (not once per window).
@@ -631,7 +728,8 @@ export function extractFacts(text: string): Fact[] {
       }
       return windows[lo]![0] + i - starts[lo]!;
     };
-    matchAll(parts.join(BARRIER), at, IN_WINDOWS, found);
+    const joined = parts.join(BARRIER);
+    matchAll(joined, at, IN_WINDOWS, found, digitsOf(joined));
   }
   return found.sort((a, b) => a.at - b.at).map((f) => f.fact);
 }
@@ -645,12 +743,12 @@ export function extractFacts(text: string): Fact[] {
 const BARRIER = '<';
 
 /** Runs `patterns` in order over `text` (`at` maps an index to the whole), each masking what it matched; returns the masked text. */
-function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[]): string {
+function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[], digits: readonly number[]): string {
   let rest = text;
   for (const pattern of patterns) {
     if (pattern.needs !== undefined && !pattern.needs.some((s) => rest.includes(s))) continue;
     const spans: [number, number][] = [];
-    for (const m of pattern.find(rest)) {
+    for (const m of pattern.find(rest, digits)) {
       if (m.key === null) continue;
       spans.push([m.index, m.index + m.length]);
       if (m.checked === false) continue;
@@ -662,6 +760,18 @@ function matchAll(text: string, at: (index: number) => number, patterns: readonl
   }
   return rest;
 }
+
+/** The index of every ASCII digit of `text`, in order. */
+function digitsOf(text: string): number[] {
+  const digits: number[] = [];
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0x30 && c <= 0x39) digits.push(i);
+  }
+  return digits;
+}
+/** Quoted code's patterns use no digit positions. */
+const NO_DIGITS: readonly number[] = [];
 
 /** The patterns of quoted code, which run first and over the whole text; then the others, in windows. */
 const CODE = PATTERNS.slice(0, 2);

@@ -1,0 +1,102 @@
+import { existsSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { DEMO_DATA, readThreads } from '../../src/demo.ts';
+import { extractiveSummary } from '../../src/gateway/offline.ts';
+import { extractFacts, groundSummary, normalizeText } from '../../src/grounding.ts';
+import { plannableRanges } from '../../src/plan.ts';
+import * as reference from './grounding-reference.ts';
+
+/**
+ * The grounding check was made faster (facts found from one scan of the
+ * text, patterns tried only where a match can start); what it finds must not
+ * change. grounding-reference.ts is the module before that work: on the real
+ * threads and on generated hostile text, the facts, the normalized text and
+ * the grounding must be identical.
+ */
+
+const SHARED = '/work/shared/data/oasst1-threads.jsonl';
+
+
+function same(summary: string, material: { id: string; text: string }[]): void {
+  expect(extractFacts(summary)).toEqual(reference.extractFacts(summary));
+  expect(normalizeText(summary)).toBe(reference.normalizeText(summary));
+  expect(groundSummary(summary, material)).toEqual(reference.groundSummary(summary, material));
+}
+
+describe('grounding equals the reference implementation', () => {
+  it.each([SHARED, DEMO_DATA].filter((p) => existsSync(p)))('on every plannable range of %s (offline summaries, against their own and other ranges)', (path) => {
+    const ranges: { id: string; text: string }[][] = [];
+    for (const thread of readThreads(path)) {
+      for (const r of plannableRanges(thread.pairs.length)) {
+        ranges.push(thread.pairs.slice(r.fromPair, r.toPair + 1).map((p, i) => ({ id: `${thread.id}-${r.fromPair + i}`, text: p.assistant })));
+      }
+    }
+    expect(ranges.length).toBeGreaterThan(0);
+    ranges.forEach((items, i) => {
+      const summary = extractiveSummary(items, 6000)!;
+      same(summary, items);
+      // Against another range: most facts ungrounded, every slow path taken.
+      same(summary, ranges[(i + 1) % ranges.length]!);
+      // The material's own text as a summary: every fact of the material, on itself and upper-cased.
+      const joined = items.map((m) => m.text).join('\n');
+      same(joined, items);
+      same(joined.toUpperCase(), items);
+    });
+  });
+
+  // Pieces of every rule's edge: separators, percent words, units, dates, times, money, versions,
+  // identifiers, URLs, e-mails, paths, code, truncation, white space of every kind, NFKC forms.
+  const PIECES = [
+    '0', '1', '7', '12', '100', '250', '1999', '2024', '12345', '0.5', '1.50', '3,5', '1,234', '1,234,567', "1'234", '1’234', '1_000', '1\u00a0234', '1\u202f234', '1\u2009234', '2023 100',
+    '１２３', '１,２３４', '%', ' %', '50%', '50 %', 'per cent', 'percent', 'percentage', 'cent', ' per', 'Cent', '‰',
+    'kg', 'KG', ' km', 'km/h', 'MB/s', 'ms', ' s', 'm', 'x', '×', '°C', '°', 'in', 'am', 'pm', 'a.m.', 'p.m.', ' days', '-day', 'basis points', 'million', 'bn', 'k',
+    'January', 'jan', 'Mar.', 'March', 'may', 'May', 'Sept', 'sept.', 'June', 'dec', 'of', '5th', '1st', '22nd', '3rd', 'th',
+    '2024-03-05', '2024-3-5', '2024-13-40', '03/05/2024', '5.3.24', '14:30', '2:30 pm', '2:30pm', '24:00', '9am', '12:00:59', '10:61',
+    '$', 'US$', 'us$', '€', '£', '¥', '₹', 'USD', 'EUR', 'usd', 'dollars', 'euro', 'pounds', 'rupees', 'CHF',
+    'v1.2.3', 'V2.0', '1.2.3', '1.2.3-beta.1', '1.2.3.4', 'v', 'INV-2231', 'abc123', 'A1B2', 'x86_64', 'e6fdde68', 'C++17', 'c#9', '0634102a', 'ABC-123', '4-Q10',
+    'https://', 'http://Example.com/a_(b)', 'www.', 'www.x.org/', 'ftp://h/p', 'ops@example.org', 'A.B@Ex.co.uk', '@', 'x@y',
+    '/etc/nginx.conf', '~/a/b', './x', '../y.ts', 'src/app.ts', 'C:\\dir\\f.txt', 'a\\b.c', '/', '\\', 'and/or', '24/7',
+    '`', '`make test`', '```', '```\ncode 1,234\n```', '``', '…', '...', '.', ',', ';', ':', '!', '?', '(', ')', '[', ']', '{', '}', '<', '>', '"', "'", '’', '”', '*', '_', '-', '#', '+', '=', '|',
+    ' ', ' ', ' ', '  ', '\n', '\n\n', '\t', '\r\n', '\u00a0', '\u202f', '\u2009', '\u3000', '\u2028', '\ufeff',
+    'é', 'É', 'ﬁ', 'ß', 'İ', 'ǅ', '\u0301', 'Ω', 'Å', 'Ⅻ', '①', '½', '²', 'µ', 'μ', 'K', 'ſ', '日本', '😀', 'ю', 'a', 'Z', 'the', 'cost', 'is', 'ok',
+  ];
+
+  function rng(seed: number): () => number {
+    let s = seed >>> 0;
+    return () => {
+      s = (s + 0x6d2b79f5) >>> 0;
+      let t = s;
+      t = Math.imul(t ^ (t >>> 15), t | 1);
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+  }
+
+  function hostile(next: () => number, pieces: number): string {
+    let text = '';
+    for (let i = 0; i < pieces; i++) {
+      text += PIECES[Math.floor(next() * PIECES.length)]!;
+      const r = next();
+      if (r < 0.45) text += ' ';
+      else if (r < 0.5) text += '\n';
+    }
+    return text;
+  }
+
+  it('on generated hostile text (facts, normalized text; grounded against related and unrelated material)', () => {
+    const next = rng(13);
+    for (let n = 0; n < 4000; n++) {
+      const material = [{ id: `m${n}`, text: hostile(next, 5 + Math.floor(next() * 80)) }, { id: 'second', text: hostile(next, Math.floor(next() * 30)) }];
+      // A summary made of the material's own pieces (most facts grounded, the fast paths taken),
+      // of pieces of it reshuffled, or unrelated.
+      const source = material[0]!.text;
+      const from = Math.floor(next() * source.length);
+      const kind = n % 3;
+      const summary = kind === 0 ? source.slice(from, from + Math.floor(next() * 200))
+        : kind === 1 ? `${source.slice(from)} ${hostile(next, 10)} ${source.slice(0, from)}`
+          : hostile(next, 5 + Math.floor(next() * 60));
+      same(summary, material);
+      same(material[0]!.text, material);
+    }
+  });
+});

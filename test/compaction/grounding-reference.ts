@@ -1,0 +1,781 @@
+/**
+ * FROZEN REFERENCE: src/grounding.ts as it was before the single-pass
+ * extraction and the indexed material (main at 0cf7b86), kept only for
+ * test/compaction/grounding-equivalence.test.ts, which requires the current
+ * module to give the same facts, normalized text and grounding on real and
+ * hostile text. Do not edit it to make that test pass.
+ */
+import type { MaterialItem, Outcome } from '../../src/gateway/types.ts';
+
+/**
+ * Grounding (DESIGN.md "Summarizer input and contract"): every checkable fact
+ * of a summary must occur in the material the summarizer was given. One
+ * module for both systems: conversation ranges (src/compaction) and Run
+ * checkpoints (src/run) call `groundOutcome` on the summarizer's answer
+ * before they commit it.
+ *
+ * Terminology
+ * - Material: the summarizer's input, the items it was sent (ids and texts).
+ * - Fact: a checkable token of a summary, with its kind: `url`, `email`,
+ *   `path` (file path), `code` (text between backticks), `date`, `time`,
+ *   `money`, `version`, `identifier` (a token that mixes letters and digits),
+ *   `number` (a figure with a unit or percent sign, or a bare number that has
+ *   a decimal part, a thousands separator or at least three digits).
+ * - Key: a fact's canonical form after normalization (below). Two spellings
+ *   of the same fact have the same key.
+ * - Grounded: the fact's key is among the keys of the material's facts, or
+ *   its normalized text occurs in the normalized material between token
+ *   boundaries (neither side a letter or digit).
+ * - Policy: what an ungrounded fact does. `reject` (default): the answer is
+ *   invalid, the attempt is spent. `flag`: the summary is accepted, the
+ *   ungrounded facts are recorded and the projection labels the summary.
+ *
+ * Normalization, applied the same way to summary and material:
+ * 1. Unicode NFKC (full-width digits, ligatures, no-break spaces become
+ *    their plain forms), every run of white space one space.
+ * 2. Thousands separators inside a number are dropped: `,` `'` `’` `_`,
+ *    no-break and thin spaces before a group of exactly three digits
+ *    (`1,234,567` = `1234567`; `3,5` is a decimal comma = `3.5`). A plain
+ *    space is never a thousands separator (`2023 100` stays two numbers).
+ * 3. Percent: `50 %`, `50%`, `50 percent` and `50 per cent` are one key.
+ *    A unit may stand with or without a space (`12kg` = `12 kg`), any case.
+ *    Trailing zeros of a decimal part are dropped (`1.50` = `1.5`); signs are
+ *    not compared.
+ * 4. Dates: ISO `2024-03-05`, `March 5, 2024`, `5 March 2024`, `Mar 5th
+ *    2024` are one key; a date without a year (`March 5`) is grounded by any
+ *    material date on that day of that month, a month and year (`March 2024`)
+ *    by any date in that month. Slashed dates (`03/05/2024`) are ambiguous
+ *    (day or month first) and compared as written. Times: `2:30 pm` =
+ *    `14:30`.
+ * 5. Money: `$`, `US$`, `USD`, `dollars` are one currency; so are `€`/`EUR`/
+ *    `euros`, `£`/`GBP`/`pounds`, `¥`/`JPY`/`yen`, `₹`/`INR`/`rupees`; symbol
+ *    before or code after the amount are one key.
+ * 6. Versions: a leading `v` is dropped (`v1.2.3` = `1.2.3`).
+ * 7. Letter case is ignored everywhere except in quoted code and file paths
+ *    (identifiers, hex digests, e-mail addresses, URLs, units and month names
+ *    are compared without case).
+ * 8. A fact cut short by the summarizer (directly followed by `…`) is
+ *    grounded when the material has a token that starts with it.
+ *
+ * Not checked: small bare integers (below 100, no decimal part, no unit:
+ * counts, list markers), numbers written as words, names and plain words.
+ */
+
+export type FactKind = 'url' | 'email' | 'path' | 'code' | 'date' | 'time' | 'money' | 'version' | 'identifier' | 'number';
+
+export interface Fact {
+  kind: FactKind;
+  /** The fact as written in the text. */
+  text: string;
+  /** The canonical form (see the normalization above). */
+  key: string;
+  /** Directly followed by `…`: the summarizer cut it; a prefix of a material token grounds it. */
+  truncated: boolean;
+}
+
+/** What the check found, stored with the attempt: facts as `kind:text`. */
+export interface Grounding {
+  /** Every fact checked, in order of first occurrence, without repeats. */
+  checked: string[];
+  /** The checked facts the material does not contain. */
+  ungrounded: string[];
+}
+
+export type GroundingPolicy = 'reject' | 'flag';
+export const GROUNDING_POLICIES: readonly GroundingPolicy[] = Object.freeze(['reject', 'flag']);
+/** The policy when nothing is configured. */
+export const DEFAULT_GROUNDING_POLICY: GroundingPolicy = 'reject';
+
+/** At most this many ungrounded facts are named in an invalid outcome's reason (all are stored). */
+const REASON_FACTS = 5;
+
+/**
+ * The answer after the grounding check: a non-`ok` outcome unchanged; an `ok`
+ * one with its `grounding` attached, and, under `reject`, turned `invalid`
+ * (reason `ungrounded:...`) when a fact is not in the material.
+ */
+export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[], policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY): Outcome {
+  if (outcome.kind !== 'ok') return outcome;
+  const grounding = groundSummary(outcome.text, material);
+  if (grounding.ungrounded.length === 0 || policy === 'flag') return { ...outcome, grounding };
+  const named = grounding.ungrounded.slice(0, REASON_FACTS).join(', ');
+  const more = grounding.ungrounded.length > REASON_FACTS ? ` and ${grounding.ungrounded.length - REASON_FACTS} more` : '';
+  return {
+    kind: 'invalid',
+    reason: `ungrounded: ${grounding.ungrounded.length} fact(s) not in the material: ${named}${more}`,
+    model: outcome.model,
+    usage: outcome.usage,
+    requestId: outcome.requestId,
+    grounding,
+  };
+}
+
+/** Checks every fact of `summary` against `material`. */
+export function groundSummary(summary: string, material: readonly MaterialItem[]): Grounding {
+  const facts = extractFacts(summary);
+  const checked: string[] = [];
+  const ungrounded: string[] = [];
+  if (facts.length === 0) return { checked, ungrounded };
+  const index = materialIndex(material);
+  const seen = new Set<string>();
+  for (const fact of facts) {
+    const label = `${fact.kind}:${fact.text}`;
+    if (seen.has(label)) continue;
+    seen.add(label);
+    checked.push(label);
+    if (!isGrounded(fact, index)) ungrounded.push(label);
+  }
+  return { checked, ungrounded };
+}
+
+interface MaterialIndex {
+  /** The material as given (items joined by newlines), not normalized: most facts are found here as written. */
+  raw: string;
+  /**
+   * `raw` with its thousands separators dropped (the first step of normalizeText, which a second
+   * time changes nothing), for a figure the summary wrote without them; null when there are none.
+   */
+  ungrouped(): string | null;
+  /** The normalized forms and the material's own keys, built on first need. */
+  normalized(): NormalizedMaterial;
+}
+
+interface NormalizedMaterial {
+  /** Normalized, case-folded material (items separated by newlines). */
+  folded: string;
+  /** Normalized material with its case kept (code, paths). */
+  exact: string;
+  /** `exact` with all white space removed (quoted code is compared without layout). */
+  compact(): string;
+  /** The keys of the material's own facts, extracted on first need (most facts are found as written). */
+  keys(): Set<string>;
+}
+
+function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
+  const raw = material.map((m) => `${m.id}\n${m.text}`).join('\n');
+  let normalized: NormalizedMaterial | undefined;
+  let ungrouped: string | null | undefined;
+  return {
+    raw,
+    ungrouped() {
+      if (ungrouped === undefined) {
+        const dropped = raw.replace(THOUSANDS, '$1');
+        ungrouped = dropped === raw ? null : dropped;
+      }
+      return ungrouped;
+    },
+    normalized: () => (normalized ??= normalizeMaterial(raw)),
+  };
+}
+
+function normalizeMaterial(joined: string): NormalizedMaterial {
+  const exact = normalizeText(joined);
+  let keys: Set<string> | undefined;
+  let compact: string | undefined;
+  return {
+    exact,
+    folded: exact.toLowerCase(),
+    compact: () => (compact ??= exact.replace(/\s+/g, '')),
+    keys() {
+      if (keys === undefined) {
+        keys = new Set<string>();
+        for (const fact of extractFacts(joined)) for (const key of materialKeys(fact)) keys.add(key);
+      }
+      return keys;
+    },
+  };
+}
+
+function isGrounded(fact: Fact, index: MaterialIndex): boolean {
+  if (occursUnchanged(fact, index.raw)) return true;
+  const ungrouped = /\d/.test(fact.text) ? index.ungrouped() : null;
+  if (ungrouped !== null && occursUnchanged(fact, ungrouped)) return true;
+  const normalized = index.normalized();
+  if (occursAsWritten(fact, normalized)) return true;
+  if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
+  const keys = normalized.keys();
+  if (keys.has(`${fact.kind}:${fact.key}`)) return true;
+  // A bare number is grounded by the same number anywhere: in a figure, a date, an amount.
+  return fact.kind === 'number' && !/\D$/.test(fact.key) && keys.has(`n:${fact.key}`);
+}
+
+/** The fact's normalized text in the normalized material (code: without white space; paths and code: with case). */
+function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean {
+  switch (fact.kind) {
+    case 'code': {
+      const needle = normalizeText(fact.key).replace(/\s+/g, '');
+      return needle.length === 0 || index.compact().includes(needle);
+    }
+    case 'path':
+      return occurs(index.exact, normalizeText(fact.text), fact.truncated);
+    default:
+      return occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated)
+        || (fact.kind === 'version' && occurs(index.folded, fact.key, fact.truncated));
+  }
+}
+
+/**
+ * The fast path of `occursAsWritten`, on the raw material: the fact's
+ * normalized text, as written (case kept), where normalizing the material
+ * provably leaves it and its boundaries as they are. True only when
+ * `occursAsWritten` is true too; false means "ask the normalized material",
+ * which is then built (NFKC, separators, white space, case folding of the
+ * whole material cost more than the rest of the check together).
+ */
+function occursUnchanged(fact: Fact, raw: string): boolean {
+  if (fact.kind === 'code') {
+    const needle = normalizeText(fact.key).replace(/\s+/g, '');
+    return needle.length === 0 || unchangedIn(raw, needle, false, true);
+  }
+  return unchangedIn(raw, normalizeText(fact.text), true, fact.truncated);
+}
+
+/**
+ * `needle` (pure ASCII, white space only as single inner spaces) at a place
+ * of `raw` where normalizeText changes nothing in it or next to it. Why each
+ * test suffices:
+ * - NFKC leaves an ASCII character as it is unless a combining mark follows
+ *   it, so the window around the place is required to be ASCII (its margin
+ *   covers every rule's context below);
+ * - a thousands separator is dropped only between digits: none may be
+ *   dropped from the needle, right before it or in the two characters after;
+ * - `per cent` rewritten as `%` (at most ten characters and one of
+ *   look-ahead) must not touch the needle or its neighbours;
+ * - a single space between two other characters stays as it is (the
+ *   needle's own, which has no space before a `%`); white space next to the
+ *   needle stays white space (one space) or is dropped before a `%`: either
+ *   way not a letter, a digit or `.`/`,` (the needle does not start with `%`);
+ * - ASCII case folding is one character for one, so the case-folded
+ *   comparison of `occurs` finds the same place.
+ * With `bounded`, the token boundaries of `occurs` are checked on the raw
+ * characters, which the tests above keep as they are.
+ */
+function unchangedIn(raw: string, needle: string, bounded: boolean, prefix: boolean): boolean {
+  if (needle.length === 0 || NON_ASCII.test(needle) || LAYOUT.test(needle) || needle[0] === '%' || needle.includes(' %')) return false;
+  const n = needle.length;
+  for (let at = raw.indexOf(needle); at !== -1; at = raw.indexOf(needle, at + 1)) {
+    if (bounded) {
+      const before = raw.charCodeAt(at - 1);
+      if (isAsciiAlnum(before) || isGroupMark(before)) continue;
+      const after = raw.charCodeAt(at + n);
+      if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) continue;
+    }
+    // A hard neighbour ends the context on its side: no rule reaches across it.
+    const hardBefore = isHard(raw.charCodeAt(at - 1));
+    const hardAfter = isHard(raw.charCodeAt(at + n));
+    const from = hardBefore ? at - 1 : Math.max(0, at - UNCHANGED_MARGIN);
+    const window = raw.slice(from, hardAfter ? at + n + 2 : at + n + UNCHANGED_MARGIN);
+    if (NON_ASCII.test(window)) continue;
+    // The range of the window that must come out unchanged: the character before the needle to the
+    // second after it (the first after it, when that one is hard: it alone decides the boundary).
+    const lo = at - 1 - from;
+    const hi = at + n + (hardAfter ? 1 : 2) - from;
+    if (/[,'_]/.test(window) && touches(THOUSANDS, window, lo, hi, 1, 1)) continue;
+    if (/cent/i.test(window) && touches(PERCENT_WORD, window, lo, hi, 0, 0)) continue;
+    return true;
+  }
+  return false;
+}
+
+/**
+ * Covers a `per cent` rewrite (ten characters and one of look-ahead) that
+ * reaches the needle's neighbours, and a separator's three digits and the one after.
+ */
+const UNCHANGED_MARGIN = 13;
+const NON_ASCII = /[^\x00-\x7f]/;
+/** White space other than single inner spaces (a normalized needle has none of it). */
+const LAYOUT = /[^\S ]|  |^ | $/;
+const isAsciiAlnum = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
+const isAsciiDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
+/**
+ * An ASCII character no rule of normalizeText uses or reads past: not a
+ * letter, digit, space, `.`, `%` or thousands separator (`per cent`, `50 %`
+ * and `1,234` are made of those only). White space other than a space is
+ * hard: it becomes a space, and nothing reads across it.
+ */
+const isHard = (c: number): boolean => c < 0x80 && !isAsciiAlnum(c) && c !== 0x20 && c !== 0x2e && c !== 0x25 && !isGroupMark(c);
+/** The ASCII thousands separators of THOUSANDS: `,` `'` `_`. */
+const isGroupMark = (c: number): boolean => c === 0x2c || c === 0x27 || c === 0x5f;
+
+/** Whether a match of `regex` in `text`, shrunk by `skip` at its start and cut to `keep` characters (0: all), overlaps [lo, hi). */
+function touches(regex: RegExp, text: string, lo: number, hi: number, skip: number, keep: number): boolean {
+  regex.lastIndex = 0;
+  for (let m = regex.exec(text); m !== null; m = regex.exec(text)) {
+    const start = m.index + skip;
+    const end = keep > 0 ? start + keep : m.index + m[0].length;
+    if (start < hi && end > lo) return true;
+  }
+  return false;
+}
+
+/** Keys a material fact grounds: its own, for figures their bare number, for full dates their day and month. */
+function materialKeys(fact: Fact): string[] {
+  const keys = [`${fact.kind}:${fact.key}`];
+  if (fact.kind === 'number') keys.push(`n:${fact.key.replace(/[^\d.]+$/, '')}`);
+  if (fact.kind === 'money') keys.push(`n:${fact.key.replace(/^[^:]*:/, '').replace(/[^\d.]+$/, '')}`);
+  const full = fact.kind === 'date' ? /^(\d{4})-(\d{2})-(\d{2})$/.exec(fact.key) : null;
+  if (full) keys.push(`n:${full[1]}`, `date:${full[1]}-${full[2]}`, `date:--${full[2]}-${full[3]}`);
+  const monthYear = fact.kind === 'date' ? /^(\d{4})-\d{2}$/.exec(fact.key) : null;
+  if (monthYear) keys.push(`n:${monthYear[1]}`);
+  return keys;
+}
+
+/** `needle` in `hay` with no letter or digit right before it, nor right after it unless `prefix`. */
+function occurs(hay: string, needle: string, prefix: boolean): boolean {
+  if (needle.length === 0) return true;
+  for (let at = hay.indexOf(needle); at !== -1; at = hay.indexOf(needle, at + 1)) {
+    const before = at === 0 ? '' : hay[at - 1]!;
+    const after = hay.slice(at + needle.length, at + needle.length + 2);
+    if (WORD_CHAR.test(before)) continue;
+    if (!prefix && WORD_START.test(after)) continue;
+    return true;
+  }
+  return false;
+}
+
+const WORD_CHAR = /^[\p{L}\p{N}]$/u;
+// A following letter or digit, or a decimal point followed by a digit ("1.5" does not ground "1").
+const WORD_START = /^(?:[\p{L}\p{N}]|[.,]\d)/u;
+
+/** Steps 1-2 of the normalization: NFKC, thousands separators dropped, white space collapsed. */
+export function normalizeText(text: string): string {
+  if (!MAY_CHANGE.test(text)) return text;
+  let t = prepare(text);
+  if (t.includes('%')) t = t.replace(/(\d) +%/g, '$1%');
+  return t.replace(WHITE_RUN, ' ');
+}
+
+// A run of white space that is not already one plain space: the same result as
+// replacing every /\s+/ with ' ', without rewriting each single space between
+// words (that was half the check's time on the real threads).
+const WHITE_RUN = /\s{2,}|[^\S ]/g;
+/**
+ * What any step needs to change a text: a character outside printable ASCII
+ * (NFKC, no-break spaces, white space but a space), an ASCII thousands
+ * separator, `%`, two spaces or `cent`. A fact's text rarely has one.
+ */
+const MAY_CHANGE = /[^\x20-\x7e]|[,'_%]|  |[cC][eE][nN][tT]/;
+
+/** NFKC with thousands separators dropped and `percent` made `%`: what extraction and comparison start from. */
+function prepare(text: string): string {
+  // Before NFKC, which turns no-break and thin spaces into plain ones.
+  let t = text.replace(THOUSANDS, '$1');
+  // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
+  if (NON_ASCII.test(t)) {
+    const nfkc = t.normalize('NFKC');
+    // Again when NFKC changed something: full-width digits are digits only after it.
+    if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
+  }
+  if (/cent/i.test(t)) t = t.replace(PERCENT_WORD, '$1%');
+  return t;
+}
+
+// A separator between a digit and a group of exactly three digits (not followed by another digit).
+const THOUSANDS = /(\d)[,'’_\u00A0\u202F\u2009](?=\d{3}(?!\d))/g;
+const PERCENT_WORD = /(\d) ?per ?cent(?![A-Za-z])/gi;
+
+// ---------------------------------------------------------------------------
+// Extraction
+
+const MONTHS = ['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec'];
+const MONTH = String.raw`(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?`;
+const DAY = String.raw`(\d{1,2})(?:st|nd|rd|th)?`;
+const YEAR = String.raw`(\d{4})`;
+
+/**
+ * Units a figure may carry, each with its canonical name (plural and singular
+ * spellings are one unit). Compared without case. A unit of one letter (and
+ * `in`, `am`) counts only when attached to its number (`5m`, `3x`): with a
+ * space it is more often a word (`5 a day`, `100 in total`).
+ */
+const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
+  '%': ['%', 'percent'], '‰': ['‰'], pp: ['pp'], bps: ['bps', 'basis points', 'basis point'],
+  ns: ['ns'], µs: ['µs', 'μs', 'us'], ms: ['ms'], s: ['s', 'sec', 'secs', 'seconds', 'second'],
+  min: ['min', 'mins', 'minutes', 'minute'], h: ['h', 'hr', 'hrs', 'hours', 'hour'],
+  day: ['days', 'day'], week: ['weeks', 'week'], month: ['months', 'month'], year: ['years', 'year', 'yrs', 'yr'],
+  byte: ['bytes', 'byte'], bit: ['bits', 'bit'], kb: ['kb'], mb: ['mb'], gb: ['gb'], tb: ['tb'], pb: ['pb'],
+  kib: ['kib'], mib: ['mib'], gib: ['gib'], tib: ['tib'], kbps: ['kbps'], mbps: ['mbps'], gbps: ['gbps'], b: ['b'],
+  hz: ['hz'], khz: ['khz'], mhz: ['mhz'], ghz: ['ghz'], rpm: ['rpm'], fps: ['fps'], dpi: ['dpi'], px: ['px'], pt: ['pt'], em: ['em'], rem: ['rem'],
+  nm: ['nm'], mm: ['mm'], cm: ['cm'], m: ['m'], km: ['km'], 'km/h': ['km/h', 'kph'], 'm/s': ['m/s'], mph: ['mph'],
+  in: ['in', 'inch', 'inches'], ft: ['ft', 'feet', 'foot'], yd: ['yd', 'yards', 'yard'], mi: ['mi', 'miles', 'mile'],
+  mg: ['mg'], g: ['g'], kg: ['kg'], lb: ['lb', 'lbs'], oz: ['oz'], t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
+  ml: ['ml'], l: ['l', 'liters', 'litres', 'liter', 'litre'], gal: ['gal', 'gallons', 'gallon'], cup: ['cups', 'cup'], tbsp: ['tbsp'], tsp: ['tsp'],
+  '°c': ['°c'], '°f': ['°f'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
+  w: ['w'], kw: ['kw'], mw: ['mw'], kwh: ['kwh'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
+  j: ['j'], kj: ['kj'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
+  x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn'], billion: ['billion', 'bn'], trillion: ['trillion'],
+};
+const UNIT_OF = new Map<string, string>(Object.entries(UNIT_ALIASES).flatMap(([canon, names]) => names.map((n) => [n, canon] as [string, string])));
+const byLength = (a: string, b: string) => b.length - a.length;
+const ANY_UNIT = `(?:${[...UNIT_OF.keys()].sort(byLength).map(escapeRegex).join('|')})`;
+const SPACED_UNIT = `(?:${[...UNIT_OF.keys()].filter((u) => (u.length >= 2 && u !== 'in' && u !== 'am') || /^[%‰°×]/.test(u)).sort(byLength).map(escapeRegex).join('|')})`;
+
+const CURRENCY_SYMBOL: Readonly<Record<string, string>> = { '$': 'USD', 'us$': 'USD', '€': 'EUR', '£': 'GBP', '¥': 'JPY', '₹': 'INR' };
+const CURRENCY_WORD: Readonly<Record<string, string>> = {
+  usd: 'USD', dollar: 'USD', dollars: 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
+  jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
+};
+const SCALE = String.raw`(?:\s?(k|m|bn|b|thousand|million|billion|trillion))?`;
+const AMOUNT = String.raw`(\d+(?:[.,]\d+)*)`;
+/**
+ * A token that is only a figure and its unit (`12kg`, `5-day`, `3.5GB`): a
+ * number, not an identifier. A leading zero makes it a code (`0634102a`).
+ */
+const FIGURE_TOKEN = new RegExp(`^(?:0|[1-9]\\d*)(?:[.,]\\d+)?-?${ANY_UNIT}$`, 'iu');
+/** FIGURE_TOKEN for ASCII tokens: no unit outside ASCII case-folds to ASCII, so `i` alone matches the same. */
+const FIGURE_TOKEN_ASCII = new RegExp(FIGURE_TOKEN.source, 'i');
+
+/** One match of a kind: where it is, what it is, and its key (null: not a fact after all, but masked). */
+interface Match {
+  index: number;
+  /** The span masked for later kinds. */
+  length: number;
+  /** The fact's text (may be shorter than the span: trailing punctuation trimmed). */
+  text: string;
+  key: string | null;
+  /** False for a figure that is not checked (a small bare integer): masked, not a fact. */
+  checked?: boolean;
+}
+
+interface Pattern {
+  kind: FactKind;
+  find(text: string): Iterable<Match>;
+  /** Every match contains one of these: a text without any is not searched (`includes` is much cheaper than the pattern). */
+  needs?: readonly string[];
+}
+
+/**
+ * Patterns that need case-insensitive matching use ASCII classes only, and
+ * those that need Unicode letters anchor on one character (`@`, `/`, a
+ * digit) and look around it: V8 runs `iu` regexes and unanchored `\p{L}`
+ * scans many times slower, and the check must stay a small part of a commit.
+ */
+function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text?: (m: RegExpExecArray) => string): (input: string) => Iterable<Match> {
+  return function* find(input: string) {
+    regex.lastIndex = 0;
+    for (let m = regex.exec(input); m !== null; m = regex.exec(input)) {
+      if (m[0].length === 0) { regex.lastIndex++; continue; }
+      yield { index: m.index, length: m[0].length, text: text ? text(m) : m[0], key: key(m) };
+    }
+  };
+}
+
+/** Trailing punctuation that ends a sentence or a parenthesis, not a URL or a path. */
+const TRAILING = /[.,;:!?'"’”)\]}>*_]+$/u;
+
+function trimTrailing(token: string): string {
+  let t = token.replace(TRAILING, '');
+  // Keep a closing parenthesis the token opened (wiki URLs).
+  if (token.length > t.length && t.includes('(') && !t.includes(')') && token.slice(t.length).startsWith(')')) t += ')';
+  return t;
+}
+
+const WORD = /[\p{L}\p{N}]/u;
+/** A letter or digit at `i` of `text` (one UTF-16 unit; outside the text: no). */
+function isWordAt(text: string, i: number): boolean {
+  if (i < 0 || i >= text.length) return false;
+  const c = text.charCodeAt(i);
+  return c < 0x80 ? isAsciiAlnum(c) : WORD.test(text[i]!);
+}
+
+/** The non-space token around `at`, bounded by white space and quoting characters. */
+function tokenAround(text: string, at: number, stop: RegExp): [number, number] {
+  let from = at;
+  while (from > 0 && !stop.test(text[from - 1]!)) from--;
+  let to = at + 1;
+  while (to < text.length && !stop.test(text[to]!)) to++;
+  return [from, to];
+}
+
+function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: string) => { text: string; key: string } | null): Iterable<Match> {
+  anchor.lastIndex = 0;
+  let consumed = -1;
+  for (let m = anchor.exec(input); m !== null; m = anchor.exec(input)) {
+    if (m.index < consumed) continue;
+    const [from, to] = tokenAround(input, m.index, stop);
+    consumed = to;
+    const judged = judge(input.slice(from, to));
+    if (judged !== null) yield { index: from, length: to - from, text: judged.text, key: judged.key };
+  }
+}
+
+const EMAIL = /^[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}$/u;
+const PATH = /^(?:(?:~|\.{1,2})?\/[\p{L}\p{N}._@%+-]+(?:\/[\p{L}\p{N}._@%+-]*)*|[A-Za-z]:\\[^\s"'<>|]+|[\p{L}\p{N}._-]+(?:[\/\\][\p{L}\p{N}._@-]+)+\.[A-Za-z][A-Za-z0-9]{0,7})$/u;
+const IDENTIFIER = /^[\p{L}\p{N}]+(?:[-_.#+][\p{L}\p{N}]+)*$/u;
+const IDENTIFIER_ASCII = /^[A-Za-z0-9]+(?:[-_.#+][A-Za-z0-9]+)*$/;
+
+function pathFact(token: string): { text: string; key: string } | null {
+  const t = trimTrailing(token.replace(/^[(\[{<*_]+/, ''));
+  if (!PATH.test(t)) return null;
+  // A path has a letter and is not a fraction, a date or a unit ratio (km/h, MB/s).
+  if (!/\p{L}/u.test(t) || /^[\d./]+$/.test(t)) return null;
+  if (!/^[~./]|^[A-Za-z]:\\/.test(t) && !/\.[A-Za-z][A-Za-z0-9]{0,7}$/.test(t)) return null;
+  return { text: t, key: t };
+}
+
+/** Identifiers: the token of letters, digits and inner connectors around each digit, when it has a letter too. */
+function* identifiers(input: string): Iterable<Match> {
+  const digit = /\d/g;
+  let consumed = -1;
+  for (let m = digit.exec(input); m !== null; m = digit.exec(input)) {
+    if (m.index < consumed) continue;
+    let from = m.index;
+    for (;;) {
+      if (isWordAt(input, from - 1)) { from--; continue; }
+      if (isConnector(input.charCodeAt(from - 1)) && isWordAt(input, from - 2)) { from -= 2; continue; }
+      break;
+    }
+    let to = m.index + 1;
+    for (;;) {
+      if (isWordAt(input, to)) { to++; continue; }
+      if (isConnector(input.charCodeAt(to)) && isWordAt(input, to + 1)) { to += 2; continue; }
+      break;
+    }
+    consumed = to;
+    const t = input.slice(from, to);
+    // On ASCII, the same tests without Unicode classes (V8 runs those much slower).
+    const ascii = !NON_ASCII.test(t);
+    if (ascii ? !/[A-Za-z]/.test(t) || !IDENTIFIER_ASCII.test(t) : !/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
+    if (/^\d+(?:st|nd|rd|th)$/i.test(t)) continue; // ordinals
+    if ((ascii ? FIGURE_TOKEN_ASCII : FIGURE_TOKEN).test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
+    yield { index: from, length: to - from, text: t, key: t.toLowerCase() };
+  }
+}
+/** `-` `_` `.` `#` `+` inside an identifier. */
+const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x2e || c === 0x23 || c === 0x2b;
+
+const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'gi');
+
+const PATTERNS: readonly Pattern[] = [
+  // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
+  { kind: 'code', find: byRegex(/^[ \t]*```[^\n`]*\n([^]*?)\n[ \t]*```/gm, (m) => m[1]!.trim()), needs: ['```'] },
+  { kind: 'code', find: byRegex(/(?<!`)`([^`\n]{1,400})`(?!`)/g, (m) => m[1]!.trim()), needs: ['`'] },
+  {
+    kind: 'url',
+    find: byRegex(/(?<![A-Za-z0-9])(?:(?:https?|ftp):\/\/|www\.)[^\s<>"'`]+/gi,
+      (m) => trimTrailing(m[0]).toLowerCase().replace(/^(?:https?|ftp):\/\//, '').replace(/^www\./, '').replace(/\/+$/, ''),
+      (m) => trimTrailing(m[0])),
+  },
+  {
+    kind: 'email',
+    find: (input) => around(input, /@/g, /[\s<>()[\]"',;:`]/, (token) => {
+      const t = trimTrailing(token);
+      return EMAIL.test(t) ? { text: t, key: t.toLowerCase() } : null;
+    }),
+  },
+  { kind: 'path', find: (input) => around(input, /[\/\\]/g, /[\s"'`<>|]/, pathFact) },
+  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
+  {
+    kind: 'date',
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
+  },
+  {
+    kind: 'date',
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
+  },
+  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'gi'), (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
+  { kind: 'date', find: byRegex(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/g, (m) => m[0].replace(/\./g, '/')) },
+  {
+    kind: 'time',
+    find: byRegex(/(?<![A-Za-z0-9:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/gi,
+      (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
+  },
+  {
+    kind: 'money',
+    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    needs: ['$', '€', '£', '¥', '₹'],
+  },
+  {
+    kind: 'money',
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'gi'), (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2])),
+  },
+  {
+    kind: 'money',
+    find: byRegex(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'g'), (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
+  },
+  {
+    kind: 'version',
+    find: byRegex(/(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/g, (m) => m[0].toLowerCase().replace(/^v/, '')),
+  },
+  { kind: 'identifier', find: identifiers },
+  {
+    kind: 'number',
+    find: function* numbers(input) {
+      NUMBER.lastIndex = 0;
+      for (let m = NUMBER.exec(input); m !== null; m = NUMBER.exec(input)) {
+        const unit = m[2] ?? m[3] ?? null;
+        yield { index: m.index, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) };
+      }
+    },
+  },
+];
+
+/** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
+export function extractFacts(text: string): Fact[] {
+  // Thousands separators and no-break spaces are handled before anything is matched.
+  const found: { at: number; fact: Fact }[] = [];
+  // Quoted code first, over the whole text (a fenced block spans lines); then every other
+  // kind only in the windows that can hold one.
+  const rest = matchAll(prepare(text), (i) => i, CODE, found);
+  const windows = factWindows(rest);
+  if (windows.length > 0) {
+    // All windows in one text, each pattern run once over it (not once per window).
+    const starts: number[] = [];
+    let length = 0;
+    const parts = windows.map(([from, to]) => {
+      starts.push(length);
+      length += to - from + BARRIER.length;
+      return rest.slice(from, to);
+    });
+    // The window that holds index i of the joined text: the last one starting at or before it.
+    const at = (i: number): number => {
+      let lo = 0;
+      let hi = starts.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (starts[mid]! <= i) lo = mid;
+        else hi = mid - 1;
+      }
+      return windows[lo]![0] + i - starts[lo]!;
+    };
+    matchAll(parts.join(BARRIER), at, IN_WINDOWS, found);
+  }
+  return found.sort((a, b) => a.at - b.at).map((f) => f.fact);
+}
+
+/**
+ * Between two windows in the text the patterns run over: no pattern matches
+ * across it or with it (none consumes `<`: URLs, e-mails and paths stop at
+ * it), and every look-around sees it as the start or end of a text (no
+ * look-behind or look-ahead class has it, and it is no word character).
+ */
+const BARRIER = '<';
+
+/** Runs `patterns` in order over `text` (`at` maps an index to the whole), each masking what it matched; returns the masked text. */
+function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[]): string {
+  let rest = text;
+  for (const pattern of patterns) {
+    if (pattern.needs !== undefined && !pattern.needs.some((s) => rest.includes(s))) continue;
+    const spans: [number, number][] = [];
+    for (const m of pattern.find(rest)) {
+      if (m.key === null) continue;
+      spans.push([m.index, m.index + m.length]);
+      if (m.checked === false) continue;
+      const end = m.index + m.text.length;
+      found.push({ at: at(m.index), fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
+    }
+    // Mask what this kind matched, so a later kind does not match inside it.
+    if (spans.length > 0) rest = mask(rest, spans);
+  }
+  return rest;
+}
+
+/** The patterns of quoted code, which run first and over the whole text; then the others, in windows. */
+const CODE = PATTERNS.slice(0, 2);
+const IN_WINDOWS = PATTERNS.slice(2);
+
+/**
+ * Every fact but quoted code has a digit, `@`, `/`, `\\` or `www.` in it and
+ * spans a few words at most (`March 5, 2024`, `5 million dollars`): so the
+ * patterns only run within this many characters of one, widened to whole
+ * tokens. Prose without figures is skipped, which keeps the check a small
+ * part of a commit.
+ */
+const WINDOW_RADIUS = 48;
+const TRIGGER = /[0-9@\/\\]|www\./gi;
+const SPACE = /\s/;
+/** `/\s/` on the character at `i` (in the text), without a regex call for ASCII. */
+function isSpaceAt(text: string, i: number): boolean {
+  const c = text.charCodeAt(i);
+  return c < 0x80 ? c === 0x20 || (c >= 0x09 && c <= 0x0d) : SPACE.test(text[i]!);
+}
+
+/** The spans of `text` that can hold a fact, in order, merged. */
+function factWindows(text: string): [number, number][] {
+  const spans: [number, number][] = [];
+  TRIGGER.lastIndex = 0;
+  for (let m = TRIGGER.exec(text); m !== null; m = TRIGGER.exec(text)) {
+    const last = spans.at(-1);
+    if (last !== undefined && m.index < last[1]) continue;
+    let from = Math.max(0, m.index - WINDOW_RADIUS);
+    let to = Math.min(text.length, m.index + WINDOW_RADIUS);
+    while (from > 0 && !isSpaceAt(text, from - 1)) from--;
+    while (to < text.length && !isSpaceAt(text, to)) to++;
+    if (last !== undefined && from <= last[1]) last[1] = to;
+    else spans.push([from, to]);
+    TRIGGER.lastIndex = Math.max(TRIGGER.lastIndex, to);
+  }
+  return spans;
+}
+
+function mask(text: string, spans: [number, number][]): string {
+  let out = '';
+  let last = 0;
+  for (const [from, to] of spans) {
+    out += text.slice(last, from) + ' '.repeat(to - from);
+    last = to;
+  }
+  return out + text.slice(last);
+}
+
+function isCheckedNumber(digits: string, unit: string | null): boolean {
+  if (unit !== null) return true;
+  if (/[.,']/.test(digits)) return true;
+  return digits.replace(/^0+(?=\d)/, '').length >= 3;
+}
+
+function numberKey(digits: string, unit: string | null): string {
+  const value = canonicalNumber(digits);
+  if (unit === null) return value;
+  const u = unit.toLowerCase().replace(/\s+/g, ' ');
+  return `${value}${UNIT_OF.get(u) ?? u}`;
+}
+
+/** `1'234,5` -> `1234.5`: group separators dropped, a decimal comma made a point, trailing zeros dropped. */
+function canonicalNumber(digits: string): string {
+  // Digits only (most figures): only leading zeros to drop.
+  if (!/[.,']/.test(digits)) return digits.charCodeAt(0) === 0x30 ? digits.replace(/^0+(?=\d)/, '') : digits;
+  let d = digits.replace(/'/g, '');
+  // A comma not followed by exactly three digits is a decimal comma.
+  d = d.replace(/,(?=\d{3}(?!\d))/g, '').replace(/,/g, '.');
+  // Several points: all but the last were group separators (1.234.567).
+  const points = d.split('.');
+  if (points.length > 2) d = points.slice(0, -1).join('') + '.' + points.at(-1);
+  if (d.includes('.')) d = d.replace(/0+$/, '').replace(/\.$/, '');
+  return d.replace(/^0+(?=\d)/, '');
+}
+
+function moneyKey(currency: string, amount: string, scale: string | undefined): string {
+  const s = scale?.toLowerCase();
+  const unit = s === undefined ? '' : s === 'k' || s === 'thousand' ? 'k' : s === 'm' || s === 'million' ? 'm' : s === 'b' || s === 'bn' || s === 'billion' ? 'b' : 't';
+  return `${currency}:${canonicalNumber(amount.replace(/[.,]$/, ''))}${unit}`;
+}
+
+function monthNumber(name: string): string {
+  const i = MONTHS.indexOf(name.toLowerCase().slice(0, 3));
+  return String(i + 1).padStart(2, '0');
+}
+
+/** `YYYY-MM-DD`, or `--MM-DD` without a year; null when the day or month cannot be a date. */
+function isoKey(year: string | null, month: string, day: string): string | null {
+  const m = Number(month);
+  const d = Number(day);
+  if (m < 1 || m > 12 || d < 1 || d > 31) return null;
+  const md = `${String(m).padStart(2, '0')}-${String(d).padStart(2, '0')}`;
+  return year === null ? `--${md}` : `${year}-${md}`;
+}
+
+function timeKey(hours: string, minutes: string, seconds: string | null, half: string | null): string | null {
+  let h = Number(hours);
+  const min = Number(minutes);
+  if (min > 59 || h > 24) return null;
+  if (half !== null) {
+    if (h < 1 || h > 12) return null;
+    h = (h % 12) + (half.toLowerCase() === 'p' ? 12 : 0);
+  }
+  return `${String(h).padStart(2, '0')}:${String(min).padStart(2, '0')}${seconds === null ? '' : `:${seconds}`}`;
+}
+
+function escapeRegex(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+}
