@@ -161,7 +161,7 @@ function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
     ids,
     ungrouped() {
       if (ungrouped === undefined) {
-        const dropped = raw.replace(THOUSANDS, '$1');
+        const dropped = ungroup(raw);
         ungrouped = dropped === raw ? null : dropped;
       }
       return ungrouped;
@@ -373,19 +373,25 @@ const MAY_CHANGE = /[^\x20-\x7e]|[,'_%]|  |[cC][eE][nN][tT]/;
 /** NFKC with thousands separators dropped and `percent` made `%`: what extraction and comparison start from. */
 function prepare(text: string): string {
   // Before NFKC, which turns no-break and thin spaces into plain ones.
-  let t = text.replace(THOUSANDS, '$1');
+  let t = ungroup(text);
   // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
   if (NON_ASCII.test(t)) {
     const nfkc = t.normalize('NFKC');
     // Again when NFKC changed something: full-width digits are digits only after it.
-    if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
+    if (nfkc !== t) t = ungroup(nfkc);
   }
-  if (/cent/i.test(t)) t = t.replace(PERCENT_WORD, '$1%');
+  if (/per ?cent/i.test(t)) t = t.replace(PERCENT_WORD, '$1%');
   return t;
 }
 
 // A separator between a digit and a group of exactly three digits (not followed by another digit).
 const THOUSANDS = /(\d)[,'’_\u00A0\u202F\u2009](?=\d{3}(?!\d))/g;
+/** What every THOUSANDS match is part of: a test for it scans twice as fast as the replace (most texts have none). */
+const MAY_GROUP = /\d[,'’_\u00A0\u202F\u2009]\d\d\d/;
+/** `text` with its thousands separators dropped. */
+function ungroup(text: string): string {
+  return MAY_GROUP.test(text) ? text.replace(THOUSANDS, '$1') : text;
+}
 const PERCENT_WORD = /(\d) ?per ?cent(?![A-Za-z])/gi;
 
 // ---------------------------------------------------------------------------
@@ -453,8 +459,8 @@ interface Match {
 
 interface Pattern {
   kind: FactKind;
-  /** The matches in `text`; `digits` holds (at least) the index of every ASCII digit in it, in order. */
-  find(text: string, digits: readonly number[]): Iterable<Match>;
+  /** The matches in `text`, whose runs of digits are `runs`. */
+  find(text: string, runs: Runs): Match[];
   /** Every match contains one of these: a text without any is not searched (`includes` is much cheaper than the pattern). */
   needs?: readonly string[];
 }
@@ -465,13 +471,15 @@ interface Pattern {
  * digit) and look around it: V8 runs `iu` regexes and unanchored `\p{L}`
  * scans many times slower, and the check must stay a small part of a commit.
  */
-function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text?: (m: RegExpExecArray) => string): (input: string) => Iterable<Match> {
-  return function* find(input: string) {
+function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text?: (m: RegExpExecArray) => string): (input: string) => Match[] {
+  return function find(input: string) {
+    const out: Match[] = [];
     regex.lastIndex = 0;
     for (let m = regex.exec(input); m !== null; m = regex.exec(input)) {
       if (m[0].length === 0) { regex.lastIndex++; continue; }
-      yield { index: m.index, length: m[0].length, text: text ? text(m) : m[0], key: key(m) };
+      out.push({ index: m.index, length: m[0].length, text: text ? text(m) : m[0], key: key(m) });
     }
+    return out;
   };
 }
 
@@ -485,33 +493,112 @@ function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text
  * (the leftmost match at or after the last one's end starts at one of these
  * places), at a fraction of the cost on long texts with few figures.
  */
-function byStart(regex: RegExp, start: (text: string, d: number) => number, key: (m: RegExpExecArray) => string | null): (input: string, digits: readonly number[]) => Iterable<Match> {
+function byStart(regex: RegExp, start: number, key: (m: RegExpExecArray) => string | null): (input: string, runs: Runs) => Match[] {
   if (!regex.sticky || regex.global) throw new Error(`byStart: ${regex} must be sticky, not global`);
-  return function* find(input: string, digits: readonly number[]) {
+  return function find(input: string, runs: Runs) {
+    const out: Match[] = [];
+    const { starts, kinds } = runs;
     let next = 0;
-    for (let i = 0; i < digits.length; i++) {
-      const d = digits[i]!;
-      // Masked by an earlier kind (masking only ever turns characters into spaces).
-      if (!isAsciiDigit(input.charCodeAt(d))) continue;
-      const at = start(input, d);
+    for (let i = 0; i < starts.length; i++) {
+      if ((kinds[i]! & start) === 0) continue;
+      const d = starts[i]!;
+      const at = start === S_MONTH ? monthStart(input, d)
+        : start === S_MONEY_CODE ? (isSpaceAt(input, d - 1) ? d - 4 : d - 3)
+          : start === S_VERSION && (input.charCodeAt(d - 1) | 0x20) === 0x76 ? d - 1 : d;
       if (at < next) continue;
       regex.lastIndex = at;
       const m = regex.exec(input);
       if (m === null) continue;
       next = at + m[0].length;
-      yield { index: at, length: m[0].length, text: m[0], key: key(m) };
+      out.push({ index: at, length: m[0].length, text: m[0], key: key(m) });
     }
+    return out;
   };
 }
 
-/** The start of a match that begins at the digit `d`, when the character before it is not an ASCII letter or digit (nor `also`). */
-function digitStart(also = ''): (text: string, d: number) => number {
-  const codes = [...also].map((c) => c.charCodeAt(0));
-  return (text, d) => {
-    const before = text.charCodeAt(d - 1);
-    return isAsciiAlnum(before) || codes.includes(before) ? -1 : d;
-  };
+/**
+ * The runs of ASCII digits of a text: where each starts (`starts`, in order),
+ * and for each the patterns (S_ bits) a match of which can hold it as its
+ * first run of digits (`kinds`). Each bit is a test the pattern itself makes
+ * (its look-behind; the few characters it allows after one or two digits: a
+ * day, an hour, a slashed date's part; a month name or a currency code
+ * before), computed once per run for all patterns, not once per pattern.
+ */
+interface Runs {
+  starts: number[];
+  kinds: Uint16Array;
 }
+const S_ISO = 1 << 0;
+const S_MONTH = 1 << 1;
+const S_DAY_MONTH = 1 << 2;
+const S_SLASHED = 1 << 3;
+const S_TIME = 1 << 4;
+const S_MONEY_WORD = 1 << 5;
+const S_MONEY_CODE = 1 << 6;
+const S_VERSION = 1 << 7;
+const S_NUMBER = 1 << 8;
+
+/** The runs of digits of `text` (a regex scan: a loop over the characters costs three times as much). */
+function runsOf(text: string): Runs {
+  const starts: number[] = [];
+  DIGIT_RUN.lastIndex = 0;
+  for (let m = DIGIT_RUN.exec(text); m !== null; m = DIGIT_RUN.exec(text)) starts.push(m.index);
+  return { starts, kinds: kindsOf(text, starts) };
+}
+const DIGIT_RUN = /\d+/g;
+const NO_RUNS: Runs = { starts: [], kinds: new Uint16Array(0) };
+
+/** The S_ bits of each start of `starts` in `text` as it is now (0: not the start of a run of digits, or masked). */
+function kindsOf(text: string, starts: readonly number[]): Uint16Array {
+  const kinds = new Uint16Array(starts.length);
+  for (let i = 0; i < starts.length; i++) {
+    const d = starts[i]!;
+    const before = text.charCodeAt(d - 1);
+    if (!isAsciiDigit(text.charCodeAt(d)) || isAsciiDigit(before)) continue;
+    let e = d + 1;
+    while (isAsciiDigit(text.charCodeAt(e))) e++;
+    const after = text.charCodeAt(e);
+    const short = e - d <= 2;
+    const spaceAfter = isSpaceAt(text, e);
+    const spaceBefore = isSpaceAt(text, d - 1);
+    let k = 0;
+    if (!isAsciiAlnum(before)) {
+      // (?<![A-Za-z0-9]) YYYY-
+      if (text.charCodeAt(d + 4) === 0x2d) k |= S_ISO;
+      // (?<![A-Za-z0-9]) \d{1,2} (st|nd|rd|th)? \s+ ... month
+      if (short && (spaceAfter || isAsciiLetterIn(after, ORDINAL_FIRST))) k |= S_DAY_MONTH;
+      // (?<![A-Za-z0-9./]) \d{1,2} [./]
+      if (short && (after === 0x2e || after === 0x2f) && before !== 0x2e && before !== 0x2f) k |= S_SLASHED;
+      // (?<![A-Za-z0-9:]) \d{1,2} :  or  (?<![A-Za-z0-9]) \d{1,2} \s? [ap]
+      if (short && (after === 0x3a || spaceAfter || isAsciiLetterIn(after, HALF_DAY))) k |= S_TIME;
+      // (?<![A-Za-z0-9.,]) amount, then its decimal part, or white space, or a scale or currency word
+      if (before !== 0x2e && before !== 0x2c) {
+        k |= S_NUMBER;
+        if (after === 0x2e || after === 0x2c || spaceAfter || isAsciiLetterIn(after, MONEY_WORD_FIRST)) k |= S_MONEY_WORD;
+      }
+      // (?<![A-Za-z0-9.]) \d+ \.
+      if (after === 0x2e && before !== 0x2e) k |= S_VERSION;
+    } else if ((before | 0x20) === 0x76 && after === 0x2e) {
+      // (?<![A-Za-z0-9.]) [vV] \d+ \.  (the look-behind is the regex's to check)
+      k |= S_VERSION;
+    }
+    // A month name, white space, the digits: MONTH \s+ DAY, MONTH \s+ YEAR.
+    if (spaceBefore) k |= S_MONTH;
+    // \b (USD|EUR|...) \s? amount: three capitals right before the digits, or before one white-space character before them.
+    const code = spaceBefore ? d - 4 : d - 3;
+    if (code >= 0 && isAsciiUpper(text.charCodeAt(code)) && isAsciiUpper(text.charCodeAt(code + 1)) && isAsciiUpper(text.charCodeAt(code + 2))) k |= S_MONEY_CODE;
+    kinds[i] = k;
+  }
+  return kinds;
+}
+const isAsciiUpper = (c: number): boolean => c >= 0x41 && c <= 0x5a;
+/** Whether `c` is an ASCII letter whose lower case is in the bit set `letters` (bit 0: `a`). */
+const isAsciiLetterIn = (c: number, letters: number): boolean => isAsciiLetter(c) && (letters & (1 << ((c | 0x20) - 0x61))) !== 0;
+const letterSet = (letters: string): number => [...letters].reduce((set, l) => set | (1 << (l.charCodeAt(0) - 0x61)), 0);
+/** First letters of `st` `nd` `rd` `th`; of `am` `pm`; of a scale or currency word after an amount (SCALE, CURRENCY_WORD). */
+const ORDINAL_FIRST = letterSet('snrt');
+const HALF_DAY = letterSet('ap');
+const MONEY_WORD_FIRST = letterSet('kmbtudegpjyirca');
 
 /**
  * A month name, an optional `.`, white space, then the digit `d`: the start
@@ -557,7 +644,8 @@ function tokenAround(text: string, at: number, stop: RegExp): [number, number] {
   return [from, to];
 }
 
-function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: string) => { text: string; key: string } | null): Iterable<Match> {
+function around(input: string, anchor: RegExp, stop: RegExp, judge: (token: string) => { text: string; key: string } | null): Match[] {
+  const out: Match[] = [];
   anchor.lastIndex = 0;
   let consumed = -1;
   for (let m = anchor.exec(input); m !== null; m = anchor.exec(input)) {
@@ -565,8 +653,9 @@ function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: str
     const [from, to] = tokenAround(input, m.index, stop);
     consumed = to;
     const judged = judge(input.slice(from, to));
-    if (judged !== null) yield { index: from, length: to - from, text: judged.text, key: judged.key };
+    if (judged !== null) out.push({ index: from, length: to - from, text: judged.text, key: judged.key });
   }
+  return out;
 }
 
 const EMAIL = /^[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}$/u;
@@ -584,10 +673,11 @@ function pathFact(token: string): { text: string; key: string } | null {
 }
 
 /** Identifiers: the token of letters, digits and inner connectors around each digit, when it has a letter too. */
-function* identifiers(input: string, digits: readonly number[]): Iterable<Match> {
+function identifiers(input: string, { starts }: Runs): Match[] {
+  const out: Match[] = [];
   let consumed = -1;
-  for (let i = 0; i < digits.length; i++) {
-    const index = digits[i]!;
+  for (let i = 0; i < starts.length; i++) {
+    const index = starts[i]!;
     if (index < consumed || !isAsciiDigit(input.charCodeAt(index))) continue;
     let from = index;
     for (;;) {
@@ -608,16 +698,14 @@ function* identifiers(input: string, digits: readonly number[]): Iterable<Match>
     if (ascii ? !/[A-Za-z]/.test(t) || !IDENTIFIER_ASCII.test(t) : !/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
     if (/^\d+(?:st|nd|rd|th)$/i.test(t)) continue; // ordinals
     if ((ascii ? FIGURE_TOKEN_ASCII : FIGURE_TOKEN).test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
-    yield { index: from, length: to - from, text: t, key: t.toLowerCase() };
+    out.push({ index: from, length: to - from, text: t, key: t.toLowerCase() });
   }
+  return out;
 }
 /** `-` `_` `.` `#` `+` inside an identifier. */
 const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x2e || c === 0x23 || c === 0x2b;
 
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
-const numberStart = digitStart('.,');
-const alnumStart = digitStart();
-const versionStart = digitStart('.');
 
 const PATTERNS: readonly Pattern[] = [
   // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
@@ -642,23 +730,23 @@ const PATTERNS: readonly Pattern[] = [
   {
     kind: 'date',
     find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'y'),
-      (text, d) => (text.charCodeAt(d + 4) === 0x2d ? alnumStart(text, d) : -1), (m) => isoKey(m[1]!, m[2]!, m[3]!)),
+      S_ISO, (m) => isoKey(m[1]!, m[2]!, m[3]!)),
     needs: ['-'],
   },
   {
     kind: 'date',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'iy'), monthStart, (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'iy'), S_MONTH, (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
   },
   {
     kind: 'date',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'iy'), alnumStart, (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'iy'), S_DAY_MONTH, (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
   },
-  { kind: 'date', find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'iy'), monthStart, (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
-  { kind: 'date', find: byStart(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/y, digitStart('./'), (m) => m[0].replace(/\./g, '/')) },
+  { kind: 'date', find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'iy'), S_MONTH, (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
+  { kind: 'date', find: byStart(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/y, S_SLASHED, (m) => m[0].replace(/\./g, '/')) },
   {
     kind: 'time',
     find: byStart(/(?<![A-Za-z0-9:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/iy,
-      alnumStart, (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
+      S_TIME, (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
   },
   {
     kind: 'money',
@@ -667,35 +755,35 @@ const PATTERNS: readonly Pattern[] = [
   },
   {
     kind: 'money',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'iy'), numberStart, (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2])),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'iy'), S_MONEY_WORD, (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2])),
   },
   {
     kind: 'money',
-    // The code's three letters right before the amount's first digit, or before one white-space character before it.
     find: byStart(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'y'),
-      (text, d) => (d >= 1 && isSpaceAt(text, d - 1) ? d - 4 : d - 3), (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
+      S_MONEY_CODE, (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
   },
   {
     kind: 'version',
-    // `v` right before the digit starts the match there, else the digit (the look-behind excludes a letter before it).
     find: byStart(/(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/y,
-      (text, d) => ((text.charCodeAt(d - 1) | 0x20) === 0x76 ? d - 1 : versionStart(text, d)), (m) => m[0].toLowerCase().replace(/^v/, '')),
+      S_VERSION, (m) => m[0].toLowerCase().replace(/^v/, '')),
   },
   { kind: 'identifier', find: identifiers },
   {
     kind: 'number',
-    find: function* numbers(input, digits) {
+    find: function numbers(input, { starts, kinds }) {
+      const out: Match[] = [];
       let next = 0;
-      for (let i = 0; i < digits.length; i++) {
-        const d = digits[i]!;
-        if (d < next || !isAsciiDigit(input.charCodeAt(d)) || numberStart(input, d) < 0) continue;
+      for (let i = 0; i < starts.length; i++) {
+        const d = starts[i]!;
+        if (d < next || (kinds[i]! & S_NUMBER) === 0) continue;
         NUMBER.lastIndex = d;
         const m = NUMBER.exec(input);
         if (m === null) continue;
         next = d + m[0].length;
         const unit = m[2] ?? m[3] ?? null;
-        yield { index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) };
+        out.push({ index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) });
       }
+      return out;
     },
   },
 ];
@@ -706,7 +794,7 @@ export function extractFacts(text: string): Fact[] {
   const found: { at: number; fact: Fact }[] = [];
   // Quoted code first, over the whole text (a fenced block spans lines); then every other
   // kind only in the windows that can hold one.
-  const rest = matchAll(prepare(text), (i) => i, CODE, found, NO_DIGITS);
+  const rest = matchAll(prepare(text), (i) => i, CODE, found, NO_RUNS);
   const windows = factWindows(rest);
   if (windows.length > 0) {
     // All windows in one text, each pattern run once over it (not once per window).
@@ -729,7 +817,7 @@ export function extractFacts(text: string): Fact[] {
       return windows[lo]![0] + i - starts[lo]!;
     };
     const joined = parts.join(BARRIER);
-    matchAll(joined, at, IN_WINDOWS, found, digitsOf(joined));
+    matchAll(joined, at, IN_WINDOWS, found, runsOf(joined));
   }
   return found.sort((a, b) => a.at - b.at).map((f) => f.fact);
 }
@@ -743,12 +831,13 @@ export function extractFacts(text: string): Fact[] {
 const BARRIER = '<';
 
 /** Runs `patterns` in order over `text` (`at` maps an index to the whole), each masking what it matched; returns the masked text. */
-function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[], digits: readonly number[]): string {
+function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[], runs: Runs): string {
+  // `runs` is kept what Pattern.find expects of it through the masking below.
   let rest = text;
   for (const pattern of patterns) {
     if (pattern.needs !== undefined && !pattern.needs.some((s) => rest.includes(s))) continue;
     const spans: [number, number][] = [];
-    for (const m of pattern.find(rest, digits)) {
+    for (const m of pattern.find(rest, runs)) {
       if (m.key === null) continue;
       spans.push([m.index, m.index + m.length]);
       if (m.checked === false) continue;
@@ -756,22 +845,18 @@ function matchAll(text: string, at: (index: number) => number, patterns: readonl
       found.push({ at: at(m.index), fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
     }
     // Mask what this kind matched, so a later kind does not match inside it.
-    if (spans.length > 0) rest = mask(rest, spans);
+    if (spans.length > 0) {
+      // A span that ends right before a digit and after another starts a run of digits there: find
+      // the runs again; else only their kinds change (what is next to them may be masked now).
+      const split = runs !== NO_RUNS && spans.some(([, to]) => isAsciiDigit(rest.charCodeAt(to)) && isAsciiDigit(rest.charCodeAt(to - 1)));
+      rest = mask(rest, spans);
+      if (split) runs = runsOf(rest);
+      else if (runs !== NO_RUNS) runs = { starts: runs.starts, kinds: kindsOf(rest, runs.starts) };
+    }
   }
   return rest;
 }
 
-/** The index of every ASCII digit of `text`, in order. */
-function digitsOf(text: string): number[] {
-  const digits: number[] = [];
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c >= 0x30 && c <= 0x39) digits.push(i);
-  }
-  return digits;
-}
-/** Quoted code's patterns use no digit positions. */
-const NO_DIGITS: readonly number[] = [];
 
 /** The patterns of quoted code, which run first and over the whole text; then the others, in windows. */
 const CODE = PATTERNS.slice(0, 2);
