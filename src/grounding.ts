@@ -442,8 +442,19 @@ const AMOUNT = String.raw`(\d+(?:[.,]\d+)*)`;
  * number, not an identifier. A leading zero makes it a code (`0634102a`).
  */
 const FIGURE_TOKEN = new RegExp(`^(?:0|[1-9]\\d*)(?:[.,]\\d+)?-?${ANY_UNIT}$`, 'iu');
-/** FIGURE_TOKEN for ASCII tokens: no unit outside ASCII case-folds to ASCII, so `i` alone matches the same. */
-const FIGURE_TOKEN_ASCII = new RegExp(FIGURE_TOKEN.source, 'i');
+/**
+ * FIGURE_TOKEN on an ASCII token of letters, digits and connectors (an
+ * identifier candidate), without its regex of every unit: no unit starts
+ * with a digit, `.`, `,` or `-`, so the unit can only be what follows the
+ * longest figure prefix, and no unit outside ASCII case-folds to ASCII.
+ */
+function isFigureTokenAscii(token: string): boolean {
+  const prefix = FIGURE_PREFIX.exec(token);
+  if (prefix === null || prefix[0].length === token.length) return false;
+  return ASCII_UNITS.has(token.slice(prefix[0].length).toLowerCase());
+}
+const FIGURE_PREFIX = /^(?:0|[1-9]\d*)(?:[.,]\d+)?-?/;
+const ASCII_UNITS = new Set([...UNIT_OF.keys()].filter((u) => !NON_ASCII.test(u)).map((u) => u.toLowerCase()));
 
 /** One match of a kind: where it is, what it is, and its key (null: not a fact after all, but masked). */
 interface Match {
@@ -526,7 +537,7 @@ function byStart(regex: RegExp, start: number, key: (m: RegExpExecArray) => stri
  */
 interface Runs {
   starts: number[];
-  kinds: Uint16Array;
+  kinds: number[];
 }
 const S_ISO = 1 << 0;
 const S_MONTH = 1 << 1;
@@ -546,14 +557,16 @@ function runsOf(text: string): Runs {
   return { starts, kinds: kindsOf(text, starts) };
 }
 const DIGIT_RUN = /\d+/g;
-const NO_RUNS: Runs = { starts: [], kinds: new Uint16Array(0) };
+const NO_RUNS: Runs = { starts: [], kinds: [] };
 
 /** The S_ bits of each start of `starts` in `text` as it is now (0: not the start of a run of digits, or masked). */
-function kindsOf(text: string, starts: readonly number[]): Uint16Array {
-  const kinds = new Uint16Array(starts.length);
+function kindsOf(text: string, starts: readonly number[]): number[] {
+  // A plain array: a typed one this small is allocated outside the heap, which costs more than all the tests.
+  const kinds: number[] = [];
   for (let i = 0; i < starts.length; i++) {
     const d = starts[i]!;
     const before = text.charCodeAt(d - 1);
+    kinds.push(0);
     if (!isAsciiDigit(text.charCodeAt(d)) || isAsciiDigit(before)) continue;
     let e = d + 1;
     while (isAsciiDigit(text.charCodeAt(e))) e++;
@@ -661,7 +674,6 @@ function around(input: string, anchor: RegExp, stop: RegExp, judge: (token: stri
 const EMAIL = /^[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}$/u;
 const PATH = /^(?:(?:~|\.{1,2})?\/[\p{L}\p{N}._@%+-]+(?:\/[\p{L}\p{N}._@%+-]*)*|[A-Za-z]:\\[^\s"'<>|]+|[\p{L}\p{N}._-]+(?:[\/\\][\p{L}\p{N}._@-]+)+\.[A-Za-z][A-Za-z0-9]{0,7})$/u;
 const IDENTIFIER = /^[\p{L}\p{N}]+(?:[-_.#+][\p{L}\p{N}]+)*$/u;
-const IDENTIFIER_ASCII = /^[A-Za-z0-9]+(?:[-_.#+][A-Za-z0-9]+)*$/;
 
 function pathFact(token: string): { text: string; key: string } | null {
   const t = trimTrailing(token.replace(/^[(\[{<*_]+/, ''));
@@ -695,9 +707,11 @@ function identifiers(input: string, { starts }: Runs): Match[] {
     const t = input.slice(from, to);
     // On ASCII, the same tests without Unicode classes (V8 runs those much slower).
     const ascii = !NON_ASCII.test(t);
-    if (ascii ? !/[A-Za-z]/.test(t) || !IDENTIFIER_ASCII.test(t) : !/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
+    // (An ASCII token built as above always has IDENTIFIER's shape: word characters, each
+    // connector between two.)
+    if (ascii ? !/[A-Za-z]/.test(t) : !/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
     if (/^\d+(?:st|nd|rd|th)$/i.test(t)) continue; // ordinals
-    if ((ascii ? FIGURE_TOKEN_ASCII : FIGURE_TOKEN).test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
+    if (ascii ? isFigureTokenAscii(t) : FIGURE_TOKEN.test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
     out.push({ index: from, length: to - from, text: t, key: t.toLowerCase() });
   }
   return out;
