@@ -7,9 +7,9 @@ import { plannableRanges } from '../../src/plan.ts';
 import * as reference from './grounding-reference.ts';
 
 /**
- * The grounding check was made faster (facts found from one scan of the
- * text, patterns tried only where a match can start); what it finds must not
- * change. grounding-reference.ts is the module before that work: on the real
+ * The grounding check was made faster (patterns that need a digit tried
+ * only at the runs of digits that can start a match, tags looked up in the
+ * items' ids first); what it finds must not change. grounding-reference.ts is the module before that work: on the real
  * threads and on generated hostile text, the facts, the normalized text and
  * the grounding must be identical.
  */

@@ -1,6 +1,6 @@
 /**
- * FROZEN REFERENCE: src/grounding.ts as it was before the single-pass
- * extraction and the indexed material (main at 0cf7b86), kept only for
+ * FROZEN REFERENCE: src/grounding.ts as it was before the digit-run
+ * extraction and the id-first tag lookup (main at 0cf7b86), kept only for
  * test/compaction/grounding-equivalence.test.ts, which requires the current
  * module to give the same facts, normalized text and grounding on real and
  * hostile text. Do not edit it to make that test pass.
