@@ -181,9 +181,14 @@ async function sweep(ctx: BenchContext, result: BenchResult): Promise<void> {
     // 5,000 conversations edited inside their summarized range (their binding
     // breaks, their ids do not change), and then their jobs lost.
     const edited = ids.filter((_, i) => i % Math.floor(conversations / needingRepair) === 0).slice(0, needingRepair);
-    await db.query(
-      `update sourcebound.messages m set content = 'edited: ' || m.content
-       from sourcebound.pairs p where p.conversation_id = any($1::uuid[]) and p.pair_index = 3 and m.id = p.user_message_id`, [edited]);
+    // A thousand conversations per transaction: a history edit holds two transaction
+    // advisory locks per conversation until COMMIT (its write lock and its job key's lock),
+    // and the default lock table holds about 6,400 (README, "Bulk edits").
+    for (let i = 0; i < edited.length; i += 1000) {
+      await db.query(
+        `update sourcebound.messages m set content = 'edited: ' || m.content
+         from sourcebound.pairs p where p.conversation_id = any($1::uuid[]) and p.pair_index = 3 and m.id = p.user_message_id`, [edited.slice(i, i + 1000)]);
+    }
     await db.query('delete from graphile_worker._private_jobs');
     // As autovacuum would (it may be off here): add_job's plans go bad on stale statistics (STACK.md).
     await db.query('analyze sourcebound.compaction_marks, graphile_worker._private_jobs');
