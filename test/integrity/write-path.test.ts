@@ -148,6 +148,35 @@ describe('the write path of a live pair, in function calls', () => {
     expect(await drift(db.pool, c)).toEqual([]);
   });
 
+  it('the message WHEN clauses let through exactly role = user or status = completed, before or after (0028 writes them as one array overlap)', async () => {
+    // Messages without a run: the function returns at once, so only the
+    // clause decides whether it is called. Every role and status the CHECK
+    // constraints allow, every update from one combination to any other.
+    const c = await createConversation(db.pool);
+    const combos = ['user', 'assistant'].flatMap((role) => ['streaming', 'completed', 'failed'].map((status) => ({ role, status })));
+    const passes = (m: { role: string; status: string }) => m.role === 'user' || m.status === 'completed';
+    const called = (calls: Calls) => calls['sourcebound.messages_refresh_pair'] ?? 0;
+    const set = `update sourcebound.messages set role = $2, status = $3 where id = $1`;
+    // One transaction: pg_stat_xact_user_functions counts are exact only
+    // within one (across transactions they depend on when the backend flushes).
+    await client.query('begin');
+    try {
+      for (const from of combos) {
+        const inserted = await callsOf(
+          `insert into sourcebound.messages (conversation_id, role, content, status) values ($1, $2, 'x', $3) returning id`, [c, from.role, from.status]);
+        expect(called(inserted.calls), `insert ${from.role}/${from.status}`).toBe(passes(from) ? 1 : 0);
+        const id = inserted.rows[0]!.id as string;
+        for (const to of combos) {
+          const updated = await callsOf(set, [id, to.role, to.status]);
+          expect(called(updated.calls), `update ${from.role}/${from.status} -> ${to.role}/${to.status}`).toBe(passes(from) || passes(to) ? 1 : 0);
+          await client.query(set, [id, from.role, from.status]);
+        }
+      }
+    } finally {
+      await client.query('rollback');
+    }
+  });
+
   it('a user message that is still streaming is part of a pair, and its text edits are seen', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 2);
