@@ -191,16 +191,6 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
     own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
     own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void suspect('listen_connection_lost', error); });
-    // graphile-worker looks for jobs when it starts and on each NOTIFY, but not when its LISTEN
-    // takes effect: a job added in between (at start, or while the LISTEN connection was being
-    // made again after a restart) would wait for the next poll. This event fires just before
-    // the LISTEN is sent on `client`; a query queued after it returns once it is in effect, and
-    // then every worker looks once.
-    own.on('pool:listen:success', ({ workerPool, client }) => {
-      queueMicrotask(() => {
-        client.query('select 1').then(() => { if (!gen.retired) workerPool.nudge(config.workerConcurrency); }, () => {});
-      });
-    });
 
     // Tasks see graphile-worker's abort signal or ours, whichever comes first: we decide when calls are cut.
     const track = (task: Task): Task => (payload, helpers) => {

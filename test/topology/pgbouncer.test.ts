@@ -204,7 +204,14 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     const poll = 60_000;
     const config = loadConfig({ DATABASE_URL: pooledUrl, DATABASE_DIRECT_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: String(poll), LOG_LEVEL: 'silent' });
     const database = await openDatabase(config, silentLogger, 6);
+    const { rows: [before] } = await db.pool.query<{ at: Date }>('select clock_timestamp() as at');
     const handle = await startWorker({ config, logger: silentLogger, database, summarizer: createOfflineSummarizer({ maxChars: 6000 }), skipMigrations: true });
+    // graphile-worker opens its LISTEN connection after start-up and does not look for jobs when
+    // it takes effect, so a job added before then waits for the poll: wait until this worker's
+    // LISTEN has run on the direct URL (a backend started since, idle after it).
+    await until(async () => (await db.pool.query(
+      `select 1 from pg_stat_activity where datname = current_database() and backend_start >= $1
+         and state = 'idle' and query like 'LISTEN "jobs:insert"%'`, [before!.at])).rowCount! > 0, 30_000, 'the worker listening on the direct URL');
     const starts = new Map<string, number>();
     handle.runner.events.on('job:start', ({ job }) => starts.set(String((job.payload as { conversationId?: string }).conversationId), performance.now()));
     expect(database.pooled).toBe(true);
