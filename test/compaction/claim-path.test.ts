@@ -38,29 +38,37 @@ function counting(pool: pg.Pool): { pool: pg.Pool; sent: string[] } {
 }
 
 /** Runs the task once; returns the statements sent before the summarizer call and in all. */
-async function runTask(conversationId: string): Promise<{ beforeCall: string[] | null; all: string[] }> {
+async function runTask(conversationId: string): Promise<{ beforeCall: string[] | null; all: string[]; requests: SummaryRequest[] }> {
   const counter = counting(db.pool);
   let beforeCall: string[] | null = null;
+  const requests: SummaryRequest[] = [];
   const summarizer: Summarizer = {
     model: 'test/claim-path',
     summarize: async (r: SummaryRequest): Promise<Outcome> => {
       beforeCall ??= [...counter.sent];
+      requests.push(r);
       return { kind: 'ok', text: `summary of ${r.items.length} replies`, model: 'test/claim-path', usage: null, requestId: null };
     },
   };
   const task = compactConversationTask({ pool: counter.pool, summarizer, logger: silentLogger, workerId: 'claim-path', leaseMs: 60_000 });
   const helpers = { job: { id: '1' }, abortSignal: new AbortController().signal } as unknown as JobHelpers;
   await task({ conversationId }, helpers);
-  return { beforeCall, all: counter.sent };
+  return { beforeCall, all: counter.sent, requests };
 }
 
 describe('the claim path of a compaction job', () => {
   it('one statement from task start to the summarizer call (the claim finds its mark), two in all for one range', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 30);
-    const { beforeCall, all } = await runTask(c);
+    const { beforeCall, all, requests } = await runTask(c);
     expect(beforeCall).toHaveLength(1);
     expect(beforeCall![0]).toMatch(/sourcebound\.claim_range\(/);
+    // The claim's one statement hands over the range's ten replies, in pair order, as stored.
+    const { rows: replies } = await db.pool.query<{ id: string; text: string }>(
+      `select assistant_message_id as id, assistant_text as text from sourcebound.eligible_pairs
+       where conversation_id = $1 and pair_index between 0 and 9 order by pair_index`, [c]);
+    expect(replies).toHaveLength(10);
+    expect(requests.map((r) => r.items)).toEqual([replies]);
     // The commit says no mark is left: no statement to find that out.
     expect(all).toHaveLength(2);
     expect(all[1]).toMatch(/sourcebound\.commit_summary\(/);
