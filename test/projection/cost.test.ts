@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type pg from 'pg';
 import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
 import { MAX_PAGE_RANGES, projectConversationHistory, type ReadEvent } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -58,5 +59,46 @@ describe('cost grows with the budget, not the conversation', () => {
     // One scoped index lookup for the count, then two queries per page.
     expect(reads.filter((r) => r.query === 'conversationPairCountRead')).toHaveLength(1);
     expect(reads.length).toBe(1 + 2 * pages.length);
+  });
+});
+
+describe('what a projection sends', () => {
+  /** A pool whose clients log the text of every statement they send. */
+  function logging(sent: string[]): pg.Pool {
+    return new Proxy(db.pool, {
+      get(target, prop, receiver) {
+        if (prop !== 'connect') return Reflect.get(target, prop, receiver);
+        return async () => {
+          const client = await target.connect();
+          return new Proxy(client, {
+            get(c, p, r) {
+              if (p !== 'query') return Reflect.get(c, p, r);
+              return (...args: unknown[]) => {
+                sent.push(typeof args[0] === 'string' ? args[0] : (args[0] as { text: string }).text);
+                return (c.query as (...a: unknown[]) => unknown).apply(c, args);
+              };
+            },
+          });
+        };
+      },
+    });
+  }
+
+  it('a stable call that rewrites nothing: the snapshot and calls of the projection functions, whose plans the connection keeps', async () => {
+    const id = await longConversation(true);
+    const first: string[] = [];
+    const args = { conversationId: id, scope: 'tenant-a', budgetBytes: BUDGET };
+    await projectConversationHistory({ ...args, pool: logging(first) });
+    const sent: string[] = [];
+    const p = await projectConversationHistory({ ...args, pool: logging(sent) });
+    expect(p.cache.rewrite).toBeNull();
+    expect(sent[0]).toMatch(/^begin isolation level repeatable read read only$/);
+    expect(sent.at(-1)).toBe('rollback');
+    const reads = sent.slice(1, -1);
+    expect(reads.length).toBeGreaterThanOrEqual(4);
+    // A statement sent as text is planned on every call; a PL/pgSQL function's are kept per connection (0029).
+    for (const text of reads) expect(text).toMatch(/^select (\* from )?sourcebound\.projection_[a-z_]+\([$\d, ]+\)( as "pairCount")?$/);
+    expect(new Set(reads.map((t) => t.match(/projection_[a-z_]+/)![0]))).toEqual(
+      new Set(['projection_pair_count', 'projection_layout', 'projection_pairs_page', 'projection_summaries']));
   });
 });

@@ -3,7 +3,9 @@
  * Every query checks the scope itself: nothing is read from a conversation of
  * another scope, even if the caller skipped the existence check. Reads are by
  * `pair_index` ranges through the pairs index, so their cost follows what the
- * walk reaches, not the conversation's length.
+ * walk reaches, not the conversation's length. The reads made on every call
+ * are PL/pgSQL functions (0029_projection_reads.sql): their plans are kept
+ * per connection, where a statement sent as text is planned every time.
  */
 import type pg from 'pg';
 
@@ -60,15 +62,11 @@ export interface ProjectionSummaryRow {
 export async function conversationPairCountRead(
   db: Queryable, conversationId: string, scope: string, observe?: ReadObserver,
 ): Promise<number | null> {
-  const { rows } = await db.query<{ pairCount: number }>(
-    `select (select coalesce(max(p.pair_index) + 1, 0)
-             from sourcebound.pairs p where p.conversation_id = c.id)::int as "pairCount"
-     from sourcebound.conversations c
-     where c.id = $1 and c.scope = $2`,
-    [conversationId, scope],
-  );
-  observe?.({ query: 'conversationPairCountRead', rows: rows.length });
-  return rows[0]?.pairCount ?? null;
+  const { rows } = await db.query<{ pairCount: number | null }>(
+    'select sourcebound.projection_pair_count($1, $2) as "pairCount"', [conversationId, scope]);
+  const pairCount = rows[0]?.pairCount ?? null;
+  observe?.({ query: 'conversationPairCountRead', rows: pairCount === null ? 0 : 1 });
+  return pairCount;
 }
 
 /**
@@ -84,17 +82,7 @@ export async function pairsPageRead(
   observe?: ReadObserver,
 ): Promise<ProjectionPairRow[]> {
   const { rows } = await db.query<ProjectionPairRow>(
-    `select e.pair_index as "pairIndex", e.run_id as "runId",
-            e.user_message_id as "userMessageId", e.assistant_message_id as "assistantMessageId",
-            octet_length(e.user_text) as "userBytes", octet_length(e.assistant_text) as "assistantBytes",
-            case when $5::bigint is null or octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= $5::bigint
-                 then e.user_text end as "userText",
-            case when $5::bigint is null or octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= $5::bigint
-                 then e.assistant_text end as "assistantText"
-     from sourcebound.eligible_pairs e
-     join sourcebound.conversations c on c.id = e.conversation_id and c.scope = $2
-     where e.conversation_id = $1 and e.pair_index between $3 and $4
-     order by e.pair_index`,
+    'select * from sourcebound.projection_pairs_page($1, $2, $3, $4, $5)',
     [args.conversationId, args.scope, args.fromPair, args.toPair, args.maxTextBytes],
   );
   observe?.({
@@ -104,13 +92,16 @@ export async function pairsPageRead(
   return rows;
 }
 
-/** The columns of a ProjectionSummaryRow, from conversation_summaries aliased `s`. */
+/**
+ * The columns of a ProjectionSummaryRow, from conversation_summaries aliased
+ * `s`, as sourcebound.projection_summaries() gives them (arrays as JSON).
+ */
 const SUMMARY_COLUMNS = `s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
-            s.source_message_ids::text[] as "sourceMessageIds", s.source_hash as "sourceHash",
+            to_json(s.source_message_ids) as "sourceMessageIds", s.source_hash as "sourceHash",
             s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
             s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt",
-            (select a.grounding_ungrounded from sourcebound.conversation_summary_attempts a
-             where a.summary_id = s.id and a.outcome = 'ok' order by a.id desc limit 1) as "ungrounded"`;
+            to_json((select a.grounding_ungrounded from sourcebound.conversation_summary_attempts a
+             where a.summary_id = s.id and a.outcome = 'ok' order by a.id desc limit 1)) as "ungrounded"`;
 
 /**
  * Completed and failed summary records of a conversation in a scope whose
@@ -123,12 +114,7 @@ export async function summariesForRangesRead(
   observe?: ReadObserver,
 ): Promise<ProjectionSummaryRow[]> {
   const { rows } = await db.query<ProjectionSummaryRow>(
-    `select ${SUMMARY_COLUMNS}
-     from sourcebound.conversation_summaries s
-     where s.conversation_id = $1 and s.scope = $2
-       and s.from_pair between $3 and $4
-       and s.status in ('completed', 'failed')
-     order by s.from_pair, s.completed_at desc nulls last, s.created_at desc, s.id`,
+    'select * from sourcebound.projection_summaries($1, $2, $3, $4)',
     [args.conversationId, args.scope, args.fromPair, args.toPair],
   );
   observe?.({ query: 'summariesForRangesRead', rows: rows.length, fromPair: args.fromPair, toPair: args.toPair });
@@ -194,13 +180,7 @@ export async function projectionLayoutRead(
   // Layouts are kept for budgets a request can have (integer column); a larger budget is always laid out anew.
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return null;
   const { rows } = await db.query<ProjectionLayoutRow>(
-    `select l.start_pair as "startPair", l.end_pair as "endPair", l.summaries, l.gaps,
-            l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes"
-     from sourcebound.projection_layouts l
-     join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
-     where l.conversation_id = $1 and l.budget_bytes = $3`,
-    [args.conversationId, args.scope, args.budgetBytes],
-  );
+    'select * from sourcebound.projection_layout($1, $2, $3)', [args.conversationId, args.scope, args.budgetBytes]);
   observe?.({ query: 'projectionLayoutRead', rows: rows.length });
   return rows[0] ?? null;
 }
