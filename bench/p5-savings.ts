@@ -83,16 +83,20 @@ export async function benchSavings(ctx: BenchContext): Promise<BenchResult> {
       projections.push({ ...(await projectConversationHistory({ pool, conversationId: c.id, scope: 'bench', budgetBytes: BUDGET })), raw: c.raw });
     }
     // The floor: every range summarized by an empty summary (one character: a record's text cannot
-    // be empty), projected the same way. The newest record of the current version wins, and the
-    // stored layouts are hints that only cause a rewrite when gone.
+    // be empty), projected the same way. A job visits only marked ranges, and compaction cleared
+    // every mark, so a second summarizer would make nothing (the floor then equalled the
+    // projection): each completed record gets a twin with the same identity, from another model,
+    // completed later, which the projection prefers (binding.ts byPreference). The stored layouts
+    // are hints that only cause a rewrite when gone.
     await pool.query('delete from sourcebound.projection_layouts');
-    const empty: Summarizer = { model: 'bench/empty-summary', summarize: async () => ({ kind: 'ok', text: '.', model: 'bench/empty-summary', usage: null, requestId: null }) };
-    for (const c of written) {
-      for (let pass = 0; pass < 5; pass++) {
-        const report = await compactConversation({ ...compaction, summarizer: empty }, c.id);
-        if (!report.ranges.some((r) => r.result === 'completed')) break;
-      }
-    }
+    const { rowCount: twins } = await pool.query(
+      `insert into sourcebound.conversation_summaries
+         (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version,
+          status, summary, attempts_spent, completed_at)
+       select conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, 'bench/empty-summary', prompt_version,
+              'completed', '.', 1, completed_at + interval '1 second'
+       from sourcebound.conversation_summaries where status = 'completed'`);
+    if (twins !== completed) throw new Error(`P5: ${twins} empty twins for ${completed} completed ranges`);
     const floors = new Map<string, number>();
     for (const c of written) {
       floors.set(c.id, (await projectConversationHistory({ pool, conversationId: c.id, scope: 'bench', budgetBytes: BUDGET })).bytes);
