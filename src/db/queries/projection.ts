@@ -93,17 +93,6 @@ export async function pairsPageRead(
 }
 
 /**
- * The columns of a ProjectionSummaryRow, from conversation_summaries aliased
- * `s`, as sourcebound.projection_summaries() gives them (arrays as JSON).
- */
-const SUMMARY_COLUMNS = `s.id, s.from_pair as "fromPair", s.to_pair as "toPair",
-            to_json(s.source_message_ids) as "sourceMessageIds", s.source_hash as "sourceHash",
-            s.hash_version as "hashVersion", s.model, s.prompt_version as "promptVersion",
-            s.status, s.summary, s.completed_at as "completedAt", s.created_at as "createdAt",
-            to_json((select a.grounding_ungrounded from sourcebound.conversation_summary_attempts a
-             where a.summary_id = s.id and a.outcome = 'ok' order by a.id desc limit 1)) as "ungrounded"`;
-
-/**
  * Completed and failed summary records of a conversation in a scope whose
  * from_pair lies in fromPair..toPair (running, pending and stale records are
  * never projected). Ordered by from_pair, newest first within a range.
@@ -157,16 +146,17 @@ export interface ProjectionLayoutRow {
 export async function completedSummariesBeforeRead(
   db: Queryable, args: { conversationId: string; scope: string; beforePair: number; limit: number }, observe?: ReadObserver,
 ): Promise<ProjectionSummaryRow[]> {
+  // The same rows as projection_summaries() gives (one column list): completed ones of ranges ending
+  // before beforePair (to_pair = from_pair + 9), from the newest `limit` such ranges on.
   const { rows } = await db.query<ProjectionSummaryRow>(
-    `select ${SUMMARY_COLUMNS}
-     from sourcebound.conversation_summaries s
-     where s.conversation_id = $1 and s.scope = $2 and s.status = 'completed'
-       and s.to_pair < $3
-       and s.from_pair >= (select coalesce(min(f), 0) from (
-             select distinct from_pair as f from sourcebound.conversation_summaries
-             where conversation_id = $1 and status = 'completed' and to_pair < $3
-             order by from_pair desc limit $4) newest)
-     order by s.from_pair desc, s.completed_at desc nulls last, s.created_at desc, s.id`,
+    `select s.* from sourcebound.projection_summaries($1, $2,
+       (select coalesce(min(f), 0) from (
+          select distinct from_pair as f from sourcebound.conversation_summaries
+          where conversation_id = $1 and status = 'completed' and to_pair < $3
+          order by from_pair desc limit $4) newest)::int,
+       $3 - 10) s
+     where s.status = 'completed'
+     order by s."fromPair" desc, s."completedAt" desc nulls last, s."createdAt" desc, s.id`,
     [args.conversationId, args.scope, args.beforePair, args.limit],
   );
   observe?.({ query: 'completedSummariesBeforeRead', rows: rows.length, fromPair: 0, toPair: args.beforePair - 1 });
