@@ -47,7 +47,15 @@ export async function startEmbeddedPostgres(options: {
   }
 
   const isRoot = userInfo().uid === 0;
-  await mkdir(dirname(dataDir), { recursive: true });
+  try {
+    await mkdir(dirname(dataDir), { recursive: true });
+  } catch (error) {
+    throw new ConfigError(
+      `the embedded PostgreSQL cannot create the folders above its data folder ${dataDir}: ${(error as Error).message}. ` +
+        'Point SOURCEBOUND_DATA_DIR at a folder this user can create, or set DATABASE_URL.',
+      { cause: error },
+    );
+  }
   const programs = await postgresPrograms();
   if (isRoot) {
     await assertReachableByOthers(dirname(dataDir), () =>
@@ -195,6 +203,9 @@ async function assertUsableDataFolder(dataDir: string, programs: string | null):
       );
     }
     return true;
+  }
+  if (existsSync(dataDir) && !(await stat(dataDir)).isDirectory()) {
+    throw new ConfigError(`the data folder ${dataDir} is a file, not a folder. Point SOURCEBOUND_DATA_DIR at a new or empty folder, or set DATABASE_URL.`);
   }
   if (existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
     throw new ConfigError(

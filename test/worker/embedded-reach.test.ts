@@ -70,6 +70,15 @@ describe('the embedded PostgreSQL data folder', () => {
     expect([after.uid, after.gid, after.mode]).toEqual([before.uid, before.gid, before.mode]);
   });
 
+  it('refuses a data folder that is a file, or below a file, in one line', async () => {
+    const file = join(await openFolder(), 'a-file');
+    await writeFile(file, 'not a folder\n');
+    await expect(startEmbeddedPostgres({ dataDir: file, port: await freePort(), logger: silentLogger }))
+      .rejects.toThrow(`the data folder ${file} is a file, not a folder`);
+    await expect(startEmbeddedPostgres({ dataDir: join(file, 'below', 'pgdata'), port: await freePort(), logger: silentLogger }))
+      .rejects.toThrow(`the embedded PostgreSQL cannot create the folders above its data folder ${join(file, 'below', 'pgdata')}: ENOTDIR`);
+  });
+
   it('refuses a data folder made by another major version, naming both', async () => {
     const dataDir = join(await openFolder(), 'old');
     await mkdir(dataDir);
