@@ -14,17 +14,14 @@
  * implementation's cost, measured against the product's in the same run);
  * its results must equal the product's on every range, or the run fails.
  */
-import { createHash } from 'node:crypto';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { isDeepStrictEqual, parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isDeepStrictEqual } from 'node:util';
 import { extractiveSummary } from '../src/gateway/offline.ts';
 import type { MaterialItem } from '../src/gateway/types.ts';
 import { extractFacts, groundSummary, type Grounding } from '../src/grounding.ts';
-import { plannableRanges } from '../src/plan.ts';
-import { dataset } from './lib/data.ts';
+import { realRanges } from './p9-grounding.ts';
 
 type Check = (summary: string, material: readonly MaterialItem[]) => Grounding;
 
@@ -42,15 +39,8 @@ if (values.candidate !== undefined) {
   checks.push([values.candidate, module.groundSummary]);
 }
 
-// The ranges of P9: ten assistant replies each, ids shaped like the database's, offline summaries.
-const { threads } = dataset();
-const ranges: { items: MaterialItem[]; summary: string }[] = [];
-for (const thread of threads) {
-  for (const r of plannableRanges(thread.pairs.length)) {
-    const items = thread.pairs.slice(r.fromPair, r.toPair + 1).map((p, i) => ({ id: messageId(thread.id, r.fromPair + i), text: p.assistant }));
-    ranges.push({ items, summary: extractiveSummary(items, 6000)! });
-  }
-}
+// The ranges of P9, with their offline summaries.
+const ranges = realRanges().map(({ items }) => ({ items, summary: extractiveSummary(items, 6000)! }));
 for (const [name, check] of checks.slice(1)) {
   const differ = ranges.filter((r) => !isDeepStrictEqual(check(r.summary, r.items), groundSummary(r.summary, r.items)));
   if (differ.length > 0) throw new Error(`p9-cold: ${name} differs from src/grounding.ts on ${differ.length} of ${ranges.length} ranges`);
@@ -105,8 +95,3 @@ for (let i = 0; i < 40; i++) {
 }
 process.stdout.write(`\nextractFacts(${JSON.stringify(tiny)}): ${p50(loop).toFixed(1)} us in a loop, ${p50(afterGc).toFixed(1)} us after a full GC\n`);
 
-/** A message id per thread and pair, shaped like the ones the database gives (as bench/p9-grounding.ts). */
-function messageId(threadId: string, pair: number): string {
-  const h = createHash('sha256').update(`${threadId}:${pair}`).digest('hex');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`;
-}

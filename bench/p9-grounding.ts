@@ -34,16 +34,7 @@ import { spread } from './lib/stats.ts';
  */
 export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
   const { threads, source } = dataset();
-  const ranges: { threadId: string; fromPair: number; items: MaterialItem[] }[] = [];
-  for (const thread of threads) {
-    for (const range of plannableRanges(thread.pairs.length)) {
-      ranges.push({
-        threadId: thread.id,
-        fromPair: range.fromPair,
-        items: thread.pairs.slice(range.fromPair, range.toPair + 1).map((p, i) => ({ id: messageId(thread.id, range.fromPair + i), text: p.assistant })),
-      });
-    }
-  }
+  const ranges = realRanges();
   const result: BenchResult = {
     id: 'P9', title: 'grounding check on real ranges', status: 'ok', seconds: 0,
     params: { ranges: ranges.length, summarizer: 'sourcebound/extractive@2 and a reformatting / tampering stand-in', summaryMaxChars: 6000 },
@@ -149,6 +140,21 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     await pool.end();
   }
   return result;
+}
+
+/** Every plannable range (ten assistant replies) of the shared threads, the replies with ids shaped like the database's. */
+export function realRanges(): { threadId: string; fromPair: number; items: MaterialItem[] }[] {
+  const ranges: { threadId: string; fromPair: number; items: MaterialItem[] }[] = [];
+  for (const thread of dataset().threads) {
+    for (const range of plannableRanges(thread.pairs.length)) {
+      ranges.push({
+        threadId: thread.id,
+        fromPair: range.fromPair,
+        items: thread.pairs.slice(range.fromPair, range.toPair + 1).map((p, i) => ({ id: messageId(thread.id, range.fromPair + i), text: p.assistant })),
+      });
+    }
+  }
+  return ranges;
 }
 
 /** A message id per thread and pair, shaped like the ones the database gives (the summaries tag replies by them). */
