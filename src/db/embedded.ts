@@ -171,7 +171,7 @@ async function importWithoutSignalHooks() {
  * (o+x). `advice(folder)` says what to do about the first one that does not.
  * @throws ConfigError (the CLI prints its message alone, without a stack).
  */
-export async function assertReachableByOthers(folder: string, advice: (folder: string) => string): Promise<void> {
+async function assertReachableByOthers(folder: string, advice: (folder: string) => string): Promise<void> {
   let current = resolve(folder);
   for (;;) {
     const info = await stat(current);
