@@ -204,10 +204,12 @@ async function assertUsableDataFolder(dataDir: string, programs: string | null):
     }
     return true;
   }
-  if (existsSync(dataDir) && !(await stat(dataDir)).isDirectory()) {
+  const info = await stat(dataDir).catch(() => null);
+  if (info === null) return false;
+  if (!info.isDirectory()) {
     throw new ConfigError(`the data folder ${dataDir} is a file, not a folder. Point SOURCEBOUND_DATA_DIR at a new or empty folder, or set DATABASE_URL.`);
   }
-  if (existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
+  if ((await readdir(dataDir)).length > 0) {
     throw new ConfigError(
       `the data folder ${dataDir} is not empty and holds no PostgreSQL data (no PG_VERSION). ` +
         'Point SOURCEBOUND_DATA_DIR at a new or empty folder, or set DATABASE_URL.',
