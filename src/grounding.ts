@@ -372,6 +372,8 @@ const MAY_CHANGE = /[^\x20-\x7e]|[,'_%]|  |[cC][eE][nN][tT]/;
 
 /** NFKC with thousands separators dropped and `percent` made `%`: what extraction and comparison start from. */
 function prepare(text: string): string {
+  // One scan for what any step below needs: most texts need none of them.
+  if (!MAY_PREPARE.test(text)) return text;
   // Before NFKC, which turns no-break and thin spaces into plain ones.
   let t = ungroup(text);
   // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
@@ -393,6 +395,8 @@ function ungroup(text: string): string {
   return MAY_GROUP.test(text) ? text.replace(THOUSANDS, '$1') : text;
 }
 const PERCENT_WORD = /(\d) ?per ?cent(?![A-Za-z])/gi;
+/** What any step of prepare needs: MAY_GROUP, NON_ASCII or `/per ?cent/i`, in one scan. */
+const MAY_PREPARE = /\d[,'’_\u00A0\u202F\u2009]\d\d\d|[^\x00-\x7f]|[Pp][Ee][Rr] ?[Cc][Ee][Nn][Tt]/;
 
 // ---------------------------------------------------------------------------
 // Extraction
