@@ -635,13 +635,25 @@ function monthStart(text: string, d: number): number {
 const isAsciiLetter = (c: number): boolean => (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
 
 /** Trailing punctuation that ends a sentence or a parenthesis, not a URL or a path. */
-const TRAILING = /[.,;:!?'"’”)\]}>*_]+$/u;
+const TRAILING = '.,;:!?\'"’”)]}>*_';
 
 function trimTrailing(token: string): string {
-  let t = token.replace(TRAILING, '');
+  let t = dropTrailing(token, TRAILING);
   // Keep a closing parenthesis the token opened (wiki URLs).
   if (token.length > t.length && t.includes('(') && !t.includes(')') && token.slice(t.length).startsWith(')')) t += ')';
   return t;
+}
+
+/**
+ * `text` without its longest suffix of the characters in `chars` (each one
+ * UTF-16 unit). Not `replace(/[...]+$/, '')`: a regex tries that from every
+ * start, which takes quadratic time on a long run that does not reach the
+ * end (a URL followed by 40,000 dots and a letter took 1.5 s).
+ */
+function dropTrailing(text: string, chars: string): string {
+  let end = text.length;
+  while (end > 0 && chars.includes(text[end - 1]!)) end--;
+  return end === text.length ? text : text.slice(0, end);
 }
 
 const WORD = /[\p{L}\p{N}]/u;
@@ -732,7 +744,7 @@ const PATTERNS: readonly Pattern[] = [
   {
     kind: 'url',
     find: byRegex(/(?<![A-Za-z0-9])(?:(?:https?|ftp):\/\/|www\.)[^\s<>"'`]+/gi,
-      (m) => trimTrailing(m[0]).toLowerCase().replace(/^(?:https?|ftp):\/\//, '').replace(/^www\./, '').replace(/\/+$/, ''),
+      (m) => dropTrailing(trimTrailing(m[0]).toLowerCase().replace(/^(?:https?|ftp):\/\//, '').replace(/^www\./, ''), '/'),
       (m) => trimTrailing(m[0])),
   },
   {
@@ -947,7 +959,7 @@ function canonicalNumber(digits: string): string {
   // Several points: all but the last were group separators (1.234.567).
   const points = d.split('.');
   if (points.length > 2) d = points.slice(0, -1).join('') + '.' + points.at(-1);
-  if (d.includes('.')) d = d.replace(/0+$/, '').replace(/\.$/, '');
+  if (d.includes('.')) d = dropTrailing(d, '0').replace(/\.$/, '');
   return d.replace(/^0+(?=\d)/, '');
 }
 

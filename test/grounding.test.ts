@@ -149,6 +149,32 @@ describe('the fast paths give the results of the full normalization', () => {
   });
 });
 
+describe('hostile text', () => {
+  // Each took quadratic time in a `/[...]+$/` replace (V8 tries it from every start): 40,000
+  // characters took 0.5-1.5 s, so these 400,000 would take minutes. The test's timeout is the check.
+  const run = (c: string) => c.repeat(400_000);
+  // Compared without printing 400,000 characters when they differ.
+  const keys = (text: string) => extractFacts(text).map((f) => `${f.kind}:${f.key}`);
+  const same = (actual: string[], expected: string[]) => expect(JSON.stringify(actual) === JSON.stringify(expected), 'facts differ').toBe(true);
+
+  it('a URL or a path followed by a long run of trailing punctuation that does not end it', () => {
+    same(keys(`see http://x.example/a${run('.')}b now`), [`url:x.example/a${run('.')}b`]);
+    same(keys(`see http://x.example/a${run('.')} now`), ['url:x.example/a']);
+    same(keys(`see /srv/a/b${run(')')}c.ts or mail a@b.example${run('!')}c`), []);
+  }, 10_000);
+
+  it('a URL ending in a long run of slashes, and a figure with a long run of zeros', () => {
+    same(keys(`see http://x.example/a${run('/')} now`), ['url:x.example/a']);
+    same(keys(`it is 1.${run('0')}1 now`), [`number:1.${run('0')}1`]);
+    same(keys(`it is 1.5${run('0')} now`), ['number:1.5']);
+  }, 10_000);
+
+  it('in the material, where only a fact not found as written makes the check read all of it', () => {
+    const hostile = [{ id: 'tool-1', text: `see http://x.example/a${run('.')}b and 1,234 rows` }];
+    expect(groundSummary('It read 1234 rows.', hostile)).toEqual({ checked: ['number:1234'], ungrounded: [] });
+  }, 10_000);
+});
+
 describe('groundOutcome', () => {
   const ok = (text: string): Outcome => ({ kind: 'ok', text, model: 'm', usage: null, requestId: 'r' });
 

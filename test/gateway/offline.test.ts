@@ -1,7 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { existsSync } from 'node:fs';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { readThreads } from '../../src/demo.ts';
 import { createOfflineSummarizer, extractiveSummary, MIN_TARGET_BYTES, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
-import { splitSentences } from '../../src/gateway/sentences.ts';
+import { SEGMENT_WINDOW, splitSentences } from '../../src/gateway/sentences.ts';
 import { groundSummary } from '../../src/grounding.ts';
 import { plannableRanges } from '../../src/plan.ts';
 import { codePointLength } from '../../src/gateway/text.ts';
@@ -156,4 +157,42 @@ describe('offline extractive summarizer', () => {
     }
     expect(ranges).toBeGreaterThan(0);
   });
+});
+
+describe('sentences of long lines', () => {
+  const SHARED = '/work/shared/data/oasst1-threads.jsonl';
+  const texts = (t: string, window?: number) => splitSentences(t, window).map((s) => s.text);
+  afterEach(() => vi.restoreAllMocks());
+
+  it.each([SHARED].filter((p) => existsSync(p)))('gives the sentences of whole lines when segmented in windows, on the real threads (%s)', (path) => {
+    let lines = 0;
+    for (const thread of readThreads(path)) {
+      // Every reply as it is, and a thread's replies joined into one line of about 30,000 characters.
+      const joined = thread.pairs.map((p) => p.assistant.replace(/\s*\r?\n\s*/g, ' ')).join(' ');
+      for (const text of [...thread.pairs.map((p) => p.assistant), joined]) {
+        expect(texts(text, 256)).toEqual(texts(text, Number.POSITIVE_INFINITY));
+        lines++;
+      }
+    }
+    expect(lines).toBeGreaterThan(1000);
+  });
+
+  it('never hands the segmenter a whole long line (its time is quadratic in the string it walks)', () => {
+    const segment = vi.spyOn(Intl.Segmenter.prototype, 'segment');
+    const prose = 'The quick fox jumps. '.repeat(20_000);
+    // A table of figures has no two adjacent letters: its windows grow, up to 8 times.
+    const figures = '| 1.0 | .654 | 5.8 | '.repeat(5_000) + 'End of the table.';
+    expect(texts(prose)).toHaveLength(20_000);
+    expect(texts(figures).at(-1)).toMatch(/End of the table\.$/);
+    const walked = segment.mock.calls.map(([input]) => String(input).length);
+    expect(Math.max(...walked)).toBeLessThanOrEqual(8 * SEGMENT_WINDOW);
+    expect(walked.filter((n) => n <= SEGMENT_WINDOW).length).toBeGreaterThan(100);
+  });
+
+  it('splits a 600,000-character line of short sentences (minutes with one segmenter walk)', () => {
+    const line = '数据已更新。'.repeat(50_000) + 'Done. ' + 'Word word. '.repeat(20_000);
+    const sentences = texts(line);
+    expect(sentences).toHaveLength(70_001);
+    expect(sentences.slice(49_999, 50_002)).toEqual(['数据已更新。', 'Done.', 'Word word.']);
+  }, 10_000);
 });

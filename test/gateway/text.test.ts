@@ -40,6 +40,13 @@ describe('fence', () => {
     }
   });
 
+  it('takes linear time on a `<` before a long run of spaces (the tag pattern once backtracked over every split of it)', () => {
+    // 400,000 spaces: about 50 s with `<(\s*\/?\s*)`, a few ms now; the test's timeout is the check.
+    const spaces = ' '.repeat(400_000);
+    expect(neutralise(`<${spaces}x`)).toBe(`<${spaces}x`);
+    expect(neutralise(`<${spaces}/${spaces}reply>`)).toBe(`&lt;${spaces}/${spaces}reply>`);
+  }, 10_000);
+
   it('picks a nonce that does not occur in the material', () => {
     const tries = ['aaaa', 'bbbb'];
     expect(freshNonce(['xx aaaa yy'], () => tries.shift()!)).toBe('bbbb');
