@@ -78,6 +78,12 @@ export function splitSentences(text: string, window = SEGMENT_WINDOW): Sentence[
  * end may differ from the line's.
  */
 function* segmentsOf(line: string, window: number): Generator<string> {
+  // ASCII without a terminator (`.` `!` `?`) or a lone CR has no sentence break: the segmenter
+  // would give the line back whole, at a few microseconds a call (most lines of a table or a log).
+  if (!MAY_BREAK.test(line)) {
+    yield line;
+    return;
+  }
   let from = 0;
   while (line.length - from > window) {
     const to = windowEnd(line, from, window);
@@ -105,8 +111,9 @@ function windowEnd(line: string, from: number, window: number): number {
   const c = line.charCodeAt(last - 1);
   return c >= 0xd800 && c <= 0xdbff ? last - 1 : last;
 }
-const MAX_GROWTH = 8;
+const MAX_GROWTH = 2;
 
+const MAY_BREAK = /[^\x00-\x7f]|[.!?\r]/;
 const LETTER = /\p{L}/u;
 /** A letter at `i` of `text` (one UTF-16 unit: a letter outside the BMP is a pair and does not count). */
 function isLetter(text: string, i: number): boolean {
