@@ -396,7 +396,7 @@ function ungroup(text: string): string {
 }
 const PERCENT_WORD = /(\d) ?per ?cent(?![A-Za-z])/gi;
 /** What any step of prepare needs: MAY_GROUP, NON_ASCII or `/per ?cent/i`, in one scan. */
-const MAY_PREPARE = /\d[,'’_\u00A0\u202F\u2009]\d\d\d|[^\x00-\x7f]|[Pp][Ee][Rr] ?[Cc][Ee][Nn][Tt]/;
+const MAY_PREPARE = new RegExp(`${MAY_GROUP.source}|${NON_ASCII.source}|[Pp][Ee][Rr] ?[Cc][Ee][Nn][Tt]`);
 
 // ---------------------------------------------------------------------------
 // Extraction

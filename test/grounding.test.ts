@@ -171,7 +171,8 @@ describe('hostile text', () => {
 
   it('in the material, where only a fact not found as written makes the check read all of it', () => {
     const hostile = [{ id: 'tool-1', text: `see http://x.example/a${run('.')}b and 1,234 rows` }];
-    expect(groundSummary('It read 1234 rows.', hostile)).toEqual({ checked: ['number:1234'], ungrounded: [] });
+    // `1234.0` is in no reply as written, nor with separators dropped: only the material's own facts ground it.
+    expect(groundSummary('It read 1234.0 rows.', hostile)).toEqual({ checked: ['number:1234.0'], ungrounded: [] });
   }, 10_000);
 });
 
