@@ -67,6 +67,8 @@ export interface StableResult {
   lowWater?: number;
   /** The layout to store (a rewrite happened and the projection is sound), else null. */
   save: ProjectionLayoutRow | null;
+  /** The stored layout this call read (null: none): `save` replaces it only if it is still the one stored. */
+  replaces: ProjectionLayoutRow | null;
 }
 
 // Items are immutable once made: their bytes are computed once.
@@ -85,15 +87,23 @@ const MIN_BYTES_PER_PAIR = 30;
 const MAX_BLOCK_RANGES = 64;
 
 export async function stableProjection(db: Queryable, args: StableArgs): Promise<StableResult> {
-  const { conversationId, scope, count, budgetBytes, onRead } = args;
-  const stored = await projectionLayoutRead(db, { conversationId, scope, budgetBytes }, onRead);
+  const stored = await projectionLayoutRead(db, args, args.onRead);
+  return { ...await kept(db, args, stored), replaces: stored };
+}
+
+async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow | null): Promise<Omit<StableResult, 'replaces'>> {
+  const { count, budgetBytes } = args;
   if (stored === null) return rewrite(db, args, 'first', null);
   if (!wellFormed(stored, count)) return rewrite(db, args, 'changed', null);
+  // A layout that laid nothing out (the newest exchange alone was over the budget) binds no pair: if
+  // pairs became ineligible since, its count now covers exchanges it never saw. Nothing of it is in
+  // a cache either: it is laid out anew.
+  if (stored.startPair === stored.endPair) return rewrite(db, args, 'budget', null);
   const laidOut = count - stored.startPair - stored.gaps.reduce((n, g) => n + g.toPair - g.fromPair + 1, 0);
   if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', null);
-  const kept = await keep(db, args, stored);
-  if (kept.kind === 'kept') return kept.result;
-  return rewrite(db, args, kept.kind, kept.kind === 'budget' ? kept.previous : null);
+  const result = await keep(db, args, stored);
+  if (result.kind === 'kept') return result.result;
+  return rewrite(db, args, result.kind, result.kind === 'budget' ? result.previous : null);
 }
 
 function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
@@ -107,7 +117,7 @@ function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
 }
 
 /** The layout kept; or why not, with the verified items of its head (up to its first gap) when only the budget is why. */
-type Kept = { kind: 'kept'; result: StableResult } | { kind: 'budget'; previous: PreviousLayout } | { kind: 'changed' };
+type Kept = { kind: 'kept'; result: Omit<StableResult, 'replaces'> } | { kind: 'budget'; previous: PreviousLayout } | { kind: 'changed' };
 
 /** What a budget rewrite knows of the layout it replaces. */
 interface PreviousLayout {
@@ -261,7 +271,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
  */
 async function rewrite(
   db: Queryable, args: StableArgs, why: NonNullable<ProjectionCacheInfo['rewrite']>, previous: PreviousLayout | null,
-): Promise<StableResult> {
+): Promise<Omit<StableResult, 'replaces'>> {
   const { conversationId, scope, count, budgetBytes, onRead } = args;
   const whole = await walk(db, { conversationId, scope, count, budgetBytes, fillTo: budgetBytes, onRead });
   const raw = whole.items.filter((it) => it.kind === 'pair');

@@ -77,7 +77,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   const conversationId = args.conversationId.toLowerCase();
   const persist = mode === 'stable' && (args.persistLayout ?? true);
 
-  let save: ProjectionLayoutRow | null = null;
+  let save: { layout: ProjectionLayoutRow; replaces: ProjectionLayoutRow | null } | null = null;
   let saved = false;
   const projection = await withSnapshot(args.pool, async (db) => {
     const count = await conversationPairCountRead(db, conversationId, scope, args.onRead);
@@ -90,7 +90,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
       const stable = await stableProjection(db, base);
       result = stable.walk;
       rewrite = stable.rewrite;
-      save = stable.save;
+      if (stable.save !== null) save = { layout: stable.save, replaces: stable.replaces };
       low = stable.lowWater ?? low;
     } else {
       result = await walk(db, { ...base, fillTo: budgetBytes });
@@ -100,7 +100,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
     });
   }, async (db) => {
     if (!persist || save === null) return;
-    saved = await saveLayout(db, { conversationId, scope, budgetBytes, layout: save });
+    saved = await saveLayout(db, { conversationId, scope, budgetBytes, ...save });
   });
   projection.cache.layoutSaved = saved;
   if (projection.problems.length > 0) {
@@ -131,7 +131,7 @@ function assemble(
   return result;
 }
 
-/** Writes a layout; false when the database refused (read-only), never throws for that. */
+/** Writes a layout; false when another call replaced the one read meanwhile, or the database refused (read-only); never throws for that. */
 async function saveLayout(db: Queryable, args: Parameters<typeof projectionLayoutWrite>[1]): Promise<boolean> {
   let savepoint = false;
   try {
@@ -141,9 +141,9 @@ async function saveLayout(db: Queryable, args: Parameters<typeof projectionLayou
     // Not in a transaction block (autocommit): nothing to protect.
   }
   try {
-    await projectionLayoutWrite(db, args);
+    const written = await projectionLayoutWrite(db, args);
     if (savepoint) await db.query('release savepoint sourcebound_layout');
-    return true;
+    return written;
   } catch {
     if (savepoint) await db.query('rollback to savepoint sourcebound_layout').catch(() => {});
     return false;

@@ -124,15 +124,22 @@ export interface ProjectionCacheInfo {
   /** `stable` (default): keep the layout between calls; `newest-first`: fill the budget anew every call. */
   mode: 'stable' | 'newest-first';
   /**
-   * null: the history is the stored layout with new pairs appended (its prefix
-   * is byte-identical to the previous request's history). Otherwise why it was
-   * laid out anew: no layout yet, the budget was reached, something in the
-   * prefix changed, or usable summaries made a rewrite pay for itself.
+   * null: the history is the stored layout with new pairs appended: the
+   * layout's part is byte-identical to what the last rewrite sent, and the
+   * pairs after it are their current rows (a pair edited after an earlier
+   * request sent it changes the request from that pair on). Otherwise why it
+   * was laid out anew: no layout yet, the budget was reached (or the stored
+   * layout held nothing), something in the prefix changed, or usable
+   * summaries made a rewrite pay for itself.
    */
   rewrite: null | 'first' | 'budget' | 'changed' | 'summaries';
   /** Where a rewrite lays the history out (bytes): the next rewrite is about budget - lowWater bytes of new exchanges away. */
   lowWaterBytes: number;
-  /** Whether the layout was written (false in newest-first mode, with persistLayout off, or when the write failed). */
+  /**
+   * Whether the layout was written (false in newest-first mode, with
+   * persistLayout off, when no rewrite happened, when another call replaced
+   * the stored layout since this one read it, or when the write failed).
+   */
   layoutSaved: boolean;
 }
 

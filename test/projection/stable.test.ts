@@ -6,6 +6,7 @@ import {
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { insertSummary, rangeSource } from './support.ts';
+import { projectionLayoutWrite } from '../../src/db/queries/projection.ts';
 
 const db = await createTestDatabase();
 const SCOPE = 'tenant-a';
@@ -262,6 +263,63 @@ describe('cache-stable projection (default layout)', () => {
     expect(p.cache.rewrite).toBe('changed');
     expect(p.pairCount).toBe(29);
     expect(p.bytes).toBeLessThanOrEqual(16 * 1024);
+  });
+
+  it('after older pairs stop being eligible, the smaller layout is stored and the next turns extend it', async () => {
+    const id = await createConversation(db.pool);
+    const written = await addPairs(db.pool, id, 100, reply);
+    const budget = 16 * 1024;
+    expect((await project(id, budget)).cache.layoutSaved).toBe(true);
+    for (const pair of written.slice(10, 20)) await db.pool.query(`update sourcebound.runs set status = 'failed' where id = $1`, [pair.runId]);
+    const rewritten = await project(id, budget);
+    expect(rewritten.pairCount).toBe(90);
+    expect(rewritten.cache).toMatchObject({ rewrite: 'changed', layoutSaved: true });
+    const { rows } = await db.pool.query('select end_pair from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2', [id, budget]);
+    expect(rows[0].end_pair).toBe(90);
+    // Until the count passes the old 100, every turn used to be a rewrite from a start that moved.
+    let before = rewritten;
+    for (let turn = 100; turn < 105; turn++) before = await extendsOnNextTurn(id, budget, before, turn);
+  });
+
+  it('a stored layout that laid nothing out is never kept: a pair that became the newest after a shift is projected', async () => {
+    const id = await createConversation(db.pool);
+    const written = await addPairs(db.pool, id, 5, reply);
+    // The newest pair alone is over the budget: the stored layout holds no item and covers pairs 0-5.
+    await addPairs(db.pool, id, 1, () => ({ user: 'paste this log', assistant: 'x'.repeat(10_000) }));
+    const first = await project(id, 4000);
+    expect(first.items).toEqual([]);
+    // A small exchange is added and an old one stops being eligible: six pairs again, the small one now pair 5.
+    await addPairs(db.pool, id, 1, () => ({ user: 'what is 2+2?', assistant: '4' }));
+    await db.pool.query(`update sourcebound.runs set status = 'failed' where id = $1`, [written[0]!.runId]);
+    const p = await project(id, 4000);
+    const newestFirst = await project(id, 4000, { layout: 'newest-first' });
+    expect(p.pairCount).toBe(6);
+    expect(p.items.map((it) => (it.kind === 'pair' ? it.userText : null))).toEqual(['what is 2+2?']);
+    expect(p.items).toEqual(newestFirst.items);
+    expect(p.cache.rewrite).toBe('budget');
+  });
+
+  it('a rewrite stores its layout only over the layout it read: a concurrent rewrite is never undone', async () => {
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 40, reply);
+    const budget = 8192;
+    // What a call that started before the current layout was stored would write.
+    const stale = { startPair: 0, endPair: 1, summaries: [], gaps: [], prefixSha256: 'a'.repeat(64), prefixBytes: 10 };
+    const first = await project(id, budget);
+    expect(first.cache.layoutSaved).toBe(true);
+    const read = async () => (await db.pool.query('select start_pair, end_pair, prefix_sha256 from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2', [id, budget])).rows[0];
+    const stored = await read();
+    const args = { conversationId: id, scope: SCOPE, budgetBytes: budget, layout: stale };
+    // It read no layout, or another one: nothing is written, and it says so.
+    expect(await projectionLayoutWrite(db.pool, { ...args, replaces: null })).toBe(false);
+    expect(await projectionLayoutWrite(db.pool, { ...args, replaces: { ...stale, prefixSha256: 'b'.repeat(64) } })).toBe(false);
+    expect(await read()).toEqual(stored);
+    // It read the stored one: written, even with fewer pairs.
+    const current = { startPair: stored.start_pair, endPair: stored.end_pair, summaries: [], gaps: [], prefixSha256: stored.prefix_sha256, prefixBytes: 0 };
+    expect(await projectionLayoutWrite(db.pool, { ...args, replaces: current })).toBe(true);
+    expect(await read()).toEqual({ start_pair: 0, end_pair: 1, prefix_sha256: 'a'.repeat(64) });
+    // The projection finds it stale and lays out anew.
+    expect((await project(id, budget)).cache).toMatchObject({ rewrite: 'changed', layoutSaved: true });
   });
 
   it('a read-only caller still gets its projection; only the layout is not stored', async () => {

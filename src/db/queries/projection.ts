@@ -176,16 +176,19 @@ export async function projectionLayoutRead(
 }
 
 /**
- * Stores the layout a rewrite made (one upsert). A layout made from fewer
- * pairs than the stored one never replaces it: a slow call that read an older
- * snapshot does not undo a newer rewrite.
+ * Stores the layout a rewrite made (one upsert), in place of the layout the
+ * rewrite read (`replaces`; null: none was stored): a compare-and-swap, so a
+ * call that read an older state never undoes a concurrent rewrite, whatever
+ * either counted (a layout with fewer pairs replaces a larger one when pairs
+ * became ineligible). Whether the row was written.
  */
 export async function projectionLayoutWrite(
-  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number; layout: ProjectionLayoutRow },
-): Promise<void> {
-  const { layout } = args;
-  if (args.budgetBytes > MAX_LAYOUT_BUDGET) return;
-  await db.query(
+  db: Queryable,
+  args: { conversationId: string; scope: string; budgetBytes: number; layout: ProjectionLayoutRow; replaces: ProjectionLayoutRow | null },
+): Promise<boolean> {
+  const { layout, replaces } = args;
+  if (args.budgetBytes > MAX_LAYOUT_BUDGET) return false;
+  const { rowCount } = await db.query(
     `insert into sourcebound.projection_layouts as l
        (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes)
      select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8
@@ -193,8 +196,10 @@ export async function projectionLayoutWrite(
      on conflict (conversation_id, budget_bytes) do update
        set start_pair = excluded.start_pair, end_pair = excluded.end_pair, summaries = excluded.summaries, gaps = excluded.gaps,
            prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes, rewritten_at = now()
-       where l.end_pair <= excluded.end_pair`,
+       where $10::boolean and l.start_pair = $11 and l.end_pair = $12 and l.prefix_sha256 = $13`,
     [args.conversationId, args.scope, args.budgetBytes, layout.startPair, layout.endPair,
-      JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes, JSON.stringify(layout.gaps)],
+      JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes, JSON.stringify(layout.gaps),
+      replaces !== null, replaces?.startPair ?? null, replaces?.endPair ?? null, replaces?.prefixSha256 ?? null],
   );
+  return (rowCount ?? 0) > 0;
 }
