@@ -13,19 +13,27 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *   `path` (file path), `code` (text between backticks), `date`, `time`,
  *   `money`, `version`, `identifier` (a token that mixes letters and digits),
  *   `number` (a figure with a unit or percent sign, or a bare number that has
- *   a decimal part, a thousands separator or at least three digits).
+ *   a decimal part, a thousands separator or at least three digits; an
+ *   ordinal of three digits or more, `125th`, as its number).
  * - Key: a fact's canonical form after normalization (below). Two spellings
  *   of the same fact have the same key.
  * - Grounded: the fact's key is among the keys of the material's facts, or
  *   its normalized text occurs in the normalized material between token
  *   boundaries (neither side a letter or digit).
+ * - Token: letters and digits; letters of scripts written without spaces
+ *   between words (Han, kana, Hangul, Thai, Lao, Khmer, Myanmar) bound a
+ *   token as white space does (`共有999个` holds the number 999).
  * - Policy: what an ungrounded fact does. `reject` (default): the answer is
  *   invalid, the attempt is spent. `flag`: the summary is accepted, the
  *   ungrounded facts are recorded and the projection labels the summary.
  *
  * Normalization, applied the same way to summary and material:
  * 1. Unicode NFKC (full-width digits, ligatures, no-break spaces become
- *    their plain forms), every run of white space one space.
+ *    their plain forms); then invisible characters (default-ignorable: zero-
+ *    width spaces and joiners, soft hyphens, bidi controls) and combining
+ *    marks after a digit dropped, and every script's decimal digits made
+ *    ASCII (`٩٩٩` = `999`; the Arabic `٫` `٬` are `.` `,`); every run of
+ *    white space one space.
  * 2. Thousands separators inside a number are dropped: `,` `'` `’` `_`,
  *    no-break and thin spaces before a group of exactly three digits
  *    (`1,234,567` = `1234567`; `3,5` is a decimal comma = `3.5`). A plain
@@ -33,9 +41,12 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  * 3. Percent: `50 %`, `50%`, `50 percent` and `50 per cent` are one key.
  *    A unit may stand with or without a space (`12kg` = `12 kg`), any case.
  *    Trailing zeros of a decimal part are dropped (`1.50` = `1.5`); signs are
- *    not compared.
+ *    not compared. Scale words are multiplied out: `1.5 thousand` = `1500`,
+ *    `$1.25M` = `$1.25 million` = `$1,250,000` (`k` after an amount of money
+ *    is a thousand; after a bare figure it is the kelvin).
  * 4. Dates: ISO `2024-03-05`, `March 5, 2024`, `5 March 2024`, `Mar 5th
- *    2024` are one key; a date without a year (`March 5`) is grounded by any
+ *    2024`, `2024年3月5日`, `2024년 3월 5일` are one key; a date without a
+ *    year (`March 5`, `3月5日`) is grounded by any
  *    material date on that day of that month, a month and year (`March 2024`)
  *    by any date in that month. Slashed dates (`03/05/2024`) are ambiguous
  *    (day or month first) and compared as written. Times: `2:30 pm` =
@@ -51,7 +62,8 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    grounded when the material has a token that starts with it.
  *
  * Not checked: small bare integers (below 100, no decimal part, no unit:
- * counts, list markers), numbers written as words, names and plain words.
+ * counts, list markers), numbers written as words or in Roman numerals,
+ * fractions (`3/4`), names and plain words.
  */
 
 export type FactKind = 'url' | 'email' | 'path' | 'code' | 'date' | 'time' | 'money' | 'version' | 'identifier' | 'number';
@@ -347,9 +359,18 @@ function occurs(hay: string, needle: string, prefix: boolean): boolean {
   return false;
 }
 
-const WORD_CHAR = /^[\p{L}\p{N}]$/u;
+/**
+ * Letters of scripts written without spaces between words (Han, kana, Hangul
+ * with its glued particles, Thai, Lao, Khmer, Myanmar). A figure or code
+ * glued to them is a token of its own (`共有999个`, `1200円`, `工单INV-2203已关闭`):
+ * they bound tokens as white space does, in the summary and in the material.
+ */
+const UNSPACED = String.raw`\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Hangul}\p{scx=Thai}\p{scx=Lao}\p{scx=Khmer}\p{scx=Myanmar}`;
+/** A letter or digit that is part of a word: not of UNSPACED. */
+const WORD = new RegExp(`(?![${UNSPACED}])[\\p{L}\\p{N}]`, 'u');
+const WORD_CHAR = new RegExp(`^${WORD.source}$`, 'u');
 // A following letter or digit, or a decimal point followed by a digit ("1.5" does not ground "1").
-const WORD_START = /^(?:[\p{L}\p{N}]|[.,]\d)/u;
+const WORD_START = new RegExp(`^(?:${WORD.source}|[.,]\\d)`, 'u');
 
 /** Steps 1-2 of the normalization: NFKC, thousands separators dropped, white space collapsed. */
 export function normalizeText(text: string): string {
@@ -378,12 +399,43 @@ function prepare(text: string): string {
   let t = ungroup(text);
   // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
   if (NON_ASCII.test(t)) {
-    const nfkc = t.normalize('NFKC');
+    const nfkc = foldDigits(t.normalize('NFKC'));
     // Again when NFKC changed something: full-width digits are digits only after it.
     if (nfkc !== t) t = ungroup(nfkc);
   }
   if (/per ?cent/i.test(t)) t = t.replace(PERCENT_WORD, '$1%');
   return t;
+}
+
+/**
+ * After NFKC: invisible characters dropped (a zero-width space or joiner, a
+ * soft hyphen, a bidi control: `9\u200B99` is `999`), combining marks right
+ * after a digit dropped, every decimal digit of another script made ASCII
+ * (Arabic-Indic `٩`, Devanagari `९`, Thai `๙`: NFKC keeps them) and the
+ * Arabic decimal and thousands separators made `.` and `,`. Otherwise a
+ * figure written so would not be a figure, and an invented one would pass.
+ */
+function foldDigits(text: string): string {
+  if (!FOLDABLE.test(text)) return text;
+  return text.replace(IGNORABLE, '').replace(MARK_AFTER_DIGIT, '').replace(OTHER_DIGIT, asciiDigit).replace(/\u066B/g, '.').replace(/\u066C/g, ',');
+}
+const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
+const MARK_AFTER_DIGIT = /(?<=\p{Nd})\p{M}+/gu;
+const OTHER_DIGIT = /(?![0-9])\p{Nd}/gu;
+const FOLDABLE = new RegExp(`${IGNORABLE.source}|${OTHER_DIGIT.source}|\\p{Nd}\\p{M}|[\\u066B\\u066C]`, 'u');
+const DIGIT = /^\p{Nd}$/u;
+const digitValues = new Map<string, string>();
+/** A decimal digit's value as an ASCII digit: every script's digits are ten consecutive code points from its zero. */
+function asciiDigit(digit: string): string {
+  let value = digitValues.get(digit);
+  if (value === undefined) {
+    const cp = digit.codePointAt(0)!;
+    let zero = cp;
+    while (DIGIT.test(String.fromCodePoint(zero - 1))) zero--;
+    value = String((cp - zero) % 10);
+    digitValues.set(digit, value);
+  }
+  return value;
 }
 
 // A separator between a digit and a group of exactly three digits (not followed by another digit).
@@ -656,7 +708,6 @@ function dropTrailing(text: string, chars: string): string {
   return end === text.length ? text : text.slice(0, end);
 }
 
-const WORD = /[\p{L}\p{N}]/u;
 /** A letter or digit at `i` of `text` (one UTF-16 unit; outside the text: no). */
 function isWordAt(text: string, i: number): boolean {
   if (i < 0 || i >= text.length) return false;
@@ -735,6 +786,8 @@ function identifiers(input: string, { starts }: Runs): Match[] {
 /** `-` `_` `.` `#` `+` inside an identifier. */
 const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x2e || c === 0x23 || c === 0x2b;
 
+const ORDINAL = /(?<![A-Za-z0-9.,])(\d+)(?:st|nd|rd|th)(?![A-Za-z0-9])/iy;
+const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월](?:\s?(\d{1,2})\s?[日号일])?/g;
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
 
 const PATTERNS: readonly Pattern[] = [
@@ -757,6 +810,8 @@ const PATTERNS: readonly Pattern[] = [
   { kind: 'path', find: (input) => around(input, /[\/\\]/g, /[\s"'`<>|]/, pathFact) },
   // From here on every kind but money after a symbol has a digit: each is tried only where a
   // digit says a match can start (byStart), not at every place of the text.
+  // Dates written with 年 月 日 (Chinese, Japanese) or 년 월 일 (Korean): `2024年3月5日`, `3月5日`, `2024년 3월`.
+  { kind: 'date', find: byRegex(CJK_DATE, (m) => cjkDateKey(m[1] ?? null, m[2]!, m[3] ?? null)), needs: ['月', '월'] },
   {
     kind: 'date',
     find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'y'),
@@ -812,6 +867,22 @@ const PATTERNS: readonly Pattern[] = [
         next = d + m[0].length;
         const unit = m[2] ?? m[3] ?? null;
         out.push({ index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) });
+      }
+      return out;
+    },
+  },
+  {
+    // Ordinals (`125th`): their number, checked as a bare one (from three digits on). NUMBER never
+    // matches inside one (a letter follows its digits), and identifiers leave them.
+    kind: 'number',
+    find: function ordinals(input, { starts, kinds }) {
+      const out: Match[] = [];
+      for (let i = 0; i < starts.length; i++) {
+        const d = starts[i]!;
+        if ((kinds[i]! & S_NUMBER) === 0) continue;
+        ORDINAL.lastIndex = d;
+        const m = ORDINAL.exec(input);
+        if (m !== null) out.push({ index: d, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) });
       }
       return out;
     },
@@ -946,7 +1017,10 @@ function numberKey(digits: string, unit: string | null): string {
   const value = canonicalNumber(digits);
   if (unit === null) return value;
   const u = unit.toLowerCase().replace(/\s+/g, ' ');
-  return `${value}${UNIT_OF.get(u) ?? u}`;
+  const canon = UNIT_OF.get(u) ?? u;
+  // A scale word is no unit: `1.5 thousand` is the number 1500.
+  const zeros = SCALE_ZEROS[canon];
+  return zeros === undefined ? `${value}${canon}` : scaled(value, zeros);
 }
 
 /** `1'234,5` -> `1234.5`: group separators dropped, a decimal comma made a point, trailing zeros dropped. */
@@ -965,8 +1039,22 @@ function canonicalNumber(digits: string): string {
 
 function moneyKey(currency: string, amount: string, scale: string | undefined): string {
   const s = scale?.toLowerCase();
-  const unit = s === undefined ? '' : s === 'k' || s === 'thousand' ? 'k' : s === 'm' || s === 'million' ? 'm' : s === 'b' || s === 'bn' || s === 'billion' ? 'b' : 't';
-  return `${currency}:${canonicalNumber(amount.replace(/[.,]$/, ''))}${unit}`;
+  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3 : s === 'm' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
+  // `$1.25M` = `$1.25 million` = `$1,250,000`.
+  return `${currency}:${scaled(canonicalNumber(amount.replace(/[.,]$/, '')), zeros)}`;
+}
+
+/** Zeros each scale word (a UNIT_ALIASES name) stands for. */
+const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12 };
+
+/** A canonical number times 10^zeros, canonical again (decimal digits moved, not multiplied: exact). */
+function scaled(value: string, zeros: number): string {
+  if (zeros === 0) return value;
+  const [whole = '', fraction = ''] = value.split('.');
+  const digits = `${whole}${fraction.padEnd(zeros, '0')}`;
+  const point = whole.length + zeros;
+  const rest = dropTrailing(digits.slice(point), '0');
+  return `${digits.slice(0, point).replace(/^0+(?=\d)/, '')}${rest === '' ? '' : `.${rest}`}`;
 }
 
 function monthNumber(name: string): string {
@@ -981,6 +1069,13 @@ function isoKey(year: string | null, month: string, day: string): string | null 
   if (m < 1 || m > 12 || d < 1 || d > 31) return null;
   const md = `${String(m).padStart(2, '0')}-${String(d).padStart(2, '0')}`;
   return year === null ? `--${md}` : `${year}-${md}`;
+}
+
+/** A 年月日 date's key: with its day as isoKey; a year and month alone `YYYY-MM`; a month alone is no date. */
+function cjkDateKey(year: string | null, month: string, day: string | null): string | null {
+  if (day !== null) return isoKey(year, month, day);
+  const m = Number(month);
+  return year === null || m < 1 || m > 12 ? null : `${year}-${String(m).padStart(2, '0')}`;
 }
 
 function timeKey(hours: string, minutes: string, seconds: string | null, half: string | null): string | null {

@@ -38,6 +38,54 @@ describe('fact extraction', () => {
   });
 });
 
+describe('other scripts, digits and scales', () => {
+  const against = (text: string, summary: string) => groundSummary(summary, [{ id: 'm1', text }]).ungrounded;
+
+  it('letters of scripts written without spaces bound a figure or code glued to them, on both sides', () => {
+    expect(facts('这个基金共有999个投资者，净值为103.25元，增长了12%。')).toEqual(['number:999', 'number:103.25', 'number:12%']);
+    expect(facts('工单INV-2203已关闭。価格は1200円です。가격은 1200원입니다. ราคา1200บาท')).toEqual(['identifier:INV-2203', 'number:1200', 'number:1200', 'number:1200']);
+    const zh = '这个基金共有999个投资者，净值为103.25元，增长了12%。工单INV-2203已关闭。';
+    // The same figures reworded in Chinese, in English, or spaced: all grounded.
+    expect(against(zh, '基金有999个投资者，净值103.25元，增长12%。工单 INV-2203 被关闭。')).toEqual([]);
+    expect(against(zh, 'The fund has 999 investors, NAV 103.25, up 12%; ticket INV-2203 closed.')).toEqual([]);
+    expect(against('価格は1200円です。', '価格は 1200 円。')).toEqual([]);
+    // Invented ones are not.
+    expect(against(zh, '基金有998个投资者，工单INV-2204已关闭。')).toEqual(['number:998', 'identifier:INV-2204']);
+    // Letters of spaced scripts still make one token: a Cyrillic unit glued to its figure.
+    expect(facts('Вес 12кг.')).toEqual(['identifier:12кг']);
+  });
+
+  it('reads 年月日 dates (Chinese, Japanese, Korean) as dates', () => {
+    expect(extractFacts('2024年3月5日发布，3月5日，2024년 3월 5일，2024年12月').map((f) => `${f.text}=${f.key}`))
+      .toEqual(['2024年3月5日=2024-03-05', '3月5日=--03-05', '2024년 3월 5일=2024-03-05', '2024年12月=2024-12']);
+    expect(against('我们在2024年3月5日发布了v2.3.1版本。', 'Released v2.3.1 on March 5, 2024 (2024-03-05).')).toEqual([]);
+    expect(against('我们在2024年3月5日发布了。', 'Released on 2024-03-06.')).toEqual(['date:2024-03-06']);
+  });
+
+  it('makes digits of every script ASCII and drops invisible characters, so a figure cannot hide from the check', () => {
+    const text = 'The fund holds 120 shares.';
+    for (const hidden of ['٩٩٩', '९९९', '๙๙๙', '9\u200b99', '9\u200d99', '9\u00ad99', '9\u030199', '\u202e999']) {
+      expect(against(text, `It holds ${hidden} shares.`), JSON.stringify(hidden)).toEqual(['number:999']);
+    }
+    expect(facts('٩٩٩٫٢٥ and ٤٧%')).toEqual(['number:999.25', 'number:47%']);
+    // Written in those digits in the material, a figure copied in ASCII is grounded.
+    expect(against('الرسوم ٩٩٩٫٢٥ دولار', 'The fee is 999.25.')).toEqual([]);
+  });
+
+  it('checks ordinals from three digits on, as their number', () => {
+    expect(facts('the 2nd and 31st reply, the 125th and 1000TH time')).toEqual(['number:125th', 'number:1000TH']);
+    expect(against('The 125th anniversary.', 'Its 125th year, 125 in all.')).toEqual([]);
+    expect(against('The 125th anniversary.', 'Its 999th year.')).toEqual(['number:999th']);
+  });
+
+  it('multiplies out scale words: $1.25M = $1.25 million = $1,250,000, and 1.5 thousand = 1,500', () => {
+    expect(against('Revenue was $1,250,000 from about 1,500 users.', 'Revenue was $1.25M ($1.25 million) from 1.5 thousand users.')).toEqual([]);
+    expect(against('Revenue was $1.25 million.', 'Revenue was $1,250,000.')).toEqual([]);
+    expect(against('Revenue was $1.25 million.', 'Revenue was $1.3M.')).toEqual(['money:$1.3M']);
+    expect(extractFacts('$0.5bn, 2 trillion, USD 3k').map((f) => f.key)).toEqual(['USD:500000000', '2000000000000', 'USD:3000']);
+  });
+});
+
 describe('grounding against the material', () => {
   it('grounds every fact copied as written', () => {
     const summary = '[3f2a1b4c] The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30 for INV-2231; '

@@ -333,9 +333,12 @@ function occurs(hay: string, needle: string, prefix: boolean): boolean {
   return false;
 }
 
-const WORD_CHAR = /^[\p{L}\p{N}]$/u;
+// Letters of scripts written without spaces between words bound tokens as white space does.
+const UNSPACED = String.raw`\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Hangul}\p{scx=Thai}\p{scx=Lao}\p{scx=Khmer}\p{scx=Myanmar}`;
+const WORD = new RegExp(`(?![${UNSPACED}])[\\p{L}\\p{N}]`, 'u');
+const WORD_CHAR = new RegExp(`^${WORD.source}$`, 'u');
 // A following letter or digit, or a decimal point followed by a digit ("1.5" does not ground "1").
-const WORD_START = /^(?:[\p{L}\p{N}]|[.,]\d)/u;
+const WORD_START = new RegExp(`^(?:${WORD.source}|[.,]\\d)`, 'u');
 
 /** Steps 1-2 of the normalization: NFKC, thousands separators dropped, white space collapsed. */
 export function normalizeText(text: string): string {
@@ -362,7 +365,13 @@ function prepare(text: string): string {
   let t = text.replace(THOUSANDS, '$1');
   // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
   if (NON_ASCII.test(t)) {
-    const nfkc = t.normalize('NFKC');
+    // Invisible characters and marks after a digit dropped, every script's digits ASCII, Arabic separators plain.
+    const nfkc = t.normalize('NFKC').replace(/\p{Default_Ignorable_Code_Point}/gu, '').replace(/(?<=\p{Nd})\p{M}+/gu, '')
+      .replace(/(?![0-9])\p{Nd}/gu, (d) => {
+        let zero = d.codePointAt(0)!;
+        while (/^\p{Nd}$/u.test(String.fromCodePoint(zero - 1))) zero--;
+        return String((d.codePointAt(0)! - zero) % 10);
+      }).replace(/\u066B/g, '.').replace(/\u066C/g, ',');
     // Again when NFKC changed something: full-width digits are digits only after it.
     if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
   }
@@ -470,7 +479,6 @@ function trimTrailing(token: string): string {
   return t;
 }
 
-const WORD = /[\p{L}\p{N}]/u;
 /** A letter or digit at `i` of `text` (one UTF-16 unit; outside the text: no). */
 function isWordAt(text: string, i: number): boolean {
   if (i < 0 || i >= text.length) return false;
@@ -564,6 +572,14 @@ const PATTERNS: readonly Pattern[] = [
     }),
   },
   { kind: 'path', find: (input) => around(input, /[\/\\]/g, /[\s"'`<>|]/, pathFact) },
+  {
+    kind: 'date',
+    find: byRegex(/(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월](?:\s?(\d{1,2})\s?[日号일])?/g, (m) => {
+      if (m[3] !== undefined) return isoKey(m[1] ?? null, m[2]!, m[3]);
+      const month = Number(m[2]);
+      return m[1] === undefined || month < 1 || month > 12 ? null : `${m[1]}-${String(month).padStart(2, '0')}`;
+    }),
+  },
   { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
   {
     kind: 'date',
@@ -605,6 +621,15 @@ const PATTERNS: readonly Pattern[] = [
       for (let m = NUMBER.exec(input); m !== null; m = NUMBER.exec(input)) {
         const unit = m[2] ?? m[3] ?? null;
         yield { index: m.index, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) };
+      }
+    },
+  },
+  {
+    kind: 'number',
+    find: function* ordinals(input) {
+      const ordinal = /(?<![A-Za-z0-9.,])(\d+)(?:st|nd|rd|th)(?![A-Za-z0-9])/gi;
+      for (let m = ordinal.exec(input); m !== null; m = ordinal.exec(input)) {
+        yield { index: m.index, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) };
       }
     },
   },
@@ -728,7 +753,10 @@ function numberKey(digits: string, unit: string | null): string {
   const value = canonicalNumber(digits);
   if (unit === null) return value;
   const u = unit.toLowerCase().replace(/\s+/g, ' ');
-  return `${value}${UNIT_OF.get(u) ?? u}`;
+  const canon = UNIT_OF.get(u) ?? u;
+  // A scale word is no unit: `1.5 thousand` is the number 1500.
+  const zeros = SCALE_ZEROS[canon];
+  return zeros === undefined ? `${value}${canon}` : scaled(value, zeros);
 }
 
 /** `1'234,5` -> `1234.5`: group separators dropped, a decimal comma made a point, trailing zeros dropped. */
@@ -747,8 +775,22 @@ function canonicalNumber(digits: string): string {
 
 function moneyKey(currency: string, amount: string, scale: string | undefined): string {
   const s = scale?.toLowerCase();
-  const unit = s === undefined ? '' : s === 'k' || s === 'thousand' ? 'k' : s === 'm' || s === 'million' ? 'm' : s === 'b' || s === 'bn' || s === 'billion' ? 'b' : 't';
-  return `${currency}:${canonicalNumber(amount.replace(/[.,]$/, ''))}${unit}`;
+  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3 : s === 'm' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
+  // `$1.25M` = `$1.25 million` = `$1,250,000`.
+  return `${currency}:${scaled(canonicalNumber(amount.replace(/[.,]$/, '')), zeros)}`;
+}
+
+/** Zeros each scale word (a UNIT_ALIASES name) stands for. */
+const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12 };
+
+/** A canonical number times 10^zeros, canonical again (decimal digits moved, not multiplied: exact). */
+function scaled(value: string, zeros: number): string {
+  if (zeros === 0) return value;
+  const [whole = '', fraction = ''] = value.split('.');
+  const digits = `${whole}${fraction.padEnd(zeros, '0')}`;
+  const point = whole.length + zeros;
+  const rest = digits.slice(point).replace(/0+$/, '');
+  return `${digits.slice(0, point).replace(/^0+(?=\d)/, '')}${rest === '' ? '' : `.${rest}`}`;
 }
 
 function monthNumber(name: string): string {
