@@ -222,6 +222,20 @@ describe('hostile text', () => {
     // `1234.0` is in no reply as written, nor with separators dropped: only the material's own facts ground it.
     expect(groundSummary('It read 1234.0 rows.', hostile)).toEqual({ checked: ['number:1234.0'], ungrounded: [] });
   }, 10_000);
+
+  it('a full answer of figures that occur everywhere in the material but never as a token', () => {
+    // 106 figures (`100`, `1001`, `10010`, ...) against 600 KB of `a100100100...`: each place was tested
+    // one by one, 8 s in all; past 64 places the search is one regex per figure (0.3 s).
+    const figures: string[] = [];
+    for (let n = 3, chars = 0; chars < 5900; n++, chars += n + 1) figures.push('100'.repeat(Math.ceil(n / 3)).slice(0, n));
+    const material = Array.from({ length: 10 }, (_, i) => ({ id: `m${i}`, text: `a${'100'.repeat(20_000)}` }));
+    const grounding = groundSummary(figures.join(' '), material);
+    expect(grounding.checked.length).toBe(figures.length);
+    expect(grounding.ungrounded).toEqual(grounding.checked);
+    // The same figures as tokens at the end of a reply: all grounded, each found past its 64th place.
+    material[9] = { id: 'm9', text: `${material[9]!.text} ${figures.join(' ')}` };
+    expect(groundSummary(figures.join(' '), material).ungrounded).toEqual([]);
+  }, 10_000);
 });
 
 describe('groundOutcome', () => {

@@ -100,4 +100,15 @@ describe('grounding equals the reference implementation', () => {
       same(material[0]!.text, material);
     }
   });
+
+  it('for a fact found at more places than are tried one by one (the regex search, the normalized material)', () => {
+    const runs = (unit: string, times: number, tail: string) => [{ id: 'm1', text: `${unit.repeat(times)}${tail}` }];
+    const summaries = ['It holds 1001 and 1001… and 100100 items, v1.0.1, 1,001 kg, `1001`, /a/1001.ts, x1001.'];
+    const materials = [
+      runs('a1001', 200, ''), runs('a1001', 200, ' 1001.'), runs('a1001', 200, ' 1001'), runs('1001.5 ', 200, '1001'),
+      runs('é1001', 200, ' 1001 '), runs('\u{10400}1001 ', 200, ''), runs('\u{10400}1001', 200, ''), runs('共1001x', 200, ''),
+      runs('1001a', 200, ' a1001 '), runs('/a/1001.ts/', 100, '/a/1001.ts'), runs('x1001.', 100, ' x1001'), runs('1,001kg ', 100, '1,001 kg'),
+    ];
+    for (const material of materials) for (const summary of summaries) same(summary, material);
+  });
 });
