@@ -443,13 +443,24 @@ function prepare(text: string): string {
  * figure written so would not be a figure, and an invented one would pass.
  */
 function foldDigits(text: string): string {
-  if (!FOLDABLE.test(text)) return text;
-  return text.replace(IGNORABLE, '').replace(MARK_AFTER_DIGIT, '').replace(OTHER_DIGIT, asciiDigit).replace(/\u066B/g, '.').replace(/\u066C/g, ',');
+  if (!MAY_FOLD.test(text) || !FOLDABLE.test(text)) return text;
+  FOLDABLE_ALL.lastIndex = 0;
+  return text.replace(FOLDABLE_ALL, (c: string, mark?: string) => (mark !== undefined ? '' : c === '\u066B' ? '.' : c === '\u066C' ? ',' : DIGIT.test(c) ? asciiDigit(c) : ''));
 }
-const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
-const MARK_AFTER_DIGIT = /(?<=\p{Nd})\p{M}+/gu;
-const OTHER_DIGIT = /(?![0-9])\p{Nd}/gu;
-const FOLDABLE = new RegExp(`${IGNORABLE.source}|${OTHER_DIGIT.source}|\\p{Nd}\\p{M}|[\\u066B\\u066C]`, 'u');
+/**
+ * What FOLDABLE can match is in these ranges: a scan without Unicode
+ * properties (several times cheaper) that skips the accents, dashes, quotes
+ * and spaces of most texts with non-ASCII characters.
+ */
+const MAY_FOLD = /[\u00AD\u0300-\u1FFF\u200B-\u200F\u202A-\u202E\u2060-\uFFFF]/;
+/**
+ * One pass for the four steps: an invisible character; a mark after a digit
+ * (group 1: after the digit and any marks and invisible characters, which the
+ * steps one after the other would have dropped first); a digit of another
+ * script; an Arabic separator.
+ */
+const FOLDABLE_ALL = /\p{Default_Ignorable_Code_Point}|(\p{M})(?<=\p{Nd}[\p{M}\p{Default_Ignorable_Code_Point}]*\p{M})|(?![0-9])\p{Nd}|[\u066B\u066C]/gu;
+const FOLDABLE = new RegExp(FOLDABLE_ALL.source, 'u');
 const DIGIT = /^\p{Nd}$/u;
 const digitValues = new Map<string, string>();
 /** A decimal digit's value as an ASCII digit: every script's digits are ten consecutive code points from its zero. */
@@ -814,6 +825,18 @@ function identifiers(input: string, { starts }: Runs): Match[] {
 const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x2e || c === 0x23 || c === 0x2b;
 
 const ORDINAL = /(?<![A-Za-z0-9.,])(\d+)(?:st|nd|rd|th)(?![A-Za-z0-9])/iy;
+/** The ordinal at `d` as a number match, or null. */
+function ordinalAt(input: string, d: number): Match | null {
+  ORDINAL.lastIndex = d;
+  const m = ORDINAL.exec(input);
+  return m === null ? null : { index: d, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) };
+}
+/** The end of the run of ASCII digits that starts at `d`. */
+function runEnd(text: string, d: number): number {
+  let e = d;
+  while (isAsciiDigit(text.charCodeAt(e))) e++;
+  return e;
+}
 const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월](?:\s?(\d{1,2})\s?[日号일])?/g;
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
 
@@ -890,26 +913,16 @@ const PATTERNS: readonly Pattern[] = [
         if (d < next || (kinds[i]! & S_NUMBER) === 0) continue;
         NUMBER.lastIndex = d;
         const m = NUMBER.exec(input);
-        if (m === null) continue;
+        if (m === null) {
+          // Ordinals (`125th`): their number, checked as a bare one. NUMBER never matches in one (a
+          // letter follows its digits) and identifiers leave them.
+          const ordinal = isAsciiLetterIn(input.charCodeAt(runEnd(input, d)), ORDINAL_FIRST) ? ordinalAt(input, d) : null;
+          if (ordinal !== null) out.push(ordinal);
+          continue;
+        }
         next = d + m[0].length;
         const unit = m[2] ?? m[3] ?? null;
         out.push({ index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) });
-      }
-      return out;
-    },
-  },
-  {
-    // Ordinals (`125th`): their number, checked as a bare one (from three digits on). NUMBER never
-    // matches inside one (a letter follows its digits), and identifiers leave them.
-    kind: 'number',
-    find: function ordinals(input, { starts, kinds }) {
-      const out: Match[] = [];
-      for (let i = 0; i < starts.length; i++) {
-        const d = starts[i]!;
-        if ((kinds[i]! & S_NUMBER) === 0) continue;
-        ORDINAL.lastIndex = d;
-        const m = ORDINAL.exec(input);
-        if (m !== null) out.push({ index: d, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) });
       }
       return out;
     },

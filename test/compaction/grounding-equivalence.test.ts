@@ -101,6 +101,13 @@ describe('grounding equals the reference implementation', () => {
     }
   });
 
+  it('for digits next to marks, invisible characters and digits of other scripts, in every order', () => {
+    const parts = ['9', '٩', '𑁧', '\u0301', '\u0302', '\u200b', '\u00ad', '\ufe0f', '٫', '٬', 'a', ' ', '1'];
+    const texts: string[] = [];
+    for (const a of parts) for (const b of parts) for (const c of parts) texts.push(`x 12${a}${b}${c}34 y`);
+    for (const text of texts) same(text, [{ id: 'm', text: texts[(text.length * 7) % texts.length]! }]);
+  });
+
   it('for a fact found at more places than are tried one by one (the regex search, the normalized material)', () => {
     const runs = (unit: string, times: number, tail: string) => [{ id: 'm1', text: `${unit.repeat(times)}${tail}` }];
     const summaries = ['It holds 1001 and 1001… and 100100 items, v1.0.1, 1,001 kg, `1001`, /a/1001.ts, x1001.'];
