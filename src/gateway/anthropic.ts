@@ -3,7 +3,7 @@ import { classify, type CallResult } from './classify.ts';
 import { freshNonce, renderMaterial, type ItemTag } from './fence.ts';
 import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
 import { promptEntry, promptText } from './prompts.ts';
-import { codePointLength } from './text.ts';
+import { codePointLength, isBlank } from './text.ts';
 import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
 
 export interface AnthropicSummarizerOptions {
@@ -27,6 +27,9 @@ export interface AnthropicSummarizerOptions {
  * 600,000 characters is about 150k tokens of English: well inside a 200k-token
  * context with the prompt and the answer, and ten replies far larger than any
  * conversation block we plan. Larger material is a bug upstream, not a summary.
+ * It is only a guard: text of about one character a token (CJK) can be over
+ * the window well below it; the API then answers 400 "prompt is too long",
+ * which classify() makes `invalid` like this guard's answer.
  */
 export const DEFAULT_MAX_INPUT_CHARS = 600_000;
 
@@ -90,7 +93,8 @@ export function createAnthropicSummarizer(options: AnthropicSummarizerOptions): 
     const tag = TAG_FOR_INPUT[entry.inputKind];
     if (!entry.current || tag === undefined) return { kind: 'config', reason: `prompt_not_current:${entry.version}`, status: null };
 
-    if (!request.items.some((item) => item.text.trim().length > 0)) {
+    // Material with nothing visible (see isBlank) can only come back as an empty or invented summary.
+    if (request.items.every((item) => isBlank(item.text))) {
       return { kind: 'invalid', reason: 'empty_input', model, usage: null, requestId: null };
     }
     const inputChars = request.items.reduce((sum, item) => sum + codePointLength(item.text) + codePointLength(item.id), 0);

@@ -1,6 +1,6 @@
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from '@anthropic-ai/sdk';
 import type { Outcome, Usage } from './types.ts';
-import { codePointLength, toWellFormed } from './text.ts';
+import { codePointLength, isBlank, providerText, toWellFormed } from './text.ts';
 
 /**
  * What one Messages API call came to, as the Anthropic summarizer saw it:
@@ -55,6 +55,34 @@ const DEFERRED_STATUSES = new Set([408, 409, 429, 503, 529]);
  */
 const NOT_CONNECTED_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
 
+/**
+ * The Messages API's answer, HTTP 400 `invalid_request_error`, when the
+ * material is over the model's context window: "prompt is too long: 212345
+ * tokens > 200000 maximum", or "input length and `max_tokens` exceed context
+ * limit: ..." when the input fits but input plus max_tokens does not. The
+ * input guard (DEFAULT_MAX_INPUT_CHARS) counts characters, assuming about
+ * four to a token; CJK text has about one, so such material passes it and
+ * only the API can tell. `max_tokens` follows from the cap, so only the
+ * material makes it too long: like a 413, the same material fails again.
+ */
+const CONTEXT_OVERFLOW = /prompt is too long|exceeds? context limit/i;
+
+/**
+ * Longest wait a provider may ask for, in milliseconds (one hour). Rate
+ * limits reset within minutes; a longer ask, or a broken one (`retry-after:
+ * 1e13`), would park the range past any use and past what a PostgreSQL
+ * timestamp holds (the commit failed with "timestamp out of range"). The job
+ * comes back after an hour and asks again.
+ */
+export const MAX_RETRY_AFTER_MS = 60 * 60 * 1000;
+
+/** Code points kept of a provider's error message in a reason (the rest is cut, with an ellipsis). */
+export const PROVIDER_MESSAGE_MAX_CHARS = 300;
+/** Code points kept of a provider's error type; only `[A-Za-z0-9_.-]` is kept of it. */
+const ERROR_TYPE_MAX_CHARS = 64;
+/** Code points kept of a provider's request id. */
+export const REQUEST_ID_MAX_CHARS = 128;
+
 /** The SDK's message when it has no credential to send (our own check normally catches this first). */
 const NO_CREDENTIALS_MESSAGE = 'Could not resolve authentication method';
 
@@ -67,22 +95,34 @@ const NO_CREDENTIALS_MESSAGE = 'Could not resolve authentication method';
  * - invalid (the model answered, the answer is not a summary): any non-text
  *   block (`block:<type>`, checked first, so tool use with fine prose is
  *   `block:tool_use`), any other stop reason (`stop_reason:<reason>`),
- *   `empty_text`, `too_long:<n>><max>`; and HTTP 413 (`too_large`: our input).
+ *   `empty_text` (nothing visible: see isBlank), `unstorable_text:U+0000`
+ *   (PostgreSQL text cannot hold a NUL), `too_long:<n>><max>`; and, as the
+ *   material is what makes them, HTTP 413 and a 400 saying the prompt is over
+ *   the context window (`too_large:<http reason>`).
  * - deferred (refused before generating; no attempt): HTTP 408/409/429/503/529,
  *   a connection that was never established, an abort before the request was
- *   sent. `retryAfterMs` from `retry-after-ms` or `retry-after`.
+ *   sent. `retryAfterMs` from `retry-after-ms` or `retry-after`, at most
+ *   MAX_RETRY_AFTER_MS (the gateway adds a backoff to short ones).
  * - unknown (may have been processed): deadline or abort after send,
- *   connection timeout or reset, a 2xx body that is not a Message or not JSON,
- *   HTTP 500/502/504 and every other 5xx (the request reached the model host
- *   and may have generated), anything unrecognised.
+ *   connection timeout or reset (before the body: `connection_error:<code>`;
+ *   while reading it: `body_interrupted:<code>`), a 2xx body that is not a
+ *   Message or not JSON (`malformed_response:*`) or too large to read
+ *   (`response_too_large:*`), HTTP 500/502/504 and every other 5xx (the
+ *   request reached the model host and may have generated), anything unrecognised.
  * - config (loud, no attempt): HTTP 400/401/402/403/404/422 and other 4xx, no credentials.
+ *
+ * An HTTP reason is `http_<status>:<error type>`, then `: <the provider's
+ * message>` when it sent one (`http_<status>:untyped: ...` without a type), so
+ * the first two `:` parts (the metrics label) stay a fixed vocabulary. Every
+ * provider string kept is made storable (providerText: no NUL, bounded).
  */
 export function classify(result: CallResult, options: ClassifyOptions): Outcome {
   if (result.kind === 'response') return classifyMessage(result.message, result.requestId, options);
   return classifyError(result, options);
 }
 
-function classifyMessage(message: unknown, requestId: string | null, options: ClassifyOptions): Outcome {
+function classifyMessage(message: unknown, rawRequestId: string | null, options: ClassifyOptions): Outcome {
+  const requestId = storableRequestId(rawRequestId);
   if (!isRecord(message) || message['type'] !== 'message' || !Array.isArray(message['content'])) {
     return { kind: 'unknown', reason: 'malformed_response:not_a_message', requestId };
   }
@@ -104,14 +144,17 @@ function classifyMessage(message: unknown, requestId: string | null, options: Cl
 
   // Text blocks are consecutive pieces of one answer (the API splits at citations): join without a separator.
   const text = toWellFormed(texts.join('').trim());
-  if (text.length === 0) return invalid('empty_text');
+  if (isBlank(text)) return invalid('empty_text');
+  // A NUL is valid JSON and valid UTF-8, but PostgreSQL text refuses it: the commit would throw and the claim run out its lease.
+  if (text.includes('\u0000')) return invalid('unstorable_text:U+0000');
   const length = codePointLength(text);
   if (length > options.maxChars) return invalid(`too_long:${length}>${options.maxChars}`);
   return { kind: 'ok', text, model: options.model, usage, requestId };
 }
 
 function classifyError(result: Extract<CallResult, { kind: 'error' }>, options: ClassifyOptions): Outcome {
-  const { error, requestSent, abortedBy, requestId } = result;
+  const { error, requestSent, abortedBy } = result;
+  const requestId = storableRequestId(result.requestId);
 
   // A status means a complete HTTP answer arrived: it outranks any abort that raced it.
   if (error instanceof APIError && typeof error.status === 'number') return classifyStatus(error, error.status, options);
@@ -128,48 +171,115 @@ function classifyError(result: Extract<CallResult, { kind: 'error' }>, options: 
   }
   // The SDK parses a 2xx JSON body with response.json(): a broken body surfaces as a bare SyntaxError.
   if (error instanceof SyntaxError) return { kind: 'unknown', reason: 'malformed_response:json', requestId };
+  // A connection lost while the body is read: undici's TypeError('terminated'), the socket error as its
+  // cause. The SDK wraps only fetch's own failure (before the headers) as an APIConnectionError.
+  if (error instanceof TypeError && (error.message === 'terminated' || causeCode(error) !== null)) {
+    const code = causeCode(error);
+    return { kind: 'unknown', reason: code === null ? 'body_interrupted' : `body_interrupted:${code}`, requestId };
+  }
+  // A body larger than a string can be (V8's limit, about 512 MiB): the answer was made, we cannot read it.
+  if (isRecord(error) && error['code'] === 'ERR_STRING_TOO_LONG') return { kind: 'unknown', reason: 'response_too_large:ERR_STRING_TOO_LONG', requestId };
+  if (error instanceof RangeError && error.message === 'Invalid string length') return { kind: 'unknown', reason: 'response_too_large:invalid_string_length', requestId };
   if (error instanceof Error && error.message.startsWith(NO_CREDENTIALS_MESSAGE)) {
     return { kind: 'config', reason: 'no_api_key', status: null };
   }
-  const name = error instanceof Error ? error.name : typeof error;
-  return { kind: 'unknown', reason: `unexpected_error:${name}`, requestId };
+  const name = error instanceof Error ? providerText(error.name, ERROR_TYPE_MAX_CHARS) : typeof error;
+  const said = error instanceof Error ? providerText(error.message, PROVIDER_MESSAGE_MAX_CHARS) : '';
+  return { kind: 'unknown', reason: said ? `unexpected_error:${name}: ${said}` : `unexpected_error:${name}`, requestId };
 }
 
 function classifyStatus(error: APIError, status: number, options: ClassifyOptions): Outcome {
-  const reason = error.type ? `http_${status}:${error.type}` : `http_${status}`;
-  const requestId = error.requestID ?? null;
+  const reason = statusReason(error, status);
+  const requestId = storableRequestId(error.requestID ?? null);
   if (DEFERRED_STATUSES.has(status)) {
     return { kind: 'deferred', reason, retryAfterMs: retryAfterMs(error.headers, options.now ?? Date.now) };
   }
-  // 413: the request was too large to accept. Only our input makes it large, so the same
-  // material would fail again: an invalid result for this identity, not a configuration fault.
-  if (status === 413) return { kind: 'invalid', reason: 'too_large', model: options.model, usage: null, requestId };
+  // 413, or a 400 saying the prompt is over the context window: only our input makes the request
+  // that large, so the same material would fail again: an invalid result for this identity (the
+  // second fails it for good), not a configuration fault that fails the job, is swept and
+  // calls the model again forever.
+  if (status === 413 || (status === 400 && CONTEXT_OVERFLOW.test(providerMessage(error) ?? ''))) {
+    return { kind: 'invalid', reason: `too_large:${reason}`, model: options.model, usage: null, requestId };
+  }
   if (status >= 500) return { kind: 'unknown', reason, requestId };
   return { kind: 'config', reason, status };
 }
 
-/** Milliseconds the provider asked us to wait, from `retry-after-ms` or `retry-after` (seconds or HTTP date). */
+/** `http_<status>:<type>`, then `: <message>` when the provider sent one (fixed first two parts: see classify). */
+function statusReason(error: APIError, status: number): string {
+  const type = typeof error.type === 'string' ? providerText(error.type, ERROR_TYPE_MAX_CHARS).replace(/[^\w.-]/g, '') : '';
+  const message = providerMessage(error);
+  if (message === null) return type ? `http_${status}:${type}` : `http_${status}`;
+  return `http_${status}:${type || 'untyped'}: ${message}`;
+}
+
+/**
+ * The provider's own words about the error, storable and bounded, or null:
+ * `error.message` of an Anthropic error body, `message` of another JSON body,
+ * or the text of a body that is not JSON (the SDK puts it in its message).
+ */
+function providerMessage(error: APIError): string | null {
+  const body: unknown = error.error;
+  let raw: unknown = null;
+  if (isRecord(body)) raw = isRecord(body['error']) ? body['error']['message'] : body['message'];
+  else if (body === undefined || body === null) {
+    const prefix = `${error.status} `;
+    const text = error.message.startsWith(prefix) ? error.message.slice(prefix.length) : '';
+    raw = text === 'status code (no body)' ? null : text;
+  }
+  if (typeof raw !== 'string') return null;
+  const message = providerText(raw, PROVIDER_MESSAGE_MAX_CHARS);
+  return message.length > 0 ? message : null;
+}
+
+/** A request id as stored: storable and bounded, null when there is nothing left of it. */
+export function storableRequestId(raw: string | null | undefined): string | null {
+  if (typeof raw !== 'string') return null;
+  const id = providerText(raw, REQUEST_ID_MAX_CHARS);
+  return id.length > 0 ? id : null;
+}
+
+/**
+ * Milliseconds the provider asked us to wait, from `retry-after-ms` or
+ * `retry-after` (seconds or HTTP date), at most MAX_RETRY_AFTER_MS. A date in
+ * the past (or a clock running ahead) is 0: the gateway's backoff decides then.
+ */
 export function retryAfterMs(headers: Headers | undefined, now: () => number): number | null {
   const ms = headers?.get('retry-after-ms');
   if (ms) {
     const value = Number.parseFloat(ms);
-    if (Number.isFinite(value) && value >= 0) return Math.ceil(value);
+    if (Number.isFinite(value) && value >= 0) return capRetryAfter(value);
   }
   const after = headers?.get('retry-after');
   if (after) {
     const seconds = Number.parseFloat(after);
-    if (Number.isFinite(seconds)) return seconds >= 0 ? Math.ceil(seconds * 1000) : null;
+    if (Number.isFinite(seconds)) return seconds >= 0 ? capRetryAfter(seconds * 1000) : null;
     const date = Date.parse(after);
-    if (Number.isFinite(date)) return Math.max(0, date - now());
+    if (Number.isFinite(date)) return capRetryAfter(Math.max(0, date - now()));
   }
   return null;
 }
 
+/** A non-negative wait, whole milliseconds, at most MAX_RETRY_AFTER_MS (Infinity included). */
+export function capRetryAfter(ms: number): number {
+  return Math.min(Math.ceil(ms), MAX_RETRY_AFTER_MS);
+}
+
+/**
+ * Token counts as reported, or null unless both are non-negative safe
+ * integers: they are stored (jsonb) and summed into a Run's charged tokens,
+ * so `1e300` or `-5` is no usage figure at all.
+ */
 function readUsage(usage: unknown): Usage | null {
   if (!isRecord(usage)) return null;
   const input = usage['input_tokens'];
   const output = usage['output_tokens'];
-  return typeof input === 'number' && typeof output === 'number' ? { inputTokens: input, outputTokens: output } : null;
+  return isTokenCount(input) && isTokenCount(output) ? { inputTokens: input, outputTokens: output } : null;
+}
+
+/** A token count worth storing: a non-negative safe integer. */
+export function isTokenCount(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 }
 
 /** The first `code` (e.g. ECONNREFUSED) found on the error's cause chain. */

@@ -1,7 +1,16 @@
 import type { Admission, Slot } from './admission.ts';
+import { capRetryAfter, isTokenCount, storableRequestId } from './classify.ts';
+import { createDeferralBackoff, DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';
 import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
-import { codePointLength } from './text.ts';
-import { SUMMARY_CHAR_CEILING, type Outcome, type Summarizer, type SummaryRequest } from './types.ts';
+import { codePointLength, isBlank, providerText } from './text.ts';
+import { SUMMARY_CHAR_CEILING, type Outcome, type Summarizer, type SummaryRequest, type Usage } from './types.ts';
+
+/**
+ * Code points kept of an outcome's reason (and model name): it is stored on
+ * the attempt and the record and logged, and may carry a provider's message
+ * or a thrown error's; the rest is cut, with an ellipsis.
+ */
+export const REASON_MAX_CHARS = 1000;
 
 export interface GatewayOptions {
   summarizer: Summarizer;
@@ -10,6 +19,8 @@ export interface GatewayOptions {
   /** Applied when a request does not say. */
   defaults: { maxChars: number; deadlineMs: number };
   logger?: GatewayLogger | undefined;
+  /** Backoff of provider deferrals with a short retry-after (deferral.ts). (Default: 1 s doubling to 5 min) */
+  deferralBackoff?: Readonly<DeferralBackoffOptions> | undefined;
 }
 
 export interface Gateway {
@@ -24,11 +35,14 @@ export interface Gateway {
  * summarizer, gives the slot back, and makes sure nothing but a checked
  * summary comes out as `ok`. A throw from the summarizer is `unknown` (it may
  * have reached the provider), and an `ok` that breaks the contract (empty,
- * over the cap) is `invalid`, so a bug never becomes a summary.
+ * over the cap) is `invalid`, so a bug never becomes a summary. Whatever a
+ * summarizer returns leaves storable (see storable()), and a provider's short
+ * retry-after is backed off (deferral.ts).
  */
 export function createGateway(options: GatewayOptions): Gateway {
   const { summarizer, admission, defaults } = options;
   const logger = options.logger ?? silentGatewayLogger;
+  const backoff = createDeferralBackoff(options.deferralBackoff ?? DEFAULT_DEFERRAL_BACKOFF);
 
   async function summarize(input: SummaryRequest): Promise<Outcome> {
     const request: SummaryRequest = {
@@ -44,7 +58,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     } catch (err) {
       // Admission promises not to throw; if it does anyway, nothing was sent: defer, loudly.
       logger.error({ err }, 'admission threw; call deferred');
-      return { kind: 'deferred', reason: `admission_error:${err instanceof Error ? err.message : String(err)}`, retryAfterMs: null };
+      return storable({ kind: 'deferred', reason: `admission_error:${err instanceof Error ? err.message : String(err)}`, retryAfterMs: null });
     }
     if (admission && slot === null) {
       const reason = request.signal?.aborted ? 'aborted_before_send' : 'admission_timeout';
@@ -53,10 +67,10 @@ export function createGateway(options: GatewayOptions): Gateway {
     }
     let outcome: Outcome;
     try {
-      outcome = checked(await summarizer.summarize(request), maxChars);
+      outcome = backoff.apply(request, checked(storable(await summarizer.summarize(request)), maxChars));
     } catch (err) {
       logger.error({ err, model: summarizer.model }, 'summarizer threw; recorded as unknown');
-      outcome = { kind: 'unknown', reason: `summarizer_threw:${err instanceof Error ? err.message : String(err)}`, requestId: null };
+      outcome = storable({ kind: 'unknown', reason: `summarizer_threw:${err instanceof Error ? err.message : String(err)}`, requestId: null });
     } finally {
       slot?.release();
     }
@@ -72,10 +86,52 @@ export function createGateway(options: GatewayOptions): Gateway {
 function checked(outcome: Outcome, maxChars: number): Outcome {
   if (outcome.kind !== 'ok') return outcome;
   const fail = (reason: string): Outcome => ({ kind: 'invalid', reason: `contract:${reason}`, model: outcome.model, usage: outcome.usage, requestId: outcome.requestId });
-  if (typeof outcome.text !== 'string' || outcome.text.trim().length === 0) return fail('empty_text');
+  if (typeof outcome.text !== 'string' || isBlank(outcome.text)) return fail('empty_text');
+  if (outcome.text.includes('\u0000')) return fail('unstorable_text:U+0000');
   const length = codePointLength(outcome.text);
   if (length > maxChars) return fail(`too_long:${length}>${maxChars}`);
   return outcome;
+}
+
+/**
+ * `outcome` with every field that is stored made storable, whatever the
+ * summarizer: a NUL in a reason, request id or model name made the commit
+ * throw (PostgreSQL text refuses it) and the claim sit out its lease; an
+ * unbounded reason grew every attempt row; a retry-after of 1e300 ms is out
+ * of a timestamp's range; a usage of 1e300 tokens is no figure. (The answer
+ * text is checked, not changed: checked().)
+ */
+function storable(outcome: Outcome): Outcome {
+  switch (outcome.kind) {
+    case 'ok':
+      return { ...outcome, model: storableString(outcome.model, REASON_MAX_CHARS), usage: storableUsage(outcome.usage), requestId: storableRequestId(outcome.requestId) };
+    case 'invalid':
+      return {
+        ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS), model: storableString(outcome.model, REASON_MAX_CHARS),
+        usage: storableUsage(outcome.usage), requestId: storableRequestId(outcome.requestId),
+      };
+    case 'unknown':
+      return { ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS), requestId: storableRequestId(outcome.requestId) };
+    case 'deferred': {
+      const wait = outcome.retryAfterMs;
+      // A wait that is no number, or negative, is no wait asked for: the caller's own delay applies.
+      const retryAfterMs = typeof wait === 'number' && wait >= 0 ? capRetryAfter(wait) : null;
+      return { ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS), retryAfterMs };
+    }
+    case 'config':
+      return { ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS) };
+  }
+  return outcome;
+}
+
+function storableString(value: unknown, max: number): string {
+  return providerText(typeof value === 'string' ? value : String(value), max);
+}
+
+/** Usage only when both counts are real token counts (isTokenCount). */
+function storableUsage(usage: Usage | null | undefined): Usage | null {
+  if (usage === null || usage === undefined) return null;
+  return isTokenCount(usage.inputTokens) && isTokenCount(usage.outputTokens) ? usage : null;
 }
 
 /** The outcome without the summary text, for logs. */

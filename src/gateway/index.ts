@@ -7,7 +7,8 @@ export { createGateway, type Gateway, type GatewayOptions } from './gateway.ts';
 export { createAnthropicSummarizer, DEFAULT_MAX_INPUT_CHARS, type AnthropicSummarizerOptions } from './anthropic.ts';
 export { createOfflineSummarizer, OFFLINE_MODEL } from './offline.ts';
 export { ADMISSION_LOCK_NAMESPACE, createAdmission, type Admission, type AdmissionOptions, type Slot } from './admission.ts';
-export { classify, type CallResult, type ClassifyOptions } from './classify.ts';
+export { classify, MAX_RETRY_AFTER_MS, type CallResult, type ClassifyOptions } from './classify.ts';
+export { DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';
 export type { GatewayLogger } from './logger.ts';
 export {
   CONVERSATION_PROMPT_VERSION, RUN_PROMPT_VERSION, isProjectable, promptEntries, promptEntry, promptText,

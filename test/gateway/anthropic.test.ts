@@ -1,6 +1,8 @@
-import { createServer } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createAnthropicSummarizer, maxTokensFor } from '../../src/gateway/anthropic.ts';
+import { MAX_RETRY_AFTER_MS } from '../../src/gateway/classify.ts';
 import { promptText } from '../../src/gateway/prompts.ts';
 import type { MaterialItem, Outcome, SummaryRequest } from '../../src/gateway/types.ts';
 import { behaviours, echoSummary, startMessagesServer, type Behaviour, type MessagesServer } from '../support/messages-server.ts';
@@ -31,6 +33,11 @@ const replies: MaterialItem[] = [
 ];
 const request = (over: Partial<SummaryRequest> = {}): SummaryRequest => ({ promptVersion: 'conversation-compaction@4', items: replies, ...over });
 
+/** The API's answer to material over the context window: HTTP 400 invalid_request_error with its message. */
+function tooLong(message: string): Behaviour {
+  return { kind: 'error', status: 400, errorType: 'invalid_request_error', message };
+}
+
 /** The user turn exactly as the server received it. */
 function userContent(index = 0): string {
   const body = server.requests[index]?.body as { messages: { content: string }[] };
@@ -51,23 +58,34 @@ describe('every scripted server behaviour through the real SDK', () => {
     ['6,001 characters', behaviours.longText(6001), { kind: 'invalid', reason: 'too_long:6001>6000' }],
     ['exactly 6,000 characters', behaviours.longText(6000), { kind: 'ok' }],
     ['a thinking block', behaviours.thinking(), { kind: 'invalid', reason: 'block:thinking' }],
-    ['HTTP 400', behaviours.httpError(400, 'invalid_request_error'), { kind: 'config', reason: 'http_400:invalid_request_error', status: 400 }],
-    ['HTTP 401', behaviours.httpError(401, 'authentication_error'), { kind: 'config', reason: 'http_401:authentication_error', status: 401 }],
-    ['HTTP 403', behaviours.httpError(403, 'permission_error'), { kind: 'config', reason: 'http_403:permission_error', status: 403 }],
-    ['HTTP 404', behaviours.httpError(404, 'not_found_error'), { kind: 'config', reason: 'http_404:not_found_error', status: 404 }],
-    ['HTTP 413', behaviours.httpError(413, 'request_too_large'), { kind: 'invalid', reason: 'too_large' }],
-    ['HTTP 422', behaviours.httpError(422, 'invalid_request_error'), { kind: 'config', reason: 'http_422:invalid_request_error', status: 422 }],
-    ['HTTP 429 with retry-after', behaviours.rateLimited(7), { kind: 'deferred', reason: 'http_429:rate_limit_error', retryAfterMs: 7000 }],
+    ['HTTP 400', behaviours.httpError(400, 'invalid_request_error'), { kind: 'config', reason: 'http_400:invalid_request_error: scripted 400', status: 400 }],
+    ['HTTP 401', behaviours.httpError(401, 'authentication_error'), { kind: 'config', reason: 'http_401:authentication_error: scripted 401', status: 401 }],
+    ['HTTP 403', behaviours.httpError(403, 'permission_error'), { kind: 'config', reason: 'http_403:permission_error: scripted 403', status: 403 }],
+    ['HTTP 404', behaviours.httpError(404, 'not_found_error'), { kind: 'config', reason: 'http_404:not_found_error: scripted 404', status: 404 }],
+    ['HTTP 413', behaviours.httpError(413, 'request_too_large'), { kind: 'invalid', reason: 'too_large:http_413:request_too_large: scripted 413' }],
+    ['HTTP 422', behaviours.httpError(422, 'invalid_request_error'), { kind: 'config', reason: 'http_422:invalid_request_error: scripted 422', status: 422 }],
+    ['HTTP 429 with retry-after', behaviours.rateLimited(7), { kind: 'deferred', reason: 'http_429:rate_limit_error: rate limited', retryAfterMs: 7000 }],
     ['HTTP 429 with retry-after-ms', behaviours.httpError(429, 'rate_limit_error', { 'retry-after-ms': '1500' }), { kind: 'deferred', retryAfterMs: 1500 }],
-    ['HTTP 500', behaviours.httpError(500, 'api_error'), { kind: 'unknown', reason: 'http_500:api_error' }],
-    ['HTTP 502', behaviours.httpError(502, 'api_error'), { kind: 'unknown', reason: 'http_502:api_error' }],
-    ['HTTP 503', behaviours.httpError(503, 'api_error'), { kind: 'deferred', reason: 'http_503:api_error', retryAfterMs: null }],
-    ['HTTP 504', behaviours.httpError(504, 'timeout_error'), { kind: 'unknown', reason: 'http_504:timeout_error' }],
-    ['HTTP 529', behaviours.overloaded(), { kind: 'deferred', reason: 'http_529:overloaded_error' }],
+    ['HTTP 500', behaviours.httpError(500, 'api_error'), { kind: 'unknown', reason: 'http_500:api_error: scripted 500' }],
+    ['HTTP 502', behaviours.httpError(502, 'api_error'), { kind: 'unknown', reason: 'http_502:api_error: scripted 502' }],
+    ['HTTP 503', behaviours.httpError(503, 'api_error'), { kind: 'deferred', reason: 'http_503:api_error: scripted 503', retryAfterMs: null }],
+    ['HTTP 504', behaviours.httpError(504, 'timeout_error'), { kind: 'unknown', reason: 'http_504:timeout_error: scripted 504' }],
+    ['HTTP 529', behaviours.overloaded(), { kind: 'deferred', reason: 'http_529:overloaded_error: Overloaded' }],
     ['malformed JSON', behaviours.malformed(), { kind: 'unknown', reason: 'malformed_response:json', requestId: 'req_test_' }],
     ['a hang', behaviours.hang(), { kind: 'unknown', reason: 'deadline_exceeded' }],
     ['a hang after the headers', behaviours.hangAfterHeaders(), { kind: 'unknown', reason: 'deadline_exceeded' }],
     ['a connection reset after the body is read', behaviours.reset(), { kind: 'unknown', reason: 'connection_error:UND_ERR_SOCKET' }],
+    ['HTTP 400 prompt is too long (material over the context window)', tooLong('prompt is too long: 212345 tokens > 200000 maximum'),
+      { kind: 'invalid', reason: 'too_large:http_400:invalid_request_error: prompt is too long: 212345 tokens > 200000 maximum', requestId: 'req_test_' }],
+    ['HTTP 400 input and max_tokens over the context limit', tooLong('input length and `max_tokens` exceed context limit: 197000 + 6256 > 200000, decrease input length or `max_tokens` and try again'),
+      { kind: 'invalid', reason: 'too_large:http_400:invalid_request_error: input length and `max_tokens` exceed context limit: 197000 + 6256 > 200000, decrease input length or `max_tokens` and try again' }],
+    ['HTTP 429 with NUL in its error type and message', { kind: 'error', status: 429, errorType: 'rate_limit_error\u0000', message: 'slow\u0000down' },
+      { kind: 'deferred', reason: 'http_429:rate_limit_error: slow down', retryAfterMs: null }],
+    ['HTTP 429 with retry-after 1e13 seconds', behaviours.httpError(429, 'rate_limit_error', { 'retry-after': '1e13' }), { kind: 'deferred', retryAfterMs: MAX_RETRY_AFTER_MS }],
+    ['HTTP 529 with retry-after-ms 1e300', behaviours.httpError(529, 'overloaded_error', { 'retry-after-ms': '1e300' }), { kind: 'deferred', retryAfterMs: MAX_RETRY_AFTER_MS }],
+    ['an answer with a NUL', behaviours.text('Fund 3 had a NAV of 103.25.\u0000'), { kind: 'invalid', reason: 'unstorable_text:U+0000' }],
+    ['an answer of zero-width characters', behaviours.text('\u200B\u200C\u200D\u2060\uFEFF'), { kind: 'invalid', reason: 'empty_text' }],
+    ['an answer of Hangul filler and braille blank', behaviours.text('\u3164\u2800'), { kind: 'invalid', reason: 'empty_text' }],
   ];
 
   it.each(cases)('%s', async (_name, behaviour, expected) => {
@@ -98,6 +116,39 @@ describe('every scripted server behaviour through the real SDK', () => {
     const outcome = await summarizer().summarize(request());
     expect(outcome.kind).toBe('deferred');
     expect(server.count).toBe(1);
+  });
+});
+
+describe('a provider message kept in the reason', () => {
+  it('is cut to a bounded length', async () => {
+    server.enqueue({ kind: 'error', status: 500, errorType: 'api_error', message: `boom ${'z'.repeat(100_000)}` });
+    const outcome = await summarizer().summarize(request());
+    expect(outcome.kind).toBe('unknown');
+    const reason = (outcome as { reason: string }).reason;
+    expect(reason.startsWith('http_500:api_error: boom zzz')).toBe(true);
+    expect(reason.length).toBeLessThan(400);
+  });
+});
+
+describe('a connection lost while the body is read (a server of its own: the scripted one answers whole)', () => {
+  it('is unknown body_interrupted with the socket error code, not an unexpected TypeError', async () => {
+    const cutting = createHttpServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': '5000', 'request-id': 'req_cut' });
+        res.write('{"type":"message","content":[{"type":"text","text":"abc');
+        setTimeout(() => res.socket?.destroy(), 20);
+      });
+    });
+    await new Promise<void>((resolve) => cutting.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = cutting.address() as AddressInfo;
+      const outcome = await summarizer({ baseURL: `http://127.0.0.1:${port}` }).summarize(request());
+      expect(outcome).toEqual({ kind: 'unknown', reason: 'body_interrupted:UND_ERR_SOCKET', requestId: 'req_cut' });
+    } finally {
+      cutting.closeAllConnections();
+      await new Promise<void>((resolve) => cutting.close(() => resolve()));
+    }
   });
 });
 
@@ -212,6 +263,7 @@ describe('refused before sending', () => {
   it('empty material is invalid empty_input before any request', async () => {
     expect(await summarizer().summarize(request({ items: [] }))).toMatchObject({ kind: 'invalid', reason: 'empty_input' });
     expect(await summarizer().summarize(request({ items: [{ id: 'm', text: ' \n ' }] }))).toMatchObject({ reason: 'empty_input' });
+    expect(await summarizer().summarize(request({ items: [{ id: 'm', text: '\u200B\u2800' }, { id: 'n', text: '\u3164\uFEFF ' }] }))).toMatchObject({ reason: 'empty_input' });
     expect(server.count).toBe(0);
   });
 

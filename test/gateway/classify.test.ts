@@ -1,6 +1,6 @@
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
-import { classify, retryAfterMs, type CallResult } from '../../src/gateway/classify.ts';
+import { classify, MAX_RETRY_AFTER_MS, PROVIDER_MESSAGE_MAX_CHARS, retryAfterMs, type CallResult } from '../../src/gateway/classify.ts';
 
 const MODEL = 'anthropic/test-model';
 const opts = { maxChars: 20, model: MODEL };
@@ -22,8 +22,8 @@ function failure(error: unknown, over: Partial<Extract<CallResult, { kind: 'erro
 }
 
 /** A real SDK status error, built the way the SDK builds it from a response. */
-function statusError(status: number, type: string, headers: Record<string, string> = {}): APIError {
-  return APIError.generate(status, { type: 'error', error: { type, message: 'm' } }, undefined, new Headers({ 'request-id': 'req_e', ...headers }));
+function statusError(status: number, type: string, headers: Record<string, string> = {}, message = 'm'): APIError {
+  return APIError.generate(status, { type: 'error', error: { type, message } }, undefined, new Headers({ 'request-id': 'req_e', ...headers }));
 }
 
 describe('classify: responses', () => {
@@ -85,8 +85,31 @@ describe('classify: responses', () => {
     ['no blocks', []],
     ['an empty text', [text('')]],
     ['whitespace only', [text(' \n\t\u00a0\u3000 ')]],
+    ['zero-width characters only (Default_Ignorable, Cf)', [text('\u200B\u200C\u200D\u2060\uFEFF')]],
+    ['Hangul fillers and the braille blank', [text('\u3164\u115F\u1160\uFFA0\u2800')]],
+    ['bidi marks, soft hyphen, variation selectors, tags and controls', [text('\u200E\u200F\u202E\u00AD\uFE0F\u{E0041}\u0001\u0085')]],
+    ['invisible characters split across blocks, with white space', [text(' \u200B '), text('\u2800\n')]],
   ])('rejects %s as empty_text', (_name, content) => {
     expect(classify(message(content), opts)).toMatchObject({ kind: 'invalid', reason: 'empty_text' });
+  });
+
+  it('accepts a short visible text beside invisible characters', () => {
+    expect(classify(message([text('\u200BOK\u200B')]), opts)).toMatchObject({ kind: 'ok', text: '\u200BOK\u200B' });
+  });
+
+  it('rejects a text with a NUL as unstorable (PostgreSQL text cannot hold it), with its usage', () => {
+    expect(classify(message([text('Fund 3 had a NAV of 103.25.\u0000')]), opts)).toEqual({
+      kind: 'invalid', reason: 'unstorable_text:U+0000', model: MODEL, usage: { inputTokens: 3, outputTokens: 4 }, requestId: 'req_1',
+    });
+  });
+
+  it.each([
+    ['absurdly large', { input_tokens: 1e300, output_tokens: 4 }],
+    ['negative', { input_tokens: -5, output_tokens: 4 }],
+    ['fractional', { input_tokens: 3, output_tokens: 4.5 }],
+    ['not numbers', { input_tokens: '3', output_tokens: 4 }],
+  ])('reports %s usage as null: no such token count is stored', (_name, usage) => {
+    expect(classify(message([text('ok')], 'end_turn', { usage }), opts)).toMatchObject({ kind: 'ok', usage: null });
   });
 
   it('replaces a lone surrogate in the answer so the summary can be stored as UTF-8', () => {
@@ -114,14 +137,45 @@ describe('classify: HTTP status errors', () => {
     [403, 'permission_error'],
     [404, 'not_found_error'],
     [422, 'invalid_request_error'],
-  ])('%i is a loud config outcome', (status, type) => {
-    expect(classify(failure(statusError(status, type)), opts)).toEqual({ kind: 'config', reason: `http_${status}:${type}`, status });
+  ])('%i is a loud config outcome, with the provider\'s message', (status, type) => {
+    expect(classify(failure(statusError(status, type)), opts)).toEqual({ kind: 'config', reason: `http_${status}:${type}: m`, status });
   });
 
   it('413 is invalid too_large: only our input makes a request that large', () => {
     expect(classify(failure(statusError(413, 'request_too_large')), opts)).toEqual({
-      kind: 'invalid', reason: 'too_large', model: MODEL, usage: null, requestId: 'req_e',
+      kind: 'invalid', reason: 'too_large:http_413:request_too_large: m', model: MODEL, usage: null, requestId: 'req_e',
     });
+  });
+
+  it.each([
+    'prompt is too long: 212345 tokens > 200000 maximum',
+    'input length and `max_tokens` exceed context limit: 197000 + 6256 > 200000, decrease input length or `max_tokens` and try again',
+  ])('a 400 saying the material is over the context window is invalid too_large, like 413: %s', (said) => {
+    expect(classify(failure(statusError(400, 'invalid_request_error', {}, said)), opts)).toEqual({
+      kind: 'invalid', reason: `too_large:http_400:invalid_request_error: ${said}`, model: MODEL, usage: null, requestId: 'req_e',
+    });
+  });
+
+  it('any other 400 stays config', () => {
+    const said = 'max_tokens: 70000 > 64000, which is the maximum allowed number of output tokens for claude-test';
+    expect(classify(failure(statusError(400, 'invalid_request_error', {}, said)), opts)).toEqual({
+      kind: 'config', reason: `http_400:invalid_request_error: ${said}`, status: 400,
+    });
+  });
+
+  it('keeps the provider\'s message storable and bounded: no NUL or line break, at most 300 characters', () => {
+    const outcome = classify(failure(statusError(429, 'rate_limit_error\u0000', {}, `slow\u0000 down\n${'x'.repeat(5000)}`)), opts);
+    expect(outcome).toMatchObject({ kind: 'deferred' });
+    const reason = (outcome as { reason: string }).reason;
+    expect(reason).not.toMatch(/[\u0000\n]/);
+    expect(reason.startsWith('http_429:rate_limit_error: slow down xxx')).toBe(true);
+    expect([...reason.slice('http_429:rate_limit_error: '.length)]).toHaveLength(PROVIDER_MESSAGE_MAX_CHARS);
+    expect(reason.endsWith('x…')).toBe(true);
+  });
+
+  it('keeps only a plain identifier of an error type', () => {
+    const outcome = classify(failure(statusError(500, 'api_error\u0000<script>', {}, 'boom')), opts);
+    expect(outcome).toMatchObject({ kind: 'unknown', reason: 'http_500:api_errorscript: boom' });
   });
 
   it.each([
@@ -131,16 +185,18 @@ describe('classify: HTTP status errors', () => {
     [408, 'timeout_error'],
     [409, 'conflict_error'],
   ])('%i is deferred: refused before any generation', (status, type) => {
-    expect(classify(failure(statusError(status, type)), opts)).toEqual({ kind: 'deferred', reason: `http_${status}:${type}`, retryAfterMs: null });
+    expect(classify(failure(statusError(status, type)), opts)).toEqual({ kind: 'deferred', reason: `http_${status}:${type}: m`, retryAfterMs: null });
   });
 
   it.each([500, 502, 504, 599])('%i is unknown: the request may have been processed', (status) => {
-    expect(classify(failure(statusError(status, 'api_error')), opts)).toEqual({ kind: 'unknown', reason: `http_${status}:api_error`, requestId: 'req_e' });
+    expect(classify(failure(statusError(status, 'api_error')), opts)).toEqual({ kind: 'unknown', reason: `http_${status}:api_error: m`, requestId: 'req_e' });
   });
 
-  it('omits the error type when the body has none', () => {
-    const error = APIError.generate(500, undefined, 'bare', new Headers());
-    expect(classify(failure(error), opts)).toMatchObject({ kind: 'unknown', reason: 'http_500' });
+  it('omits the error type when the body has none, and keeps a body that is not JSON as the message', () => {
+    expect(classify(failure(APIError.generate(500, undefined, undefined, new Headers())), opts)).toMatchObject({ kind: 'unknown', reason: 'http_500' });
+    // The SDK passes the text of a body that is not JSON as its message.
+    const error = APIError.generate(502, undefined, '<html>bad gateway</html>', new Headers());
+    expect(classify(failure(error), opts)).toMatchObject({ kind: 'unknown', reason: 'http_502:untyped: <html>bad gateway</html>' });
   });
 
   it('carries retry-after (seconds) and retry-after-ms on a deferral', () => {
@@ -206,8 +262,23 @@ describe('classify: transport errors and aborts', () => {
     expect(classify(failure(error, { requestSent: false }), opts)).toEqual({ kind: 'config', reason: 'no_api_key', status: null });
   });
 
-  it('anything unrecognised is unknown, never ok', () => {
-    expect(classify(failure(new RangeError('bug')), opts)).toMatchObject({ kind: 'unknown', reason: 'unexpected_error:RangeError' });
+  it('a connection lost while the body is read is unknown body_interrupted (undici\'s TypeError, not an APIConnectionError)', () => {
+    const cut = Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' });
+    expect(classify(failure(new TypeError('terminated', { cause: cut }), { requestId: 'req_b' }), opts)).toEqual({
+      kind: 'unknown', reason: 'body_interrupted:UND_ERR_SOCKET', requestId: 'req_b',
+    });
+    expect(classify(failure(new TypeError('terminated')), opts)).toMatchObject({ kind: 'unknown', reason: 'body_interrupted' });
+  });
+
+  it('a body larger than a string can hold is unknown response_too_large', () => {
+    // What Node throws reading a body over V8's string limit (measured with a 600 MB body).
+    const tooLong = Object.assign(new Error('Cannot create a string longer than 0x1fffffe8 characters'), { code: 'ERR_STRING_TOO_LONG' });
+    expect(classify(failure(tooLong), opts)).toMatchObject({ kind: 'unknown', reason: 'response_too_large:ERR_STRING_TOO_LONG' });
+    expect(classify(failure(new RangeError('Invalid string length')), opts)).toMatchObject({ kind: 'unknown', reason: 'response_too_large:invalid_string_length' });
+  });
+
+  it('anything unrecognised is unknown, never ok, with its message', () => {
+    expect(classify(failure(new RangeError('bug')), opts)).toMatchObject({ kind: 'unknown', reason: 'unexpected_error:RangeError: bug' });
     expect(classify(failure('a string'), opts)).toMatchObject({ kind: 'unknown', reason: 'unexpected_error:string' });
   });
 });
@@ -225,6 +296,16 @@ describe('retryAfterMs', () => {
   it('reads an HTTP date against the given clock', () => {
     expect(retryAfterMs(h({ 'retry-after': 'Thu, 01 Jan 2026 00:00:30 GMT' }), now)).toBe(30_000);
     expect(retryAfterMs(h({ 'retry-after': 'Wed, 31 Dec 2025 23:00:00 GMT' }), now)).toBe(0);
+  });
+
+  it('caps an absurd wait at MAX_RETRY_AFTER_MS (one hour), so a deferral stays a storable timestamp', () => {
+    expect(MAX_RETRY_AFTER_MS).toBe(3_600_000);
+    expect(retryAfterMs(h({ 'retry-after': '1e13' }), now)).toBe(MAX_RETRY_AFTER_MS);
+    expect(retryAfterMs(h({ 'retry-after': '31536000' }), now)).toBe(MAX_RETRY_AFTER_MS);
+    expect(retryAfterMs(h({ 'retry-after-ms': '1e300' }), now)).toBe(MAX_RETRY_AFTER_MS);
+    expect(retryAfterMs(h({ 'retry-after': 'Fri, 01 Jan 2100 00:00:00 GMT' }), now)).toBe(MAX_RETRY_AFTER_MS);
+    expect(retryAfterMs(h({ 'retry-after': '3600' }), now)).toBe(MAX_RETRY_AFTER_MS);
+    expect(retryAfterMs(h({ 'retry-after': '3599' }), now)).toBe(3_599_000);
   });
 
   it('is null when absent or unreadable', () => {

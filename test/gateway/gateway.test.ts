@@ -2,7 +2,9 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdmission } from '../../src/gateway/admission.ts';
 import { createAnthropicSummarizer } from '../../src/gateway/anthropic.ts';
-import { createGateway } from '../../src/gateway/gateway.ts';
+import { MAX_RETRY_AFTER_MS, REQUEST_ID_MAX_CHARS } from '../../src/gateway/classify.ts';
+import { DEFAULT_DEFERRAL_BACKOFF } from '../../src/gateway/deferral.ts';
+import { createGateway, REASON_MAX_CHARS } from '../../src/gateway/gateway.ts';
 import type { GatewayLogger } from '../../src/gateway/logger.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import type { Outcome, Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
@@ -60,10 +62,46 @@ describe('gateway', () => {
     expect(await gateway('12345').summarize(request)).toMatchObject({ kind: 'ok', text: '12345' });
   });
 
+  it('never lets an answer of invisible characters, or one PostgreSQL cannot store, through as ok', async () => {
+    const gateway = (text: string) => createGateway({ summarizer: scripted(() => ok(text)), defaults: { maxChars: 50, deadlineMs: 100 } });
+    for (const blank of ['\u200B\u200C\u200D\u2060\uFEFF', '\u3164\u2800', ' \u00AD\u200E\n']) {
+      expect(await gateway(blank).summarize(request)).toMatchObject({ kind: 'invalid', reason: 'contract:empty_text' });
+    }
+    expect(await gateway('Total 42.\u0000').summarize(request)).toMatchObject({ kind: 'invalid', reason: 'contract:unstorable_text:U+0000' });
+  });
+
   it('passes non-ok outcomes through unchanged', async () => {
-    const deferred: Outcome = { kind: 'deferred', reason: 'http_529:overloaded_error', retryAfterMs: 100 };
-    const gateway = createGateway({ summarizer: scripted(() => deferred), defaults: { maxChars: 5, deadlineMs: 100 } });
-    expect(await gateway.summarize(request)).toEqual(deferred);
+    const outcomes: Outcome[] = [
+      { kind: 'deferred', reason: 'http_529:overloaded_error', retryAfterMs: 60_000 },
+      { kind: 'deferred', reason: 'admission_timeout', retryAfterMs: null },
+      { kind: 'unknown', reason: 'timeout', requestId: 'req_1' },
+      { kind: 'invalid', reason: 'block:tool_use', model: 'test/scripted@1', usage: { inputTokens: 1, outputTokens: 2 }, requestId: 'req_2' },
+      { kind: 'config', reason: 'http_401:authentication_error: invalid x-api-key', status: 401 },
+    ];
+    for (const outcome of outcomes) {
+      const gateway = createGateway({ summarizer: scripted(() => outcome), defaults: { maxChars: 5, deadlineMs: 100 } });
+      expect(await gateway.summarize(request)).toEqual(outcome);
+    }
+  });
+
+  it('makes whatever a summarizer returns storable: no NUL, bounded strings, a sane wait, real token counts', async () => {
+    const hostile = (outcome: Outcome) => createGateway({ summarizer: scripted(() => outcome), defaults: { maxChars: 50, deadlineMs: 100 } });
+    const long = 'y'.repeat(5000);
+    const invalid = await hostile({ kind: 'invalid', reason: `odd\u0000${long}`, model: 'm\u0000', usage: { inputTokens: 1e300, outputTokens: -1 }, requestId: `req\u0000${long}` }).summarize(request);
+    expect(invalid).toMatchObject({ kind: 'invalid', model: 'm', usage: null });
+    const { reason, requestId } = invalid as { reason: string; requestId: string };
+    expect(reason.startsWith('odd yyy')).toBe(true);
+    expect([...reason]).toHaveLength(REASON_MAX_CHARS);
+    expect(requestId.startsWith('req yyy')).toBe(true);
+    expect([...requestId]).toHaveLength(REQUEST_ID_MAX_CHARS);
+    expect(JSON.stringify(invalid)).not.toContain('\\u0000');
+
+    expect(await hostile({ kind: 'ok', text: 'fine', model: 'm', usage: { inputTokens: 2, outputTokens: 3 }, requestId: '\u0000' }).summarize(request))
+      .toEqual({ kind: 'ok', text: 'fine', model: 'm', usage: { inputTokens: 2, outputTokens: 3 }, requestId: null });
+    for (const [wait, expected] of [[1e300, MAX_RETRY_AFTER_MS], [Infinity, MAX_RETRY_AFTER_MS], [Number.NaN, null], [-5, null]] as const) {
+      expect(await hostile({ kind: 'deferred', reason: 'r\u0000', retryAfterMs: wait }).summarize(request)).toMatchObject({ reason: 'r', retryAfterMs: expected === null ? null : expected });
+    }
+    expect(await hostile({ kind: 'config', reason: 'bad\u0000key', status: 401 }).summarize(request)).toMatchObject({ reason: 'bad key' });
   });
 
   it('does not call the summarizer when no slot comes, and says why', async () => {
@@ -133,5 +171,51 @@ describe('gateway with a broken admission', () => {
     });
     expect(await gateway.summarize(request)).toEqual({ kind: 'deferred', reason: 'admission_error:lost', retryAfterMs: null });
     expect(summarizer.seen).toHaveLength(0);
+  });
+});
+
+describe('gateway: backoff of provider deferrals (real SDK, local Messages server)', () => {
+  let server: MessagesServer;
+  beforeAll(async () => { server = await startMessagesServer(); });
+  afterAll(async () => { await server.close(); });
+
+  const gatewayOn = () => createGateway({
+    summarizer: createAnthropicSummarizer({ apiKey: server.apiKey, baseURL: server.url, model: 'm', maxChars: 6000, timeoutMs: 10_000 }),
+    defaults: { maxChars: 6000, deadlineMs: 10_000 },
+  });
+  const other: SummaryRequest = { ...request, items: [{ id: 'msg_2', text: 'Another reply, 17 items.' }] };
+  const waitOf = (outcome: Outcome) => (outcome as { retryAfterMs: number }).retryAfterMs;
+  const { firstMs } = DEFAULT_DEFERRAL_BACKOFF;
+
+  it('retry-after: 0 waits at least a second, doubling (jittered) over the same material\'s deferrals in a row', async () => {
+    const gateway = gatewayOn();
+    server.setDefault(behaviours.rateLimited(0));
+    const waits: number[] = [];
+    for (let i = 0; i < 5; i++) waits.push(waitOf(await gateway.summarize(request)));
+    expect(waits[0]).toBe(firstMs);
+    // n-th deferral: between half and all of firstMs * 2^(n-1), never under firstMs.
+    for (let n = 2; n <= 5; n++) {
+      expect(waits[n - 1]).toBeGreaterThanOrEqual(Math.max(firstMs, (firstMs * 2 ** (n - 1)) / 2));
+      expect(waits[n - 1]).toBeLessThanOrEqual(firstMs * 2 ** (n - 1));
+    }
+    // Other material has a streak of its own.
+    expect(waitOf(await gateway.summarize(other))).toBe(firstMs);
+    // An answer ends the streak.
+    server.setDefault(behaviours.echo());
+    expect(await gateway.summarize(request)).toMatchObject({ kind: 'ok' });
+    server.setDefault(behaviours.rateLimited(0));
+    expect(waitOf(await gateway.summarize(request))).toBe(firstMs);
+    server.setDefault(behaviours.echo());
+  });
+
+  it('a retry-after date in the past (or a clock running ahead) is backed off too; a longer retry-after is kept', async () => {
+    const gateway = gatewayOn();
+    server.enqueue(behaviours.httpError(529, 'overloaded_error', { 'retry-after': new Date(Date.now() - 60_000).toUTCString() }));
+    expect(await gateway.summarize(request)).toMatchObject({ kind: 'deferred', retryAfterMs: firstMs });
+    server.enqueue(behaviours.rateLimited(7));
+    expect(await gateway.summarize(request)).toMatchObject({ kind: 'deferred', retryAfterMs: 7000 });
+    // No retry-after at all: the caller's own delay applies (compaction: retryDelays.deferMs).
+    server.enqueue(behaviours.overloaded());
+    expect(await gateway.summarize(request)).toMatchObject({ kind: 'deferred', retryAfterMs: null });
   });
 });

@@ -33,7 +33,7 @@ describe('the messages server in its own process', () => {
 
     const summarizer = createAnthropicSummarizer({ apiKey: 'test-key', baseURL: url, model: 'm', maxChars: 6000, timeoutMs: 5_000 });
     const request = { promptVersion: 'conversation-compaction@4', items: [{ id: 'msg_1', text: 'Hello.' }] };
-    expect(await summarizer.summarize(request)).toMatchObject({ kind: 'deferred', reason: 'http_529:overloaded_error' });
+    expect(await summarizer.summarize(request)).toMatchObject({ kind: 'deferred', reason: 'http_529:overloaded_error: Overloaded' });
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'invalid', reason: 'stop_reason:refusal' });
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'ok' });
 
