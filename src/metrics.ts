@@ -83,10 +83,14 @@ export function recordRanges(metrics: WorkerMetrics, ranges: readonly { result: 
 
 /**
  * Reasons are bounded for labels: the first two `:`-separated parts
- * (`stop_reason:max_tokens`, `connect_failed:ECONNREFUSED`), at most 64 characters.
+ * (`stop_reason:max_tokens`, `connect_failed:ECONNREFUSED`), at most 64
+ * characters; a second part with white space is prose, not a name (`ungrounded:
+ * 3 fact(s) ...`, `summarizer_threw: <message>`), and is left out: a label
+ * value per count or message would grow the series without bound.
  */
 export function reasonLabel(reason: string): string {
-  return reason.split(':').slice(0, 2).join(':').slice(0, 64);
+  const [first = '', second] = reason.split(':', 2);
+  return (second === undefined || /\s/.test(second) ? first : `${first}:${second}`).slice(0, 64);
 }
 
 /** The summarizer, timed and counted; its behaviour is unchanged. */

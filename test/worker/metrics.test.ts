@@ -3,7 +3,7 @@ import { loadConfig } from '../../src/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { createWorkerMetrics } from '../../src/metrics.ts';
+import { createWorkerMetrics, reasonLabel } from '../../src/metrics.ts';
 import { startWorker } from '../../src/worker.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
@@ -31,6 +31,17 @@ function sample(text: string, name: string, labels: Record<string, string> = {})
   }
   return undefined;
 }
+
+describe('reason labels', () => {
+  it('keep a reason\'s names and leave out its prose, so a count or a message never makes a new series', () => {
+    expect(reasonLabel('stop_reason:max_tokens')).toBe('stop_reason:max_tokens');
+    expect(reasonLabel('too_large:http_413:request_too_large')).toBe('too_large:http_413');
+    expect(reasonLabel('http_400:invalid_request_error: prompt is too long: 212345 tokens > 200000 maximum')).toBe('http_400:invalid_request_error');
+    expect(reasonLabel('ungrounded: 3 fact(s) not in the material: number:0.9%')).toBe('ungrounded');
+    expect(reasonLabel('summarizer_threw:socket hang up')).toBe('summarizer_threw');
+    expect(reasonLabel('empty_text')).toBe('empty_text');
+  });
+});
 
 describe('worker /metrics and /healthz', () => {
   it('counters move as ranges complete and fail; health is ok; queue gauges read from the database', async () => {
