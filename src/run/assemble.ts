@@ -5,15 +5,30 @@
  */
 import type { Queryable } from '../db/queries/run-history.ts';
 import { runResultBodies } from '../db/queries/run-results.ts';
-import type { RunState } from '../db/queries/run-state.ts';
+import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
 import { RunPolicyError } from './errors.ts';
 import { fillBodies, fit, project, type Fitted, type ProjectedCheckpoint, type Projection, type RequestInput } from './fitting.ts';
-import type { RunCompactionPolicy, RunRequest } from './types.ts';
+import { fromStoredJson } from './stored.ts';
+import type { RunCompactionPolicy, RunRequest, ThinkingBlock } from './types.ts';
 
 /** A projection and its fitted request. */
 export interface Evaluated {
   projection: Projection;
   fitted: Fitted;
+}
+
+/**
+ * The Run's records (null when it is not in `scope`), with every tool input and
+ * thinking block as it was recorded: the one place they are read back from
+ * their stored form (toStoredJson), so prepare, the gate and recovery all see
+ * the same values and send the model exactly what it sent.
+ */
+export async function loadState(db: Queryable, runId: string, scope: string, policy: Readonly<RunCompactionPolicy>): Promise<RunState | null> {
+  const state = await runStateLoad(db, runId, scope, policy.excerptBytes, policy.keepRecentGroups);
+  if (!state) return null;
+  for (const u of state.units) u.input = fromStoredJson(u.input);
+  for (const t of state.turns) if (t.thinking) t.thinking = fromStoredJson(t.thinking) as ThinkingBlock[];
+  return state;
 }
 
 /** Projection and fitting of `state`, with `extra` as checkpoints under evaluation (after the stored ones). */

@@ -48,6 +48,9 @@ export function historyErrorFrom(error: unknown, what: string): unknown {
     case '23514': // check_violation
     case '22P02': // invalid_text_representation (a malformed uuid)
     case '22021': // character_not_in_repertoire (a NUL in text)
+    // The two below are checked before writing (stored.ts); mapped too, so one missed never leaks as a DatabaseError.
+    case '22P05': // untranslatable_character (a NUL in jsonb)
+    case '22003': // numeric_value_out_of_range (past an integer column)
       return new RunHistoryError(`${what}: ${(error as Error).message}`, { cause: error });
     default:
       return error;

@@ -1,5 +1,6 @@
 import { DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES } from '../grounding.ts';
 import { RunPolicyError } from './errors.ts';
+import { INT4_MAX } from './stored.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**
@@ -33,12 +34,16 @@ export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({
 });
 
 /**
- * The defaults overlaid with `overrides`, checked and frozen.
- * @throws RunPolicyError naming the first value that cannot work.
+ * The defaults overlaid with `overrides`, checked and frozen. A key that is
+ * not a policy knob is refused: a misspelled one (`thresholdByte`) would
+ * otherwise leave the default in force without a word. Integers are at most
+ * 2147483647 (some reach integer parameters of queries; none needs more).
+ * @throws RunPolicyError naming the first key or value that cannot work.
  */
 export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefined): Readonly<RunCompactionPolicy> {
   const policy: RunCompactionPolicy = { ...DEFAULT_RUN_POLICY };
   for (const [key, value] of Object.entries(overrides ?? {})) {
+    if (!Object.hasOwn(DEFAULT_RUN_POLICY, key)) throw new RunPolicyError(`policy.${key} is not a policy key (known: ${Object.keys(DEFAULT_RUN_POLICY).join(', ')})`);
     if (value !== undefined) (policy as unknown as Record<string, unknown>)[key] = value;
   }
   const integers: (keyof RunCompactionPolicy)[] = [
@@ -48,7 +53,7 @@ export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefine
   ];
   for (const key of integers) {
     const v = policy[key];
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new RunPolicyError(`policy.${key} must be a non-negative integer, got ${String(v)}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0 || v > INT4_MAX) throw new RunPolicyError(`policy.${key} must be an integer from 0 to ${INT4_MAX}, got ${String(v)}`);
   }
   if (typeof policy.enabled !== 'boolean') throw new RunPolicyError('policy.enabled must be a boolean');
   if (!GROUNDING_POLICIES.includes(policy.grounding)) throw new RunPolicyError(`policy.grounding must be one of ${GROUNDING_POLICIES.join(', ')}, got ${String(policy.grounding)}`);

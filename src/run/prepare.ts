@@ -4,7 +4,7 @@ import type { CheckpointRow } from '../db/queries/run-checkpoints.ts';
 import { runLockTry, runLockWait } from '../db/queries/run-history.ts';
 import { runSummaryRequestInsert, runSummaryRequestSettle, runSummaryRequestsExpire } from '../db/queries/run-receipts.ts';
 import { runResultExcerpts } from '../db/queries/run-results.ts';
-import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
+import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Summarizer } from '../gateway/types.ts';
 import {
@@ -15,7 +15,8 @@ import { isUniqueViolation, RunNotFoundError, RunPolicyError } from './errors.ts
 import { RUN_HASH_VERSION } from './hash.ts';
 import { hookQueue } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
-import { evaluate, materialize, requestInput, type Evaluated } from './assemble.ts';
+import { INT4_MAX, runIdOf } from './stored.ts';
+import { evaluate, loadState, materialize, requestInput, type Evaluated } from './assemble.ts';
 import { commitCheckpoint, judge, type StepGoal } from './gate.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { cannotFitOf } from './overflow.ts';
@@ -143,7 +144,8 @@ interface Context {
  * @throws RunNotFoundError when the Run is not in `scope`; RunPolicyError for an unusable policy.
  */
 export async function prepareRunRequest(options: PrepareRunRequestOptions): Promise<PreparedRunRequest> {
-  const { pool, runId, scope, summarizer, hooks, signal } = options;
+  const { pool, scope, summarizer, hooks, signal } = options;
+  const runId = runIdOf(options.runId, scope);
   const policy = resolvePolicy(options.policy);
   const input = requestInput(options);
   const clock = options.clock ?? Date.now;
@@ -161,7 +163,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const phase1 = await inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
-    const state = await runStateLoad(client, runId, scope, policy.excerptBytes, policy.keepRecentGroups);
+    const state = await loadState(client, runId, scope, policy);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const before = evaluate(state, input, policy);
     const cursor: Cursor = { state, current: before };
@@ -401,7 +403,9 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   let restTokens = 0;
   for (const c of rest) restTokens += tokensFor(c.inputBytes);
   await savepoint(client, 'dispatch');
-  if (!(await runBudgetReserve(client, runId, 1, reservedTokens, budget.finalizationRequests + rest.length, budget.finalizationTokens + restTokens))) {
+  // Requests kept are an integer parameter: clamped to INT4_MAX, which no request limit (an integer) leaves either.
+  const keepRequests = Math.min(budget.finalizationRequests + rest.length, INT4_MAX);
+  if (!(await runBudgetReserve(client, runId, 1, reservedTokens, keepRequests, budget.finalizationTokens + restTokens))) {
     await rollbackTo(client, 'dispatch');
     return stop('finalization_reserve', { candidate: report, plan: planned, ...known });
   }
@@ -473,7 +477,9 @@ function budgetOptions(b: SummaryBudgetOptions | undefined): { finalizationReque
   const finalizationRequests = b?.finalizationRequests ?? 1;
   const finalizationTokens = b?.finalizationTokens ?? 0;
   for (const [k, v] of Object.entries({ finalizationRequests, finalizationTokens, summaryTokens: b?.summaryTokens ?? 0 })) {
-    if (!Number.isSafeInteger(v) || v < 0) throw new RunPolicyError(`budget.${k} must be a non-negative integer`);
+    // Requests are integer columns, tokens bigint ones (any safe integer).
+    const max = k === 'finalizationRequests' ? INT4_MAX : Number.MAX_SAFE_INTEGER;
+    if (!Number.isSafeInteger(v) || v < 0 || v > max) throw new RunPolicyError(`budget.${k} must be an integer from 0 to ${max}`);
   }
   return { finalizationRequests, finalizationTokens, summaryTokens: b?.summaryTokens };
 }

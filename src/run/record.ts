@@ -5,6 +5,7 @@ import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, r
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
 import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
+import { INT4_MAX, isInt4, isUuid, runIdOf, storedText, toStoredJson } from './stored.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ThinkingBlock, ToolProposal } from './types.ts';
 
 /**
@@ -30,7 +31,9 @@ function requireText(value: unknown, what: string): string {
 }
 
 /**
- * User text (the request, a correction) with something in it. It is carried
+ * User text (the request, a correction) with something in it, in the form it
+ * is stored (storedText: a lone surrogate becomes U+FFFD), so a replay of the
+ * request compares what it would store with what is stored. It is carried
  * verbatim into every later request, where an empty text block is refused by
  * the Messages API, and it can never be edited: one blank entry would stop
  * the Run for good. Whitespace is what String.prototype.trim removes (the
@@ -39,7 +42,41 @@ function requireText(value: unknown, what: string): string {
 function requireUserText(value: unknown, what: string): string {
   const text = requireText(value, what);
   if (text.trim() === '') throw new BlankTextError(`${what} is empty or only whitespace: it would be an empty text block in every later request`);
-  return text;
+  return storedText(text);
+}
+
+/** A count an `integer` column stores, or RunHistoryError naming it. */
+function requireCount(value: unknown, what: string): number {
+  if (!isInt4(value)) throw new RunHistoryError(`${what} must be an integer from 0 to ${INT4_MAX}, got ${String(value)}`);
+  return value;
+}
+
+/**
+ * The tool calls of a model turn, checked, with each input in the form jsonb
+ * stores (toStoredJson: a NUL or a lone surrogate in a valid tool call is kept
+ * exactly, and read back so by loadState).
+ */
+function requireToolCalls(value: unknown): { id: string; name: string; input: unknown }[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value)) throw new RunHistoryError('recordModelTurn: toolCalls must be an array of {id, name, input}');
+  const ids = new Set<string>();
+  return value.map((p: unknown, i) => {
+    if (p === null || typeof p !== 'object') throw new RunHistoryError(`recordModelTurn: tool call ${i} must be an object {id, name, input}, got ${p === null ? 'null' : typeof p}`);
+    const { id, name, input } = p as ToolProposal;
+    if (typeof id !== 'string' || id === '' || typeof name !== 'string' || name === '') throw new RunHistoryError('recordModelTurn: every tool call needs a non-empty id and name');
+    if (ids.has(id)) throw new RunHistoryError(`recordModelTurn: tool call id ${id} appears twice`);
+    ids.add(id);
+    return { id, name, input: storedJson(input, `recordModelTurn: the input of tool call ${id}`) };
+  });
+}
+
+/** `value` as toStoredJson stores it; a value that is not JSON (a BigInt, a cycle) is refused by name. */
+function storedJson(value: unknown, what: string): unknown {
+  try {
+    return toStoredJson(value);
+  } catch (error) {
+    throw new RunHistoryError(`${what} is not JSON: ${(error as Error).message}`, { cause: error });
+  }
 }
 
 function requireThinking(value: unknown): ThinkingBlock[] | null {
@@ -48,7 +85,9 @@ function requireThinking(value: unknown): ThinkingBlock[] | null {
     (b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string') ||
     (b.type === 'redacted_thinking' && typeof b.data === 'string')));
   if (!ok) throw new RunHistoryError('recordModelTurn: thinking must be an array of {type: "thinking", thinking, signature} or {type: "redacted_thinking", data} blocks');
-  return (value as ThinkingBlock[]).map((b) => b.type === 'thinking' ? { type: 'thinking', thinking: b.thinking, signature: b.signature } : { type: 'redacted_thinking', data: b.data });
+  const blocks = (value as ThinkingBlock[]).map((b): ThinkingBlock => b.type === 'thinking' ? { type: 'thinking', thinking: b.thinking, signature: b.signature } : { type: 'redacted_thinking', data: b.data });
+  // Stored as jsonb like a tool input: a block with a NUL or a lone surrogate is kept exactly (toStoredJson).
+  return toStoredJson(blocks) as ThinkingBlock[];
 }
 
 export interface StartRunOptions {
@@ -66,8 +105,11 @@ export interface StartRunOptions {
 
 /**
  * Records a Run's initial request (revision 0) and its budget. Calling it again
- * with the same text returns the same entry.
- * @throws RunNotFoundError when the Run (or conversation) is not in `scope`.
+ * with the same text returns the same entry. The text is stored well-formed: a
+ * lone surrogate (which UTF-8 cannot encode) becomes U+FFFD, as
+ * String.prototype.toWellFormed does, and a replay is compared in that form,
+ * so replaying such a text is idempotent too.
+ * @throws RunNotFoundError when the Run (or conversation) is not in `scope`, or its id is not a uuid.
  * @throws BlankTextError when `request` is empty or only whitespace.
  * @throws RunHistoryError when the Run already has a different request, or neither runId nor conversationId is given.
  */
@@ -75,15 +117,19 @@ export async function startRun(options: StartRunOptions): Promise<{ runId: strin
   const { pool, scope } = options;
   const request = requireUserText(options.request, 'startRun: request');
   const limits = options.budget ?? {};
+  // The request limit is an integer column, the token limit a bigint (any safe integer).
   for (const [k, v] of Object.entries(limits)) {
-    if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0)) throw new RunHistoryError(`startRun: budget.${k} must be a non-negative integer or null`);
+    const max = k === 'requests' ? INT4_MAX : Number.MAX_SAFE_INTEGER;
+    if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0 || v > max)) throw new RunHistoryError(`startRun: budget.${k} must be an integer from 0 to ${max}, or null`);
   }
+  const givenRunId = options.runId === undefined ? undefined : runIdOf(options.runId, scope);
   return inTransaction(pool, async (client) => {
-    let runId = options.runId;
+    let runId = givenRunId;
     if (runId !== undefined) {
       await assertRun(client, runId, scope);
     } else {
       if (options.conversationId === undefined) throw new RunHistoryError('startRun: give runId or conversationId');
+      if (!isUuid(options.conversationId)) throw new RunNotFoundError(`conversation ${JSON.stringify(String(options.conversationId).slice(0, 80))} not found in scope ${scope}: not a uuid`);
       const created = await runCreate(client, options.conversationId, scope).catch((e) => {
         throw historyErrorFrom(e, 'startRun');
       });
@@ -105,11 +151,13 @@ export async function startRun(options: StartRunOptions): Promise<{ runId: strin
 
 /**
  * Records a user correction, verbatim, as the next revision (1, 2, ...).
+ * Stored well-formed, like the request: a lone surrogate becomes U+FFFD.
  * @throws BlankTextError when `text` is empty or only whitespace.
  * @throws RunNotFoundError / RunHistoryError (no initial request yet).
  */
 export async function recordCorrection(options: RunAddress & { text: string }): Promise<{ seq: number; revision: number }> {
-  const { pool, runId, scope } = options;
+  const { pool, scope } = options;
+  const runId = runIdOf(options.runId, scope);
   const text = requireUserText(options.text, 'recordCorrection: text');
   await assertRun(pool, runId, scope);
   // Two corrections at once compute the same revision: the unique index (or the guard, which
@@ -137,20 +185,18 @@ export interface RecordModelTurnOptions extends RunAddress {
 }
 
 /**
- * Records a model turn and its tool proposals.
- * @throws RunHistoryError for a duplicate proposal id, an unknown model request key, or no initial request yet.
+ * Records a model turn and its tool proposals. Any JSON tool input and thinking
+ * block is kept exactly, a NUL or a lone surrogate included (jsonb refuses
+ * both: such a value is stored escaped, see toStoredJson), and sent back so.
+ * @throws RunHistoryError for a tool call that is not an object with a non-empty id and name, an input that is not JSON,
+ * a duplicate proposal id, an unknown model request key, or no initial request yet.
  */
 export async function recordModelTurn(options: RecordModelTurnOptions): Promise<{ seq: number }> {
-  const { pool, runId, scope } = options;
+  const { pool, scope } = options;
+  const runId = runIdOf(options.runId, scope);
   const text = requireText(options.text, 'recordModelTurn: text');
-  const proposals = options.toolCalls ?? [];
+  const proposals = requireToolCalls(options.toolCalls);
   const thinking = requireThinking(options.thinking);
-  const ids = new Set<string>();
-  for (const p of proposals) {
-    if (typeof p.id !== 'string' || p.id === '' || typeof p.name !== 'string' || p.name === '') throw new RunHistoryError('recordModelTurn: every tool call needs a non-empty id and name');
-    if (ids.has(p.id)) throw new RunHistoryError(`recordModelTurn: tool call id ${p.id} appears twice`);
-    ids.add(p.id);
-  }
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     try {
@@ -178,10 +224,17 @@ export interface RecordModelRequestOptions extends RunAddress {
 /**
  * Records the receipt of one of the application's own model requests and
  * charges it to the Run's budget (one request and its tokens).
+ * @throws RunHistoryError when requestBytes or a usage count is not an integer from 0 to 2147483647 (they are
+ * integer columns; a string would be added as text, not charged as a number).
  */
 export async function recordModelRequest(options: RecordModelRequestOptions): Promise<{ id: number; charged: boolean }> {
-  const { pool, runId, scope, requestKey, requestBytes, usage } = options;
-  if (!Number.isSafeInteger(requestBytes) || requestBytes < 0) throw new RunHistoryError('recordModelRequest: requestBytes must be a non-negative integer');
+  const { pool, scope, requestKey } = options;
+  const runId = runIdOf(options.runId, scope);
+  const requestBytes = requireCount(options.requestBytes, 'recordModelRequest: requestBytes');
+  const usage = options.usage === undefined || options.usage === null ? null : {
+    inputTokens: requireCount(options.usage.inputTokens, 'recordModelRequest: usage.inputTokens'),
+    outputTokens: requireCount(options.usage.outputTokens, 'recordModelRequest: usage.outputTokens'),
+  };
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     await savepoint(client, 'receipt');
@@ -205,7 +258,8 @@ export async function recordModelRequest(options: RecordModelRequestOptions): Pr
  * @throws RunHistoryError for an unknown proposal, or one dispatched or settled under another identity.
  */
 export async function recordToolCall(options: RunAddress & { proposalId: string; dispatchId: string }): Promise<ToolUnitState> {
-  const { pool, runId, scope, proposalId, dispatchId } = options;
+  const { pool, scope, proposalId, dispatchId } = options;
+  const runId = runIdOf(options.runId, scope);
   if (typeof dispatchId !== 'string' || dispatchId === '') throw new RunHistoryError('recordToolCall: dispatchId must be a non-empty string');
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
@@ -231,7 +285,7 @@ export interface RecordToolResultOptions extends RunAddress {
   content?: string;
   /** Or: a result already in the store (storeResult); the request then shows only its reference. */
   resultRef?: ResultRef;
-  /** Why it failed, or what is known about an unknown effect. */
+  /** Why it failed, or what is known about an unknown effect (a string: it is shown to the model as written). */
   error?: string;
   /** Catalog label for a stored body. */
   label?: string;
@@ -240,15 +294,19 @@ export interface RecordToolResultOptions extends RunAddress {
 /**
  * Settles a tool call: its result and settlement, in one unit with the call.
  * Replaying the same settlement is a no-op; a different one is refused.
- * @throws RunHistoryError for an unknown proposal, a second different settlement, or a `settled` call without a result.
- * @throws ResultNotFoundError when `resultRef` is not a result of this Run.
+ * @throws RunHistoryError for an unknown proposal, a second different settlement, a `settled` call without a result,
+ * or an `error` that is not a string.
+ * @throws ResultNotFoundError when `resultRef` is not a result of this Run (a version that is not an integer from 1 to
+ * 2147483647 never is).
  */
 export async function recordToolResult(options: RecordToolResultOptions): Promise<{ status: Settlement; result: ResultMeta | null; replayed: boolean }> {
-  const { pool, runId, scope, proposalId, settlement } = options;
+  const { pool, scope, proposalId, settlement } = options;
+  const runId = runIdOf(options.runId, scope);
   if (!['settled', 'failed', 'unknown'].includes(settlement)) throw new RunHistoryError(`recordToolResult: settlement must be settled, failed or unknown, got ${String(settlement)}`);
   if (options.content !== undefined && options.resultRef !== undefined) throw new RunHistoryError('recordToolResult: give content or resultRef, not both');
   if (settlement === 'settled' && options.content === undefined && options.resultRef === undefined) throw new RunHistoryError('recordToolResult: a settled call needs its result (content or resultRef)');
   if (options.content !== undefined) requireText(options.content, 'recordToolResult: content');
+  if (options.error !== undefined && options.error !== null) requireText(options.error, 'recordToolResult: error');
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     const unit = await runToolUnitLock(client, runId, proposalId);
@@ -271,10 +329,8 @@ export async function recordToolResult(options: RecordToolResultOptions): Promis
       if (options.content !== undefined) {
         result = strip(await runResultInsert(client, { runId, resultId: randomUUID(), kind: 'tool_result', label: options.label ?? null, content: options.content }));
       } else if (options.resultRef !== undefined) {
-        const meta = await runResultMetaGet(client, runId, options.resultRef.resultId, options.resultRef.version).catch((e) => {
-          if ((e as { code?: string }).code === '22P02') return null;
-          throw e;
-        });
+        const { resultId, version } = options.resultRef;
+        const meta = !isUuid(resultId) || !isInt4(version, 1) ? null : await runResultMetaGet(client, runId, resultId, version);
         if (!meta) throw new ResultNotFoundError(`result ${options.resultRef.resultId} version ${options.resultRef.version} not found in run ${runId}`);
         result = strip(meta);
         inline = false;
@@ -295,6 +351,7 @@ function strip(row: { resultId: string; version: number; bytes: number; lines: n
 
 /** The Run's budget (null when none was recorded: no limits). */
 export async function readRunBudget(options: RunAddress): Promise<RunBudget | null> {
-  await assertRun(options.pool, options.runId, options.scope);
-  return runBudgetGet(options.pool, options.runId);
+  const runId = runIdOf(options.runId, options.scope);
+  await assertRun(options.pool, runId, options.scope);
+  return runBudgetGet(options.pool, runId);
 }

@@ -1,12 +1,12 @@
 import type pg from 'pg';
 import { runLockTry } from '../db/queries/run-history.ts';
 import { runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptListRow } from '../db/queries/run-receipts.ts';
-import { runStateLoad } from '../db/queries/run-state.ts';
 import type { Summarizer } from '../gateway/types.ts';
 import { RunNotFoundError } from './errors.ts';
 import { resolvePolicy } from './policy.ts';
+import { runIdOf } from './stored.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
-import { evaluate, materialize, requestInput } from './assemble.ts';
+import { evaluate, loadState, materialize, requestInput } from './assemble.ts';
 import type { RequestInput } from './fitting.ts';
 import { inTransaction } from '../db/transaction.ts';
 import type { FitStep, ReferenceMade, RunCompactionPolicy, RunRequest } from './types.ts';
@@ -79,14 +79,15 @@ export interface OpenUnit {
  * @throws RunNotFoundError when the Run is not in `scope`.
  */
 export async function recoverRunContext(options: RecoverRunContextOptions): Promise<{ request: RunRequest; body: AnthropicRunRequest; report: RecoveryReport }> {
-  const { pool, runId, scope } = options;
+  const { pool, scope } = options;
+  const runId = runIdOf(options.runId, scope);
   const policy = resolvePolicy(options.policy);
   const input = requestInput(options);
   const clock = options.clock ?? Date.now;
   return inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
-    const state = await runStateLoad(client, runId, scope, policy.excerptBytes, policy.keepRecentGroups);
+    const state = await loadState(client, runId, scope, policy);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const { projection, fitted } = evaluate(state, input, policy);
     const receipts: SummaryReceipt[] = (await runSummaryRequestsList(client, runId)).map((r) => ({ ...r }));

@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { runInScopeGet } from '../db/queries/run-history.ts';
 import { runResultInsert, runResultRead, type ResultSlice } from '../db/queries/run-results.ts';
 import { historyErrorFrom, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
+import { INT4_MAX, isInt4, isUuid, runIdOf } from './stored.ts';
 import type { ResultMeta } from './types.ts';
 
 /**
@@ -28,7 +29,8 @@ export interface StoreResultOptions {
  * @throws RunHistoryError when `resultId` belongs to another Run or is a tool result body.
  */
 export async function storeResult(options: StoreResultOptions): Promise<ResultMeta> {
-  const { pool, runId, scope, content } = options;
+  const { pool, scope, content } = options;
+  const runId = runIdOf(options.runId, scope);
   if (typeof content !== 'string') throw new RunHistoryError('storeResult: content must be a string');
   if (!(await runInScopeGet(pool, runId, scope))) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
   try {
@@ -39,7 +41,12 @@ export async function storeResult(options: StoreResultOptions): Promise<ResultMe
   }
 }
 
-/** A byte range [start, end) of the UTF-8 encoding, or lines from..to (1-based, inclusive; lines split on "\n"). */
+/**
+ * A byte range [start, end) of the UTF-8 encoding, or lines from..to (1-based,
+ * inclusive; lines split on "\n"). A start or a first line past 2147483647 is
+ * refused (no result is that large); an end or a last line past the result
+ * means its end.
+ */
 export type ResultRange = { bytes: { start: number; end?: number } } | { lines: { from: number; to?: number } };
 
 /** The most bytes one reread returns unless told otherwise: the default inline limit, so a reread recorded as a tool result still shows whole. */
@@ -62,7 +69,11 @@ export interface ReadResult extends ResultMeta {
   range: { kind: 'all' } | { kind: 'bytes'; start: number; end: number } | { kind: 'lines'; from: number; to: number };
   /** The range asked for held more than `maxBytes`: `content` is its beginning, cut at a character boundary. */
   truncated: boolean;
-  /** Where to go on reading when truncated (a byte range of the whole version), else null. */
+  /**
+   * Where to go on reading when truncated, else null: a byte range of the whole
+   * version that ends where the range asked for ends (a cut line range goes on
+   * to the end of its last line, never into the lines after it).
+   */
   next: ResultRange | null;
 }
 
@@ -72,32 +83,29 @@ export interface ReadResult extends ResultMeta {
  * 300 KB body back inline). A byte range is narrowed to whole UTF-8
  * characters and the range actually returned is reported; a cut read says
  * where to go on (`next`).
- * @throws ResultNotFoundError when the version does not exist in this Run and scope.
+ * @throws ResultNotFoundError when the version does not exist in this Run and scope (an id that is not a uuid, or a
+ * version that is not an integer from 1 to 2147483647, never does).
+ * @throws RangeError for an unusable range or maxBytes.
  */
 export async function readResult(options: ReadResultOptions): Promise<ReadResult> {
   const { pool, runId, scope, resultId, version, range } = options;
   const maxBytes = options.maxBytes ?? READ_MAX_BYTES;
   if (!Number.isSafeInteger(maxBytes) || maxBytes < 4) throw new RangeError(`maxBytes must be an integer of at least 4, got ${maxBytes}`);
   let slice: ResultSlice = { kind: 'all' };
+  // Positions are integer columns' values in the query: a start past INT4_MAX is refused, an end is clamped to it.
   if (range && 'bytes' in range) {
     const start = range.bytes.start;
     const end = range.bytes.end ?? Number.MAX_SAFE_INTEGER;
-    if (!Number.isSafeInteger(start) || start < 0 || !Number.isSafeInteger(end) || end < start) throw new RangeError(`invalid byte range ${start}..${end}`);
+    if (!isInt4(start) || !Number.isSafeInteger(end) || end < start) throw new RangeError(`invalid byte range ${start}..${end} (start from 0 to ${INT4_MAX})`);
     // At most maxBytes from start (the cut to whole characters may return a few less).
-    slice = { kind: 'bytes', start, end: Math.min(end, start + maxBytes, 2 ** 31 - 1) };
+    slice = { kind: 'bytes', start, end: Math.min(end, start + maxBytes, INT4_MAX) };
   } else if (range && 'lines' in range) {
     const from = range.lines.from;
-    const to = range.lines.to ?? 2 ** 31 - 1;
-    if (!Number.isSafeInteger(from) || from < 1 || !Number.isSafeInteger(to) || to < from) throw new RangeError(`invalid line range ${from}..${to}`);
-    slice = { kind: 'lines', from, to: Math.min(to, 2 ** 31 - 1) };
+    const to = range.lines.to ?? INT4_MAX;
+    if (!isInt4(from, 1) || !Number.isSafeInteger(to) || to < from) throw new RangeError(`invalid line range ${from}..${to} (from 1 to ${INT4_MAX})`);
+    slice = { kind: 'lines', from, to: Math.min(to, INT4_MAX) };
   }
-  let row;
-  try {
-    row = await runResultRead(pool, runId, scope, resultId, version, slice);
-  } catch (error) {
-    if ((error as { code?: string }).code === '22P02') row = null; // not a uuid: no such result
-    else throw error;
-  }
+  const row = isUuid(runId) && isUuid(resultId) && isInt4(version, 1) ? await runResultRead(pool, runId, scope, resultId, version, slice) : null;
   if (!row) throw new ResultNotFoundError(`result ${resultId} version ${version} not found in run ${runId}`);
   const meta: ResultMeta = { resultId: row.resultId, version: row.version, bytes: row.bytes, lines: row.lines, sha256: row.sha256, label: row.label };
   if (slice.kind === 'bytes') {
@@ -112,7 +120,10 @@ export async function readResult(options: ReadResultOptions): Promise<ReadResult
   const text = row.text ?? '';
   const cut = cutToBytes(text, maxBytes);
   const offset = slice.kind === 'lines' ? row.lineOffset ?? 0 : 0;
-  const next: ResultRange | null = cut === null ? null : { bytes: { start: offset + cut.bytes } };
+  // A cut line range goes on by bytes up to the end of its last line (`text` is exactly the lines asked for).
+  const next: ResultRange | null = cut === null ? null
+    : slice.kind === 'lines' ? { bytes: { start: offset + cut.bytes, end: offset + Buffer.byteLength(text, 'utf8') } }
+    : { bytes: { start: cut.bytes } };
   const content = cut === null ? text : cut.text;
   if (slice.kind === 'lines') {
     return { ...meta, content, range: { kind: 'lines', from: slice.from, to: Math.min(slice.to, Math.max(row.lines, slice.from)) }, truncated: cut !== null, next };

@@ -3,6 +3,7 @@ import { runInScopeGet } from '../db/queries/run-history.ts';
 import { runCheckpointCallsPage, runResultCatalogPage } from '../db/queries/run-results.ts';
 import { RunHistoryError, RunNotFoundError } from './errors.ts';
 import { READ_MAX_BYTES, readResult, type ResultRange } from './results.ts';
+import { INT4_MAX, runIdOf } from './stored.ts';
 
 /**
  * The `read_result` tool: how the model rereads what the request shows only
@@ -52,16 +53,19 @@ const PAGE = 50;
 
 /**
  * Answers one `read_result` call as text for its tool result.
- * @throws RunHistoryError for an input that asks for nothing it can answer (the call then failed).
+ * @throws RunHistoryError for an input that asks for nothing it can answer, or a number out of range (the call then failed).
  * @throws ResultNotFoundError / RunNotFoundError when the result or Run is not there.
  */
 export async function readResultTool(options: ReadResultToolOptions): Promise<string> {
-  const { pool, runId, scope } = options;
+  const { pool, scope } = options;
+  const runId = runIdOf(options.runId, scope);
   const maxBytes = options.maxBytes ?? READ_MAX_BYTES;
   const input = (options.input ?? {}) as Record<string, unknown>;
-  const int = (v: unknown, name: string, min: number): number | undefined => {
+  // The model's numbers end up in integer columns and positions: past INT4_MAX is its mistake, told as one
+  // (an end, endByte or toLine, may be larger: past the result it means its end, as in readResult).
+  const int = (v: unknown, name: string, min: number, max = INT4_MAX): number | undefined => {
     if (v === undefined || v === null) return undefined;
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) throw new RunHistoryError(`read_result: ${name} must be an integer of at least ${min}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max) throw new RunHistoryError(`read_result: ${name} must be an integer from ${min} to ${max}`);
     return v;
   };
 
@@ -86,17 +90,22 @@ export async function readResultTool(options: ReadResultToolOptions): Promise<st
   const version = int(input.version, 'version', 1);
   if (version === undefined) throw new RunHistoryError('read_result: version is required (results are versioned; the catalog lists each version)');
   const startByte = int(input.startByte, 'startByte', 0);
-  const endByte = int(input.endByte, 'endByte', 0);
+  const endByte = int(input.endByte, 'endByte', 0, Number.MAX_SAFE_INTEGER);
   const fromLine = int(input.fromLine, 'fromLine', 1);
-  const toLine = int(input.toLine, 'toLine', 1);
+  const toLine = int(input.toLine, 'toLine', 1, Number.MAX_SAFE_INTEGER);
   let range: ResultRange | undefined;
   if (startByte !== undefined || endByte !== undefined) range = { bytes: { start: startByte ?? 0, ...(endByte === undefined ? {} : { end: endByte }) } };
   else if (fromLine !== undefined || toLine !== undefined) range = { lines: { from: fromLine ?? 1, ...(toLine === undefined ? {} : { to: toLine }) } };
   // The header and the "go on" line take some of the answer's bytes.
-  const read = await readResult({ pool, runId, scope, resultId: input.resultId, version, range, maxBytes: Math.max(4, maxBytes - 512) });
+  const read = await readResult({ pool, runId, scope, resultId: input.resultId, version, range, maxBytes: Math.max(4, maxBytes - 512) }).catch((error) => {
+    // A range the model got wrong (an end before its start) is its call's failure, like any other input.
+    throw error instanceof RangeError ? new RunHistoryError(`read_result: ${error.message}`, { cause: error }) : error;
+  });
   const where = read.range.kind === 'bytes' ? `bytes ${read.range.start}-${read.range.end}` : read.range.kind === 'lines' ? `lines ${read.range.from}-${read.range.to}` : 'whole';
-  const next = read.next !== null && 'bytes' in read.next ? read.next.bytes.start : null;
-  const tail = next === null ? '' : `\n[cut at ${maxBytes - 512} bytes: go on with {"resultId": "${read.resultId}", "version": ${read.version}, "startByte": ${next}}]`;
+  // The way on ends where the asked range ends (a cut line range: the end of its last line).
+  const next = read.next !== null && 'bytes' in read.next ? read.next.bytes : null;
+  const until = next?.end === undefined ? '' : `, "endByte": ${next.end}`;
+  const tail = next === null ? '' : `\n[cut at ${maxBytes - 512} bytes: go on with {"resultId": "${read.resultId}", "version": ${read.version}, "startByte": ${next.start}${until}}]`;
   return `[result ${read.resultId} version ${read.version}, ${where} of ${read.bytes} bytes]\n${read.content}${tail}`;
 }
 

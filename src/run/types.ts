@@ -101,7 +101,11 @@ export interface ToolProposal {
   /** The model's id for it (e.g. Anthropic `tool_use.id`); unique within the Run. */
   id: string;
   name: string;
-  /** JSON input. Stored as jsonb: key order is normalized. */
+  /**
+   * JSON input. Stored as jsonb: key order is normalized. An input jsonb cannot
+   * hold (a NUL or a lone surrogate in a string or key) is stored escaped
+   * (toStoredJson in stored.ts) and comes back exactly, key order included.
+   */
   input: unknown;
 }
 
