@@ -1,6 +1,7 @@
 import type { ReceiptSettlement } from '../db/queries/run-receipts.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Outcome, Summarizer } from '../gateway/types.ts';
+import { isBlank, providerText } from '../gateway/text.ts';
 
 /**
  * One summary request: the summarizer (the gateway, or anything with its
@@ -41,7 +42,7 @@ export async function summaryCall(
     }));
     return checked(await Promise.race([call, stopped]), maxChars);
   } catch (error) {
-    return { kind: 'unknown', reason: `summarizer_threw:${error instanceof Error ? error.message : String(error)}`, requestId: null };
+    return { kind: 'unknown', reason: providerText(`summarizer_threw:${error instanceof Error ? error.message : String(error)}`, 1000), requestId: null };
   } finally {
     clearTimeout(timer);
     signal?.removeEventListener('abort', onAbort);
@@ -52,7 +53,7 @@ export async function summaryCall(
 function checked(outcome: Outcome, maxChars: number): Outcome {
   if (outcome.kind !== 'ok') return outcome;
   const fail = (reason: string): Outcome => ({ kind: 'invalid', reason: `contract:${reason}`, model: outcome.model, usage: outcome.usage, requestId: outcome.requestId });
-  if (typeof outcome.text !== 'string' || outcome.text.trim().length === 0) return fail('empty_text');
+  if (typeof outcome.text !== 'string' || isBlank(outcome.text)) return fail('empty_text');
   // PostgreSQL text cannot hold NUL; a lone surrogate would be stored as U+FFFD and the
   // recovered request would differ from the one returned now.
   if (outcome.text.includes('\u0000')) return fail('nul_character');

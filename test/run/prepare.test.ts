@@ -422,6 +422,12 @@ describe('summary text hygiene', () => {
     const nul = await prepare(other.runId, { summarizer: recordingSummarizer(() => ok('a\u0000b')) });
     expect(nul.report.compaction).toMatchObject({ decision: 'failed', outcome: 'invalid', reason: 'contract:nul_character' });
   });
+
+  it('refuses a summary of invisible characters only, as the gateway does (a summarizer used without it)', async () => {
+    const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100 });
+    const blank = await prepare(runId, { summarizer: recordingSummarizer(() => ok('\u200b\u2060\ufeff\u3164\u2800')) });
+    expect(blank.report.compaction).toMatchObject({ decision: 'failed', outcome: 'invalid', reason: 'contract:empty_text' });
+  });
 });
 
 describe('hooks', () => {
