@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import { GROUNDING_POLICIES, type GroundingPolicy } from './grounding.ts';
 import { SUMMARY_CHAR_CEILING } from './gateway/types.ts';
+import { decimalIntegerProblem, parseDecimalInteger } from './integers.ts';
 
 /**
  * Configuration: the environment is read and validated once, here, and turned
@@ -14,16 +15,53 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
-const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
-  z.coerce.number().int().min(min).max(max);
+/**
+ * A whole-number setting: plain decimal digits only (src/integers.ts), so a
+ * blank, hex, binary or exponent value is an error naming the variable, never
+ * 0 or a surprise. `tooLarge`: the message when the value is above `max`.
+ */
+const int = (min: number, max = Number.MAX_SAFE_INTEGER, tooLarge = `at most ${max}`) =>
+  z.string().transform((text, ctx) => {
+    const parsed = parseDecimalInteger(text);
+    if (!parsed.ok) {
+      ctx.addIssue({ code: 'custom', message: decimalIntegerProblem(parsed.problem, text) });
+      return z.NEVER;
+    }
+    if (parsed.value < min || parsed.value > max) {
+      ctx.addIssue({ code: 'custom', message: parsed.value < min ? `at least ${min}, got ${parsed.value}` : `${tooLarge}, got ${parsed.value}` });
+      return z.NEVER;
+    }
+    return parsed.value;
+  });
+
+/**
+ * A PostgreSQL connection string as pg reads it: a `postgres:` or
+ * `postgresql:` URL, or pg's `socket:` form (`socket:/var/run/postgresql?db=app`).
+ */
+const POSTGRES_SCHEMES = ['postgres:', 'postgresql:', 'socket:'];
+const postgresUrl = z.string().superRefine((text, ctx) => {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'not a URL; expected postgres://user:password@host:port/database' });
+    return;
+  }
+  if (!POSTGRES_SCHEMES.includes(url.protocol)) {
+    ctx.addIssue({ code: 'custom', message: `a PostgreSQL URL starts with postgres:// or postgresql:// (or socket: for a Unix socket), got ${url.protocol}//...` });
+  }
+});
 
 const bool = z
   .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off'])
   .transform((v) => ['1', 'true', 'yes', 'on'].includes(v));
 
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
 const schema = z.object({
   /** PostgreSQL connection string. (Default: none: an embedded PostgreSQL is started.) */
-  DATABASE_URL: z.string().url().optional(),
+  DATABASE_URL: postgresUrl.optional(),
   /**
    * A direct (session) connection to the same database, for what needs a
    * session: graphile-worker's LISTEN, the migrations' lock, fleet admission.
@@ -31,7 +69,7 @@ const schema = z.object({
    * Neon, RDS Proxy); that also turns graphile-worker's prepared statements off.
    * (Default: DATABASE_URL)
    */
-  DATABASE_DIRECT_URL: z.string().url().optional(),
+  DATABASE_DIRECT_URL: postgresUrl.optional(),
   /** Where the embedded PostgreSQL keeps its data. (Default: ./.sourcebound/pgdata) */
   SOURCEBOUND_DATA_DIR: z.string().min(1).default('.sourcebound/pgdata'),
   /** Port of the embedded PostgreSQL. (Default: 54329) */
@@ -43,8 +81,8 @@ const schema = z.object({
   /** Anthropic model used for summaries. (Default: claude-haiku-4-5) */
   SOURCEBOUND_MODEL: z.string().min(1).default('claude-haiku-4-5'),
   /** Maximum characters of an accepted summary; the contract's ceiling is 6000, a lower limit may be set. (Default: 6000) */
-  SOURCEBOUND_SUMMARY_MAX_CHARS: z.coerce.number().int().min(100)
-    .max(SUMMARY_CHAR_CEILING, `at most ${SUMMARY_CHAR_CEILING}: the 6,000-character cap is the summary contract's ceiling; a lower limit may be configured, a higher one may not`)
+  SOURCEBOUND_SUMMARY_MAX_CHARS: int(100, SUMMARY_CHAR_CEILING,
+    `at most ${SUMMARY_CHAR_CEILING}: the 6,000-character cap is the summary contract's ceiling; a lower limit may be configured, a higher one may not`)
     .default(SUMMARY_CHAR_CEILING),
   /** What a summary fact not found in its material does: reject (invalid answer, attempt spent) or flag (completed, labelled). (Default: reject) */
   SOURCEBOUND_GROUNDING: z.enum(GROUNDING_POLICIES as [GroundingPolicy, ...GroundingPolicy[]]).default('reject'),
@@ -69,9 +107,9 @@ const schema = z.object({
   /** Port of the worker's /healthz and /metrics; unset: no HTTP server. (Default: none) */
   SOURCEBOUND_METRICS_PORT: int(0, 65535).optional(),
   /** Address the /healthz and /metrics server listens on (0.0.0.0 in a container). (Default: 127.0.0.1) */
-  SOURCEBOUND_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
+  SOURCEBOUND_METRICS_HOST: z.string().regex(/^\S+$/, 'a host name or address, without spaces').default('127.0.0.1'),
   /** pino level. (Default: info) */
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOG_LEVEL: z.enum(LOG_LEVELS).optional(),
   /** Pretty logs: 1 forces them on, 0 off. (Default: on when stdout is a TTY) */
   SOURCEBOUND_PRETTY_LOGS: bool.optional(),
 });
@@ -102,10 +140,12 @@ export interface Config {
 
 /**
  * Validates an environment and returns the frozen configuration.
+ * `defaults.logLevel`: the level when LOG_LEVEL is unset (Default: info; the demo's is warn).
  * @throws ConfigError naming every variable that is wrong and what it expects.
  */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
-  // Empty strings mean "unset": that is how most process managers blank a variable.
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, defaults: { logLevel?: LogLevel } = {}): Readonly<Config> {
+  // Empty strings mean "unset" (for every variable): that is how most process managers blank a variable.
+  // Anything else is validated as written: ' ' is not a number, not a level, not a URL.
   const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const parsed = schema.safeParse(cleaned);
   if (!parsed.success) {
@@ -135,7 +175,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     recoveryTimeoutMs: e.SOURCEBOUND_RECOVERY_TIMEOUT_MS,
     metricsPort: e.SOURCEBOUND_METRICS_PORT,
     metricsHost: e.SOURCEBOUND_METRICS_HOST,
-    logLevel: e.LOG_LEVEL,
+    logLevel: e.LOG_LEVEL ?? defaults.logLevel ?? 'info',
     prettyLogs: e.SOURCEBOUND_PRETTY_LOGS ?? Boolean(process.stdout.isTTY),
   });
 }

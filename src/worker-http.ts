@@ -17,6 +17,25 @@ export interface WorkerHttp {
   close(): Promise<void>;
 }
 
+/**
+ * The port could not be opened (in use, not allowed, or the host does not
+ * resolve to an address of this machine). One line naming both settings; the
+ * CLI prints it without a stack and exits 1.
+ */
+export class MetricsListenError extends Error {
+  override name = 'MetricsListenError';
+  readonly exitQuietly = true;
+  constructor(host: string, port: number, cause: NodeJS.ErrnoException) {
+    const why = cause.code === 'EADDRINUSE' ? 'the port is already in use'
+      : cause.code === 'ENOTFOUND' || cause.code === 'EAI_AGAIN' ? 'the host name does not resolve'
+        : cause.code === 'EADDRNOTAVAIL' ? 'the address is not one of this machine\'s'
+          : cause.code === 'EACCES' ? 'permission denied (a port below 1024 needs privileges)'
+            : cause.message;
+    super(`cannot serve /healthz and /metrics on ${host}:${port} (SOURCEBOUND_METRICS_HOST, SOURCEBOUND_METRICS_PORT): ${why} (${cause.code ?? cause.message})`, { cause });
+  }
+}
+
+/** @throws MetricsListenError when the server cannot listen. */
 export async function startWorkerHttp(options: {
   host: string;
   port: number;
@@ -50,9 +69,13 @@ export async function startWorkerHttp(options: {
     res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: /healthz, /metrics\n');
   });
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
+    const failed = (error: NodeJS.ErrnoException) => {
+      server.close();
+      reject(new MetricsListenError(options.host, options.port, error));
+    };
+    server.once('error', failed);
     server.listen(options.port, options.host, () => {
-      server.off('error', reject);
+      server.off('error', failed);
       resolve();
     });
   });

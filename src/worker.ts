@@ -67,6 +67,33 @@ export class WorkerRunnerStoppedError extends Error {
   readonly exitQuietly = true;
 }
 
+/**
+ * The worker cannot start: its database is not migrated, or its /healthz and
+ * /metrics port cannot be opened. Nothing was started; the CLI prints the
+ * message alone and exits 1.
+ */
+export class WorkerStartError extends Error {
+  override name = 'WorkerStartError';
+  readonly exitQuietly = true;
+}
+
+/**
+ * With migrations skipped (`--no-migrate`), the schemas must be there: a
+ * worker on an unmigrated database would look healthy while every job and
+ * sweep failed. @throws WorkerStartError naming what to run.
+ */
+async function assertMigrated(pool: pg.Pool): Promise<void> {
+  const { rows: [found] } = await pool.query<{ missing: string[] }>(
+    `select array_remove(array[
+       case when to_regnamespace('graphile_worker') is null then 'graphile_worker' end,
+       case when to_regnamespace('sourcebound') is null then 'sourcebound' end], null) as missing`);
+  if (found!.missing.length > 0) {
+    const missing = found!.missing.map((m) => `"${m}"`);
+    throw new WorkerStartError(`the database is not migrated (${missing.length > 1 ? `schemas ${missing.join(' and ')} do` : `schema ${missing[0]} does`} not exist): `
+      + 'run `sourcebound migrate` first (or start the worker without --no-migrate)');
+  }
+}
+
 export interface WorkerHealth {
   /** A runner is taking jobs. */
   running: boolean;
@@ -134,6 +161,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const { config, logger, database } = options;
   const workerId = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   if (!options.skipMigrations) await migrateDatabase(database.directConnectionString, logger);
+  else await assertMigrated(database.pool);
 
   // A claim must outlive the admission wait plus the model call, or another
   // worker takes over a call that is still running (bounded by the two
@@ -143,11 +171,27 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       'SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
   }
   const metrics = createWorkerMetrics({ pool: database.pool });
+  // /healthz and /metrics listen before any job can be taken: a port that cannot be
+  // opened ends the start here, with nothing running (DESIGN: exit non-zero, never hang).
+  // Until the runner is up, /healthz answers 503 (no runner).
+  let health = (): WorkerHealth => ({ running: false, recovering: false, databaseOkAt: null, restarts: 0 });
+  let http: WorkerHttp | null = null;
+  if (config.metricsPort !== undefined) {
+    http = await startWorkerHttp({ host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health: () => health(), probeIntervalMs: PROBE_INTERVAL_MS });
+    logger.info({ port: http.port, host: config.metricsHost }, 'metrics and health listening');
+  }
   // How long a call may still need: a retired runner's calls get this long before they are cut.
   const callGraceMs = config.admissionWaitMs + config.modelTimeoutMs + 5000;
-  const configured = options.summarizer ? null : gatewayFromConfig(config, database.directConnectionString, logger, {
-    admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
-  });
+  let configured: ReturnType<typeof gatewayFromConfig> | null;
+  try {
+    configured = options.summarizer ? null : gatewayFromConfig(config, database.directConnectionString, logger, {
+      admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
+    });
+  } catch (error) {
+    // Nothing may stay open behind a failed start (the process would not exit).
+    await http?.close();
+    throw error;
+  }
   const summarizer = instrumentSummarizer(options.summarizer ?? configured!.gateway, metrics);
 
   // One emitter for every generation's events, so observers survive restarts.
@@ -425,6 +469,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   } catch (error) {
     await probe.close();
     await configured?.close();
+    await http?.close();
     throw error;
   }
   metrics.runnerUp.set(1);
@@ -433,12 +478,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   probe.start();
   logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model, pooled: database.pooled }, 'worker started');
 
-  const health = (): WorkerHealth => ({ running: current !== null && !recovering, recovering, databaseOkAt: probe.okAt(), restarts });
-  let http: WorkerHttp | null = null;
-  if (config.metricsPort !== undefined) {
-    http = await startWorkerHttp({ host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health, probeIntervalMs: PROBE_INTERVAL_MS });
-    logger.info({ port: http.port, host: config.metricsHost }, 'metrics and health listening');
-  }
+  health = () => ({ running: current !== null && !recovering, recovering, databaseOkAt: probe.okAt(), restarts });
 
   const stop = () => {
     stopping ??= (async () => {

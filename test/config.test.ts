@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../src/config.ts';
+import { parseDecimalInteger } from '../src/integers.ts';
 
 describe('configuration', () => {
   it('has the documented defaults and is frozen', () => {
@@ -58,5 +59,54 @@ describe('configuration', () => {
     // A direct URL alone would silently pair with an embedded server: refused.
     expect(() => loadConfig({ DATABASE_DIRECT_URL: 'postgres://app@db:5432/db' })).toThrow(/DATABASE_DIRECT_URL: set DATABASE_URL too/);
     expect(() => loadConfig({ SOURCEBOUND_METRICS_PORT: '70000' })).toThrow(/SOURCEBOUND_METRICS_PORT/);
+  });
+
+  it('numbers are plain decimal digits: blanks, hex, binary, exponents and signs stop the process naming the variable', () => {
+    const numeric = ['SOURCEBOUND_EMBEDDED_PORT', 'SOURCEBOUND_SUMMARY_MAX_CHARS', 'SOURCEBOUND_MODEL_TIMEOUT_MS', 'SOURCEBOUND_MODEL_CONCURRENCY',
+      'SOURCEBOUND_FLEET_CONCURRENCY', 'SOURCEBOUND_ADMISSION_WAIT_MS', 'SOURCEBOUND_LEASE_MS', 'SOURCEBOUND_WORKER_CONCURRENCY',
+      'SOURCEBOUND_POLL_INTERVAL_MS', 'SOURCEBOUND_SHUTDOWN_TIMEOUT_MS', 'SOURCEBOUND_RECOVERY_TIMEOUT_MS', 'SOURCEBOUND_METRICS_PORT'];
+    // Number() read each of these as a number: ' ' and '\t' as 0 (SOURCEBOUND_FLEET_CONCURRENCY=' ' was "no fleet limit").
+    for (const bad of [' ', '\t', '0x1000', '1e6', '0b11', '0o7', ' 5000', '5000 ', '+5000', '-1', '1.5', '5000.0', '1_000', '1,000', 'Infinity', 'NaN', '５０００']) {
+      for (const name of numeric) {
+        expect(() => loadConfig({ [name]: bad }), `${name}=${JSON.stringify(bad)}`)
+          .toThrow(`\n  ${name}: must be a whole number, got '${bad}' (plain decimal digits 0-9 only: no sign, spaces, hex, binary or exponent)`);
+      }
+    }
+    expect(() => loadConfig({ SOURCEBOUND_LEASE_MS: '99999999999999999999' })).toThrow(/SOURCEBOUND_LEASE_MS: is too large/);
+    expect(() => loadConfig({ SOURCEBOUND_POLL_INTERVAL_MS: '10' })).toThrow(/SOURCEBOUND_POLL_INTERVAL_MS: at least 50, got 10/);
+    expect(() => loadConfig({ SOURCEBOUND_METRICS_PORT: '65536' })).toThrow(/SOURCEBOUND_METRICS_PORT: at most 65535, got 65536/);
+    // Plain digits (leading zeros are decimal), zero where it is allowed, and empty = unset (the default) still work.
+    expect(loadConfig({ SOURCEBOUND_LEASE_MS: '0100000', SOURCEBOUND_FLEET_CONCURRENCY: '0', SOURCEBOUND_METRICS_PORT: '0', SOURCEBOUND_ADMISSION_WAIT_MS: '' }))
+      .toMatchObject({ leaseMs: 100_000, fleetConcurrency: 0, metricsPort: 0, admissionWaitMs: 30_000 });
+    expect(loadConfig({ SOURCEBOUND_FLEET_CONCURRENCY: '' }).fleetConcurrency).toBe(8);
+    expect(parseDecimalInteger('0012')).toEqual({ ok: true, value: 12 });
+    expect(parseDecimalInteger('')).toMatchObject({ ok: false });
+  });
+
+  it('LOG_LEVEL: empty is unset, so a command\'s own default applies (the demo\'s warn)', () => {
+    expect(loadConfig({ LOG_LEVEL: '' }).logLevel).toBe('info');
+    expect(loadConfig({ LOG_LEVEL: '' }, { logLevel: 'warn' }).logLevel).toBe('warn');
+    expect(loadConfig({}, { logLevel: 'warn' }).logLevel).toBe('warn');
+    expect(loadConfig({ LOG_LEVEL: 'debug' }, { logLevel: 'warn' }).logLevel).toBe('debug');
+    expect(() => loadConfig({ LOG_LEVEL: ' ' })).toThrow(/LOG_LEVEL/);
+    expect(() => loadConfig({ SOURCEBOUND_METRICS_HOST: ' ' })).toThrow(/SOURCEBOUND_METRICS_HOST: a host name or address, without spaces/);
+  });
+
+  it('DATABASE_URL and DATABASE_DIRECT_URL must be PostgreSQL URLs (postgres:, postgresql:, socket:); the message never echoes the URL', () => {
+    expect(loadConfig({ DATABASE_URL: 'postgresql://app@db:5432/app' }).databaseUrl).toBe('postgresql://app@db:5432/app');
+    expect(loadConfig({ DATABASE_URL: 'socket:/var/run/postgresql?db=app' }).databaseUrl).toBe('socket:/var/run/postgresql?db=app');
+    for (const url of ['http://app:S3cret@db:5432/app', 'mysql://app:S3cret@db/app', 'file:///tmp/db', 'postgres']) {
+      let message = '';
+      try {
+        loadConfig({ DATABASE_URL: url });
+      } catch (error) {
+        expect(error).toBeInstanceOf(ConfigError);
+        message = (error as Error).message;
+      }
+      expect(message, url).toMatch(/DATABASE_URL: (a PostgreSQL URL starts with postgres:\/\/|not a URL)/);
+      expect(message).not.toContain('S3cret');
+    }
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://app@pooler/app', DATABASE_DIRECT_URL: 'https://db/app' }))
+      .toThrow(/DATABASE_DIRECT_URL: a PostgreSQL URL starts with postgres:\/\//);
   });
 });

@@ -1,5 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { loadConfig, type Config } from '../config.ts';
+import { loadConfig, type Config, type LogLevel } from '../config.ts';
+import { decimalIntegerProblem, parseDecimalInteger } from '../integers.ts';
 import { createLogger, type Logger } from '../logger.ts';
 import { openDatabase, type Database } from '../db/database.ts';
 
@@ -36,6 +37,17 @@ export function parseCommandArgs<T extends Options>(argv: string[], options: T, 
   }
 }
 
+/**
+ * A whole-number option (`--budget`, `--timeout`), parsed as the environment's numbers are
+ * (src/integers.ts: plain decimal digits only), at least `min`. @throws UsageError naming the option.
+ */
+export function wholeNumberArg(option: string, value: string, unit: string, min = 0): number {
+  const parsed = parseDecimalInteger(value);
+  if (!parsed.ok) throw new UsageError(`${option} ${decimalIntegerProblem(parsed.problem, value, `a whole number of ${unit}`)}`);
+  if (parsed.value < min) throw new UsageError(`${option} must be at least ${min}, got ${value}`);
+  return parsed.value;
+}
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** A conversation id argument, checked. */
@@ -64,12 +76,15 @@ export interface Session {
   database: Database;
 }
 
-/** Loads configuration, a logger and the database for a command; closes them afterwards. */
+/**
+ * Loads configuration, a logger and the database for a command; closes them afterwards.
+ * `logLevel`: the command's level whatever LOG_LEVEL says; `defaultLogLevel`: its level when LOG_LEVEL is unset.
+ */
 export async function withSession<T>(
   fn: (session: Session) => Promise<T>,
-  options: { poolSize?: number | ((config: Readonly<Config>) => number); logLevel?: string } = {},
+  options: { poolSize?: number | ((config: Readonly<Config>) => number); logLevel?: LogLevel; defaultLogLevel?: LogLevel } = {},
 ): Promise<T> {
-  const config = loadConfig();
+  const config = loadConfig(process.env, { logLevel: options.defaultLogLevel });
   const logger = createLogger({ level: options.logLevel ?? config.logLevel, pretty: config.prettyLogs });
   const poolSize = typeof options.poolSize === 'function' ? options.poolSize(config) : options.poolSize;
   const database = await openDatabase(config, logger, poolSize);

@@ -4,7 +4,7 @@ import { pairCountRead, pairsRangeRead } from '../db/queries/summaries.ts';
 import { plannableRangeCount } from '../plan.ts';
 import { projectConversationHistory, toAnthropicMessages } from '../projection/index.ts';
 import { startWorker } from '../worker.ts';
-import { CLI_COMMAND, parseCommandArgs, UsageError, withSession, type Command } from './common.ts';
+import { CLI_COMMAND, parseCommandArgs, wholeNumberArg, withSession, type Command } from './common.ts';
 
 const DEFAULT_BUDGET = 64 * 1024;
 
@@ -17,14 +17,13 @@ export const demoCommand: Command = {
     'Uses DATABASE_URL, or starts the embedded PostgreSQL (data in SOURCEBOUND_DATA_DIR).',
     'Without ANTHROPIC_API_KEY it summarizes with the offline extractive summarizer.',
     `--budget   projection budget in bytes (default ${DEFAULT_BUDGET})`,
-    '--timeout  give up waiting for the worker after this many seconds (default 300)',
+    '--timeout  give up waiting for the worker after this many whole seconds (default 300)',
   ].join('\n'),
   async run(argv) {
     const { values } = parseCommandArgs(argv, { budget: { type: 'string' }, timeout: { type: 'string' } });
-    const budgetBytes = values.budget === undefined ? DEFAULT_BUDGET : Number(values.budget);
-    if (!Number.isInteger(budgetBytes) || budgetBytes < 0) throw new UsageError(`--budget must be a whole number of bytes, got ${values.budget}`);
-    const timeoutS = values.timeout === undefined ? 300 : Number(values.timeout);
-    if (!(timeoutS > 0)) throw new UsageError(`--timeout must be a positive number of seconds, got ${values.timeout}`);
+    // The same parser as `project --budget` and the environment's numbers: plain decimal digits only.
+    const budgetBytes = values.budget === undefined ? DEFAULT_BUDGET : wholeNumberArg('--budget', values.budget, 'bytes');
+    const timeoutS = values.timeout === undefined ? 300 : wholeNumberArg('--timeout', values.timeout, 'seconds', 1);
     const say = (line: string) => process.stdout.write(`${line}\n`);
 
     return withSession(async ({ config, logger, database }) => {
@@ -79,7 +78,7 @@ export const demoCommand: Command = {
       say(`  ${CLI_COMMAND} inspect ${example.conversationId} --scope ${DEMO_SCOPE}`);
       say(`  ${CLI_COMMAND} project ${example.conversationId} --scope ${DEMO_SCOPE} --budget 16384`);
       return settled ? 0 : 1;
-    }, { poolSize: (c) => c.workerConcurrency + 6, logLevel: process.env.LOG_LEVEL ?? 'warn' });
+    }, { poolSize: (c) => c.workerConcurrency + 6, defaultLogLevel: 'warn' });
   },
 };
 

@@ -9,6 +9,13 @@ import { inspectCommand } from './inspect.ts';
 import { projectCliCommand } from './project-cli.ts';
 import { demoCommand } from './demo.ts';
 import { repairCommand } from './repair.ts';
+import { packageFile } from '../package-files.ts';
+import { readFileSync } from 'node:fs';
+
+/** The version of the sourcebound package this CLI belongs to (its package.json). */
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(packageFile('package.json'), 'utf8')) as { version: string }).version;
+}
 
 const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, repairCommand, projectCliCommand, demoCommand];
 
@@ -20,7 +27,8 @@ function mainUsage(): string {
     'commands:',
     ...commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`),
     '',
-    'Run `sourcebound <command> --help` for a command\'s options. Configuration comes from the environment (see README).',
+    'Run `sourcebound <command> --help` for a command\'s options, `sourcebound --version` for the version.',
+    'Configuration comes from the environment (see README).',
   ].join('\n');
 }
 
@@ -29,6 +37,10 @@ async function main(argv: string[]): Promise<number> {
   if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
     process.stdout.write(`${mainUsage()}\n`);
     return name === undefined ? 2 : 0;
+  }
+  if (name === '--version' || name === '-v' || name === 'version') {
+    process.stdout.write(`sourcebound ${packageVersion()}\n`);
+    return 0;
   }
   const command = commands.find((c) => c.name === name);
   if (!command) {
@@ -53,7 +65,9 @@ async function main(argv: string[]): Promise<number> {
     const code = (error as { code?: unknown }).code;
     if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
       // The database refused (a state or a lock, not a bug here): its message and SQLSTATE, no stack.
-      process.stderr.write(`sourcebound ${command.name}: the database refused: ${(error as Error).message} (SQLSTATE ${code})\n`);
+      // A missing table or schema (42P01, 3F000) is almost always a database nobody migrated.
+      const hint = code === '42P01' || code === '3F000' ? '; is the database migrated? run `sourcebound migrate` first' : '';
+      process.stderr.write(`sourcebound ${command.name}: the database refused: ${(error as Error).message} (SQLSTATE ${code})${hint}\n`);
       return 1;
     }
     process.stderr.write(`sourcebound ${command.name}: ${(error as Error).stack ?? String(error)}\n`);

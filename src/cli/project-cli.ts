@@ -1,5 +1,5 @@
 import { projectCommand } from './project.ts';
-import { conversationIdArg, parseCommandArgs, reportingMissingConversation, UsageError, withSession, type Command } from './common.ts';
+import { conversationIdArg, parseCommandArgs, reportingMissingConversation, UsageError, wholeNumberArg, withSession, type Command } from './common.ts';
 
 export const projectCliCommand: Command = {
   name: 'project',
@@ -10,10 +10,8 @@ export const projectCliCommand: Command = {
     const conversationId = conversationIdArg(positionals[0]);
     if (!values.scope) throw new UsageError('missing --scope');
     if (values.budget === undefined) throw new UsageError('missing --budget');
-    // Digits only: Number('') and Number(' ') are 0, Number('1e3') is 1000; none of those is what was meant.
-    if (!/^[0-9]+$/.test(values.budget)) throw new UsageError(`--budget must be a whole number of bytes, got '${values.budget}'`);
-    const budgetBytes = Number(values.budget);
-    if (!Number.isSafeInteger(budgetBytes)) throw new UsageError(`--budget is too large: ${values.budget}`);
+    // Bytes in plain decimal digits: Number('') and Number(' ') are 0, Number('1e3') is 1000; none of those is what was meant.
+    const budgetBytes = wholeNumberArg('--budget', values.budget, 'bytes');
     const layout = values.layout ?? 'stable';
     if (layout !== 'stable' && layout !== 'newest-first') throw new UsageError(`--layout must be stable or newest-first, got ${layout}`);
     const scope = values.scope;

@@ -11,6 +11,7 @@ export const workerCommand: Command = {
     'SIGTERM/SIGINT: stop taking jobs, let running ones finish (SOURCEBOUND_SHUTDOWN_TIMEOUT_MS), exit 0.',
     'A lost database (restart, failover): reconnects and restarts its runner in-process; exits 1 if PostgreSQL',
     'does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS. SOURCEBOUND_METRICS_PORT serves /healthz and /metrics.',
+    'Cannot start (the metrics port cannot be opened; --no-migrate on an unmigrated database): one line, exit 1, no job taken.',
     'Concurrency: SOURCEBOUND_WORKER_CONCURRENCY; poll interval: SOURCEBOUND_POLL_INTERVAL_MS.',
   ].join('\n'),
   async run(argv) {

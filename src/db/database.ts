@@ -131,15 +131,38 @@ export async function poolEnd(pool: pg.Pool, timeoutMs = 5000): Promise<void> {
   clearTimeout(timer);
 }
 
-/** A connection string with its password hidden, for messages. */
+/** Query parameters whose value is a secret: pg reads `password` and `sslpassword` from the query too. */
+const SECRET_PARAMETER = /password|secret|key/i;
+
+/**
+ * A connection string with its secrets hidden, for messages and logs: the
+ * userinfo password and the value of every query parameter whose name
+ * contains "password", "secret" or "key" (`password`, `sslpassword`,
+ * `sslkey`...). Every URL sourcebound prints or logs goes through here.
+ */
 export function redact(connectionString: string): string {
+  let url: URL;
   try {
-    const url = new URL(connectionString);
-    if (url.password) url.password = '***';
-    return url.toString();
+    url = new URL(connectionString);
   } catch {
     return '(unparseable connection string)';
   }
+  if (url.password) url.password = '***';
+  if (url.search.length > 1) {
+    // Parameter by parameter on the raw text: the others are printed as written.
+    url.search = url.search.slice(1).split('&').map((part) => {
+      const eq = part.indexOf('=');
+      const rawName = eq < 0 ? part : part.slice(0, eq);
+      let name: string;
+      try {
+        name = decodeURIComponent(rawName.replace(/\+/g, ' '));
+      } catch {
+        name = rawName;
+      }
+      return SECRET_PARAMETER.test(name) ? `${rawName}=***` : part;
+    }).join('&');
+  }
+  return url.toString();
 }
 
 /** The same server's connection string for another database. */

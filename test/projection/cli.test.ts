@@ -4,6 +4,7 @@ import { ConversationNotFoundError, projectConversationHistory } from '../../src
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { insertSummary } from './support.ts';
+import { spawnSourcebound } from '../support/processes.ts';
 
 const db = await createTestDatabase();
 
@@ -76,5 +77,14 @@ describe('sourcebound project', () => {
   it('a conversation of another scope is not found', async () => {
     const id = await createConversation(db.pool);
     await expect(run(id, 1000, false, 'tenant-b')).rejects.toThrow(ConversationNotFoundError);
+  });
+
+  it('--budget is plain decimal digits (the parser of the numeric settings): blanks, hex, exponents are usage errors', async () => {
+    const id = await createConversation(db.pool);
+    await Promise.all(['', ' 100', '100 ', '0x100', '1e3', '0b11', '1.5', '+100'].map(async (budget) => {
+      const cli = spawnSourcebound(['project', id, '--scope', 'tenant-a', '--budget', budget], { DATABASE_URL: db.url });
+      expect(await cli.exited, JSON.stringify(budget)).toBe(2);
+      expect(cli.stderr).toContain(`sourcebound project: --budget must be a whole number of bytes, got '${budget}' (plain decimal digits 0-9 only: no sign, spaces, hex, binary or exponent)`);
+    }));
   });
 });
