@@ -9,11 +9,16 @@ import { trackConnections } from './database.ts';
  * falls back to polling (1.4 s p50 through PgBouncer instead of ~18 ms).
  *
  * graphile-worker 0.17.3 takes exactly one client through the callback form
- * `pool.connect(cb)`: the LISTEN client (src/main.ts, `listenForChanges`); every
- * query goes through `await pool.connect()`. So the callback form is routed to
- * a one-connection pool on the direct URL. test/topology/pgbouncer.test.ts
- * measures pickup through PgBouncer and fails if LISTEN stops reaching a
- * session (an upgrade that changes this must be caught there).
+ * `pool.connect(cb)`: the LISTEN client (src/main.ts, `listenForChanges`); its
+ * jobs' queries go through `await pool.connect()`, and its cron (the sweep
+ * crontab) through `pool.query()`, which pg-pool serves by calling
+ * `this.connect(cb)` at once. So the callback form, outside a `query()`, is
+ * routed to a one-connection pool on the direct URL. (Inside one it went
+ * there too, and LISTEN holds that connection for good: every cron tick timed
+ * out, and behind a pooler the sweep never ran.)
+ * test/topology/pgbouncer.test.ts measures pickup through PgBouncer and fails
+ * if LISTEN stops reaching a session, and runs a query as the cron does while
+ * LISTEN holds its session (an upgrade that changes either is caught there).
  */
 export interface WorkerPoolOptions {
   /** DATABASE_URL: graphile-worker's queries. */
@@ -61,6 +66,19 @@ class WorkerPool extends pg.Pool {
     super(config);
   }
 
+  /** True while pg-pool's query() takes its client (synchronously, through the callback form). */
+  private querying = false;
+
+  // pool.query() (graphile-worker's cron): the pooled URL, like every other query.
+  override query(...args: unknown[]): any {
+    this.querying = true;
+    try {
+      return (super.query as (...a: unknown[]) => unknown).apply(this, args);
+    } finally {
+      this.querying = false;
+    }
+  }
+
   // The callback form is graphile-worker's LISTEN client (see above); the promise form is every query.
   override connect(): Promise<pg.PoolClient>;
   override connect(callback: ConnectCallback): void;
@@ -76,7 +94,7 @@ class WorkerPool extends pg.Pool {
         done(release);
       });
     };
-    if (this.direct) this.direct.connect(once);
+    if (this.direct && !this.querying) this.direct.connect(once);
     else super.connect(once);
   }
 

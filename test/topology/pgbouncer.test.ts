@@ -10,6 +10,7 @@ import { createOfflineSummarizer } from '../../src/gateway/index.ts';
 import { silentLogger } from '../../src/logger.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import { startWorker } from '../../src/worker.ts';
+import { createWorkerPool } from '../../src/db/worker-pool.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { inTwoTransactions } from '../support/transactions.ts';
 import { addPairs, compactionJobs, createConversation, drift, pairCount } from '../support/fixtures.ts';
@@ -230,4 +231,25 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     }
     expect(Math.max(...pickups)).toBeLessThan(poll / 10);
   }, 120_000);
+
+  it('the sweep crontab\'s queries go through the pooled URL while LISTEN holds the direct session', async () => {
+    // graphile-worker's cron runs `pool.query()`, which pg-pool serves through the callback form of
+    // connect, LISTEN's: routed to the one direct connection LISTEN holds, every tick timed out
+    // ("timeout exceeded when trying to connect") and a crashed worker's ranges were never swept.
+    const pool = createWorkerPool({ connectionString: pooledUrl, directConnectionString: db.url, max: 2, applicationName: 'sourcebound-test', logger: silentLogger });
+    try {
+      const listen = await new Promise<pg.PoolClient>((resolve, reject) => {
+        pool.connect((err, client) => (err || !client ? reject(err) : resolve(client)));
+      });
+      await listen.query('LISTEN "jobs:insert"');
+      // What cron.js asks, in the same form; it must not wait for LISTEN's connection.
+      const { rows } = await pool.query('select count(*)::int as n from graphile_worker._private_known_crontabs');
+      expect(rows[0].n).toBeGreaterThanOrEqual(0);
+      // On a connection of the pooled pool (LISTEN's is the direct pool's only one).
+      expect(pool.totalCount).toBe(1);
+      listen.release();
+    } finally {
+      await pool.end();
+    }
+  }, 30_000);
 });
