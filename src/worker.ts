@@ -122,7 +122,9 @@ export interface WorkerHandle {
   httpPort: number | null;
   /**
    * Stops taking jobs, lets running ones finish (up to the shutdown deadline, then aborts them), releases everything.
-   * @throws WorkerRunnerStoppedError (after releasing everything) when the worker had given up.
+   * After a give-up it waits no longer than the shutdown deadline (SOURCEBOUND_SHUTDOWN_TIMEOUT_MS): its database
+   * is gone, so what has not stopped by then (a runner stopping on a pooler that hangs) is left, said at warn.
+   * @throws WorkerRunnerStoppedError (after releasing everything it could) when the worker had given up.
    */
   stop(): Promise<void>;
 }
@@ -201,7 +203,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   events.on('job:failed', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'failed' }));
 
   let current: Generation | null = null;
-  const retiring = new Set<Promise<void>>();
+  /** Retired generations whose retirement is not over, and that retirement. */
+  const retiring = new Map<Generation, Promise<void>>();
   let generations = 0;
   let restarts = 0;
   let recovering = false;
@@ -345,8 +348,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     logger.error({ err: error ?? undefined, reason, workerId, generation: old.n },
       'worker lost its database or its graphile-worker runner: retiring the runner, reconnecting');
     const retired = retire(old, callGraceMs);
-    retiring.add(retired);
-    void retired.finally(() => retiring.delete(retired));
+    retiring.set(old, retired);
+    void retired.finally(() => retiring.delete(old));
 
     let delay = RECONNECT_FIRST_MS;
     let lastError: unknown = error;
@@ -487,11 +490,29 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const probeClosed = bounded(probe.close(), 5000);
       const gen = current;
       current = null;
-      await Promise.all([gen ? retire(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring, recovery, probeClosed]);
-      await configured?.close();
-      await http?.close();
+      const closing = (async () => {
+        await Promise.all([gen ? retire(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring.values(), recovery, probeClosed]);
+        await configured?.close();
+        await http?.close();
+      })();
+      let clean = true;
+      if (died) {
+        // Given up: the database is gone, so the retired runner's calls cannot commit, and stopping
+        // can hang on it (graphile-worker's runner.stop() and the pool's sockets on a pooler that
+        // hangs): its calls get the shutdown deadline, as on SIGTERM, not their whole grace.
+        const cut = setTimeout(() => { for (const g of retiring.keys()) g.abort.abort(); }, config.shutdownTimeoutMs);
+        clean = await bounded(closing, config.shutdownTimeoutMs);
+        clearTimeout(cut);
+      } else {
+        await closing;
+      }
       metrics.runnerUp.set(0);
-      logger.info({ workerId }, 'worker stopped');
+      if (clean) {
+        logger.info({ workerId }, 'worker stopped');
+      } else {
+        logger.warn({ workerId, shutdownTimeoutMs: config.shutdownTimeoutMs, retiredRunners: retiring.size },
+          'worker stopped without a clean stop: what had not stopped within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS after the give-up is left (its database does not answer)');
+      }
       if (died) throw died;
       settle.resolve();
     })();

@@ -1,5 +1,25 @@
+import type { Logger } from '../logger.ts';
 import { startWorker } from '../worker.ts';
 import { parseCommandArgs, withSession, type Command } from './common.ts';
+
+/** How long past SOURCEBOUND_SHUTDOWN_TIMEOUT_MS a worker that gave up may take to exit (closing what is left). */
+export const GIVE_UP_EXIT_MARGIN_MS = 1000;
+
+/**
+ * After a give-up, the process exits 1 within the shutdown deadline plus a margin, stopped cleanly
+ * or not: the database is gone, and stopping can hang on it (a pooler that hangs answers no query,
+ * and the pool's sockets to it keep the process alive after everything else stopped). The timer is
+ * unref'd: a process that ends by itself before then exits as usual, with exit code 1.
+ */
+function exitAfterGiveUp(shutdownTimeoutMs: number, logger: Logger): void {
+  const afterMs = shutdownTimeoutMs + GIVE_UP_EXIT_MARGIN_MS;
+  setTimeout(() => {
+    // pino writes stdout through sonic-boom, flushed synchronously on process exit.
+    logger.error({ afterMs },
+      'the worker gave up and did not stop within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS (connections to its database hang): exiting 1 without a clean stop');
+    process.exit(1);
+  }, afterMs).unref();
+}
 
 export const workerCommand: Command = {
   name: 'worker',
@@ -10,7 +30,8 @@ export const workerCommand: Command = {
     'Migrates, then runs compact_conversation jobs and the sweep crontab.',
     'SIGTERM/SIGINT: stop taking jobs, let running ones finish (SOURCEBOUND_SHUTDOWN_TIMEOUT_MS), exit 0.',
     'A lost database (restart, failover): reconnects and restarts its runner in-process; exits 1 if PostgreSQL',
-    'does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS. SOURCEBOUND_METRICS_PORT serves /healthz and /metrics.',
+    'does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS (at most SOURCEBOUND_SHUTDOWN_TIMEOUT_MS + 1 s later, stopped',
+    'cleanly or not). SOURCEBOUND_METRICS_PORT serves /healthz and /metrics.',
     'Cannot start (the metrics port cannot be opened; --no-migrate on an unmigrated database): one line, exit 1, no job taken.',
     'Concurrency: SOURCEBOUND_WORKER_CONCURRENCY; poll interval: SOURCEBOUND_POLL_INTERVAL_MS.',
   ].join('\n'),
@@ -31,6 +52,7 @@ export const workerCommand: Command = {
         worker.runner.promise.then(resolve, (error) => {
           logger.error({ err: error }, 'worker runner failed');
           process.exitCode = 1;
+          exitAfterGiveUp(config.shutdownTimeoutMs, logger);
           resolve();
         });
       });

@@ -22,6 +22,12 @@ export interface PgBouncer {
   url(name: string): string;
   /** Server connections PgBouncer holds for `name` (SHOW SERVERS), to prove clients are multiplexed. */
   serverConnections(name: string): Promise<number>;
+  /**
+   * Runs one command on PgBouncer's admin console (`PAUSE <db>`, `RESUME <db>`, `SET ...`).
+   * `PAUSE` returns once PgBouncer let go of the database's server connections; from then on
+   * every query on it waits (a pooler that hangs, not one that refuses) until `RESUME`.
+   */
+  admin(command: string): Promise<void>;
   /** Its log so far (stderr). */
   log(): string;
   stop(): Promise<void>;
@@ -120,6 +126,15 @@ export async function startPgBouncer(options: { serverUrl: string; poolSize?: nu
         const result = await admin.query({ text: 'SHOW SERVERS', rowMode: 'array' } as pg.QueryConfig) as unknown as pg.QueryResult<unknown[]>;
         const dbColumn = result.fields.findIndex((f) => f.name === 'database');
         return result.rows.filter((r) => r[dbColumn] === name).length;
+      } finally {
+        await admin.end();
+      }
+    },
+    async admin(command: string) {
+      const admin = new pg.Client({ connectionString: url('pgbouncer') });
+      await admin.connect();
+      try {
+        await admin.query({ text: command, rowMode: 'array' } as pg.QueryConfig);
       } finally {
         await admin.end();
       }
