@@ -70,15 +70,39 @@ export function toStoredJson(value: unknown): unknown {
   return text === undefined ? value : escaped(JSON.parse(text), text);
 }
 
-/** `value` (parsed from `text`, its JSON) in its stored form. */
-function escaped(value: unknown, text: string): unknown {
-  if (Array.isArray(value)) return value.map((v) => escaped(v, JSON.stringify(v)));
-  return hasUnstorable(value) || isEscaped(value) ? { [ESCAPED_JSON_KEY]: text } : value;
+/**
+ * `value` (parsed from JSON; `text` its JSON when known) in its stored form.
+ * An element's JSON text is made only when it is escaped: remaking it for
+ * every element of every nested array took time quadratic in the depth.
+ */
+function escaped(value: unknown, text?: string): unknown {
+  if (Array.isArray(value)) return someElementEscaped(value) ? value.map((v) => escaped(v)) : value;
+  return hasUnstorable(value) || isEscaped(value) ? { [ESCAPED_JSON_KEY]: text ?? JSON.stringify(value) } : value;
+}
+
+/**
+ * Whether `escaped` would change anything in an array, found without
+ * recursion (arrays nested thousands deep, which jsonb takes, must not
+ * overflow the stack when nothing in them needs escaping: almost always).
+ */
+function someElementEscaped(root: unknown[]): boolean {
+  return someElement(root, (value) => hasUnstorable(value) || isEscaped(value));
+}
+
+/** Whether `test` holds for a value in `root` or in the arrays nested in it (not in objects), without recursion. */
+function someElement(root: unknown[], test: (value: unknown) => boolean): boolean {
+  const pending: unknown[] = [...root];
+  while (pending.length > 0) {
+    const value = pending.pop();
+    if (Array.isArray(value)) pending.push(...value);
+    else if (test(value)) return true;
+  }
+  return false;
 }
 
 /** The value toStoredJson stored: exact, including key order and every code unit of an escaped value. */
 export function fromStoredJson(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(fromStoredJson);
+  if (Array.isArray(value)) return someElement(value, isEscaped) ? value.map(fromStoredJson) : value;
   return isEscaped(value) ? JSON.parse(value[ESCAPED_JSON_KEY]) : value;
 }
 
@@ -90,10 +114,25 @@ function isEscaped(value: unknown): value is { [ESCAPED_JSON_KEY]: string } {
 
 const UNSTORABLE = /\0|\p{Cs}/u;
 
-/** True when a string or a key anywhere in the parsed JSON value holds a NUL or a lone surrogate. */
-function hasUnstorable(value: unknown): boolean {
-  if (typeof value === 'string') return UNSTORABLE.test(value);
-  if (value === null || typeof value !== 'object') return false;
-  if (Array.isArray(value)) return value.some(hasUnstorable);
-  return Object.entries(value).some(([k, v]) => UNSTORABLE.test(k) || hasUnstorable(v));
+/**
+ * True when a string or a key anywhere in the parsed JSON value holds a NUL
+ * or a lone surrogate. Iterative: a value nested thousands deep, which
+ * JSON.stringify and jsonb take, must not overflow the stack here.
+ */
+function hasUnstorable(root: unknown): boolean {
+  const pending: unknown[] = [root];
+  while (pending.length > 0) {
+    const value = pending.pop();
+    if (typeof value === 'string') {
+      if (UNSTORABLE.test(value)) return true;
+    } else if (Array.isArray(value)) {
+      pending.push(...value);
+    } else if (value !== null && typeof value === 'object') {
+      for (const [k, v] of Object.entries(value)) {
+        if (UNSTORABLE.test(k)) return true;
+        pending.push(v);
+      }
+    }
+  }
+  return false;
 }

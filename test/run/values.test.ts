@@ -69,6 +69,21 @@ describe('a tool input or thinking block jsonb cannot hold (defect 4)', () => {
     expect(rows.find((r) => r.proposal_id === 'nul')!.input).toEqual({ [ESCAPED_JSON_KEY]: JSON.stringify(nul) });
   });
 
+  it('records and sends back an array nested thousands deep, which jsonb takes, in time linear in its size', async () => {
+    // The escaping remade each element's JSON at every level (3000 deep: 3 s, then a stack overflow).
+    const runId = await newRun();
+    let deep: unknown = 'q';
+    for (let i = 0; i < 3500; i++) deep = [deep];
+    let withNul: unknown = 'a\u0000b';
+    for (let i = 0; i < 500; i++) withNul = [withNul];
+    await recordModelTurn({ pool, runId, scope, text: 'Nested.', toolCalls: [{ id: 'deep', name: 'search', input: deep as object }, { id: 'nul', name: 'search', input: withNul as object }] });
+    for (const id of ['deep', 'nul']) await settle(runId, id);
+    const prepared = await prepareChecked({ pool, runId, scope, ...INPUT });
+    const inputs = Object.fromEntries(blocksOf(prepared.body!).filter((b) => b.type === 'tool_use').map((b) => [b.id, b.input]));
+    expect(JSON.stringify(inputs.deep)).toBe(JSON.stringify(deep));
+    expect(JSON.stringify(inputs.nul)).toBe(JSON.stringify(withNul));
+  });
+
   it('refuses an input that is not JSON with a named error', async () => {
     const runId = await newRun();
     await expect(recordModelTurn({ pool, runId, scope, text: 't', toolCalls: [{ id: 'b', name: 'search', input: { n: 10n } }] }))
@@ -128,6 +143,9 @@ describe('numbers past their columns (defect 7)', () => {
     const read = { pool, runId, scope, resultId: stored.resultId };
     await expect(readResult({ ...read, version: 2 ** 40 })).rejects.toBeInstanceOf(ResultNotFoundError);
     await expect(readResult({ ...read, version: 1, range: { bytes: { start: 3e9 } } })).rejects.toBeInstanceOf(RangeError);
+    // The largest start an integer holds is read as past the end (its `+ 1` in SQL overflowed).
+    expect((await readResult({ ...read, version: 1, range: { bytes: { start: 2 ** 31 - 1 } } })).content).toBe('');
+    expect(await readResultTool({ pool, runId, scope, input: { resultId: stored.resultId, version: 1, startByte: 2 ** 31 - 1 } })).toMatch(/bytes 13-13 of 13/);
     await expect(readResult({ ...read, version: 1, range: { lines: { from: 2 ** 32, to: 2 ** 33 } } })).rejects.toBeInstanceOf(RangeError);
     // An end past the result still means its end.
     expect((await readResult({ ...read, version: 1, range: { lines: { from: 2, to: 2 ** 40 } } })).content).toBe('two\nthree');

@@ -73,7 +73,7 @@ export async function runResultRead(db: Queryable, runId: string, scope: string,
          case when $6::int <= 1 then 0
            else octet_length(array_to_string((string_to_array(x.content, E'\\n'))[1:$6::int - 1], E'\\n')) + 1 end
        end as "lineOffset",
-       case when $5::text = 'bytes' then substring(convert_to(x.content, 'UTF8') from $6::int + 1 for greatest($7::int - $6::int, 0)) end as raw
+       case when $5::text = 'bytes' then substring(convert_to(x.content, 'UTF8') from least($6::bigint + 1, 2147483647)::int for greatest($7::int - $6::int, 0)) end as raw
      from sourcebound.run_results x
      join sourcebound.runs r on r.id = x.run_id
      join sourcebound.conversations c on c.id = r.conversation_id
