@@ -445,8 +445,11 @@ function prepare(text: string): string {
 function foldDigits(text: string): string {
   if (!MAY_FOLD.test(text) || !FOLDABLE.test(text)) return text;
   FOLDABLE_ALL.lastIndex = 0;
-  return text.replace(FOLDABLE_ALL, (c: string, mark?: string) => (mark !== undefined ? '' : c === '\u066B' ? '.' : c === '\u066C' ? ',' : DIGIT.test(c) ? asciiDigit(c) : ''));
+  return text.replace(FOLDABLE_ALL, (c: string, digit?: string) =>
+    (digit !== undefined ? foldDigit(digit) : c === '\u066B' ? '.' : c === '\u066C' ? ',' : DIGIT.test(c) ? foldDigit(c) : ''));
 }
+/** A digit as an ASCII one. */
+const foldDigit = (digit: string): string => (digit.length === 1 && digit >= '0' && digit <= '9' ? digit : asciiDigit(digit));
 /**
  * What FOLDABLE can match is in these ranges: a scan without Unicode
  * properties (several times cheaper) that skips the accents, dashes, quotes
@@ -454,12 +457,12 @@ function foldDigits(text: string): string {
  */
 const MAY_FOLD = /[\u00AD\u0300-\u1FFF\u200B-\u200F\u202A-\u202E\u2060-\uFFFF]/;
 /**
- * One pass for the four steps: an invisible character; a mark after a digit
- * (group 1: after the digit and any marks and invisible characters, which the
- * steps one after the other would have dropped first); a digit of another
- * script; an Arabic separator.
+ * One pass for the four steps, each match consumed forward (linear in any
+ * run of marks): a digit with the marks and invisible characters after it
+ * (group 1 the digit: what the steps one after the other leave of it); an
+ * invisible character; a digit of another script; an Arabic separator.
  */
-const FOLDABLE_ALL = /\p{Default_Ignorable_Code_Point}|(\p{M})(?<=\p{Nd}[\p{M}\p{Default_Ignorable_Code_Point}]*\p{M})|(?![0-9])\p{Nd}|[\u066B\u066C]/gu;
+const FOLDABLE_ALL = /(\p{Nd})[\p{M}\p{Default_Ignorable_Code_Point}]+|\p{Default_Ignorable_Code_Point}|(?![0-9])\p{Nd}|[\u066B\u066C]/gu;
 const FOLDABLE = new RegExp(FOLDABLE_ALL.source, 'u');
 const DIGIT = /^\p{Nd}$/u;
 const digitValues = new Map<string, string>();
