@@ -42,14 +42,17 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    A unit may stand with or without a space (`12kg` = `12 kg`), any case.
  *    Trailing zeros of a decimal part are dropped (`1.50` = `1.5`); signs are
  *    not compared. Scale words are multiplied out: `1.5 thousand` = `1500`,
- *    `$1.25M` = `$1.25 million` = `$1,250,000` (`k` after an amount of money
- *    is a thousand; after a bare figure it is the kelvin).
+ *    `$1.25M` = `$1.25mn` = `$1.25MM` = `$1.25 million` = `$1,250,000`, `$9.9T`
+ *    a trillion (after an amount of money a scale letter counts only attached:
+ *    `$20 t-shirts` is $20; after a bare figure `k` is the kelvin, `M` metres).
+ *    An amount followed by what is no scale is no amount (`$1.99xy`).
  * 4. Dates: ISO `2024-03-05`, `March 5, 2024`, `5 March 2024`, `Mar 5th
  *    2024`, `2024年3月5日`, `2024년 3월 5일` are one key; a date without a
  *    year (`March 5`, `3月5日`) is grounded by any
  *    material date on that day of that month, a month and year (`March 2024`)
- *    by any date in that month. Slashed dates (`03/05/2024`) are ambiguous
- *    (day or month first) and compared as written. Times: `2:30 pm` =
+ *    by any date in that month. Year-first dates (`2024/03/05`, Korean
+ *    `2024. 3. 5.`) are dates; slashed dates with the year last
+ *    (`03/05/2024`) are ambiguous (day or month first) and compared as written. Times: `2:30 pm` =
  *    `14:30`.
  * 5. Money: `$`, `US$`, `USD`, `dollars` are one currency; so are `€`/`EUR`/
  *    `euros`, `£`/`GBP`/`pounds`, `¥`/`JPY`/`yen`, `₹`/`INR`/`rupees`; symbol
@@ -532,7 +535,18 @@ const CURRENCY_WORD: Readonly<Record<string, string>> = {
   usd: 'USD', dollar: 'USD', dollars: 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
   jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
 };
-const SCALE = String.raw`(?:\s?(k|m|bn|b|thousand|million|billion|trillion))?`;
+/**
+ * A scale after an amount: a word, with or without a space (`$1.25 million`,
+ * `$1.25mn`, `$2.5MM`), or one letter attached (`$50k`, `$1.25M`, `$9.9T`: with
+ * a space a letter is more often a word, `$20 t-shirts`). Case-insensitive
+ * patterns use SCALE; the one of currency codes, case-sensitive, SCALE_ANY_CASE.
+ */
+const SCALE_WORDS = ['thousand', 'trillion', 'million', 'billion', 'mln', 'mn', 'mm', 'bn', 'tn'];
+const SCALE = String.raw`(\s?(?:${SCALE_WORDS.join('|')})|[kmbt])?`;
+const anyCase = (word: string) => [...word].map((c) => `[${c}${c.toUpperCase()}]`).join('');
+const SCALE_ANY_CASE = String.raw`(\s?(?:${SCALE_WORDS.map(anyCase).join('|')})|[kmbtKMBT])?`;
+/** After an amount: no letter or digit, nor a decimal part (a partial amount is no amount: `$1.99mn` is not `$1`). */
+const AMOUNT_END = String.raw`(?![A-Za-z0-9]|[.,]\d)`;
 const AMOUNT = String.raw`(\d+(?:[.,]\d+)*)`;
 /**
  * A token that is only a figure and its unit (`12kg`, `5-day`, `3.5GB`): a
@@ -840,6 +854,7 @@ function runEnd(text: string, d: number): number {
   while (isAsciiDigit(text.charCodeAt(e))) e++;
   return e;
 }
+const YEAR_FIRST_DATE = /(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/g;
 const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월](?:\s?(\d{1,2})\s?[日号일])?/g;
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
 
@@ -871,6 +886,8 @@ const PATTERNS: readonly Pattern[] = [
       S_ISO, (m) => isoKey(m[1]!, m[2]!, m[3]!)),
     needs: ['-'],
   },
+  // Year first with slashes (`2024/03/06`: Japan, China) or dots and spaces (`2024. 3. 6.`: Korea): unambiguous.
+  { kind: 'date', find: byRegex(YEAR_FIRST_DATE, (m) => isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!)), needs: ['/', '. '] },
   {
     kind: 'date',
     find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'iy'), S_MONTH, (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
@@ -888,7 +905,7 @@ const PATTERNS: readonly Pattern[] = [
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   {
@@ -897,7 +914,7 @@ const PATTERNS: readonly Pattern[] = [
   },
   {
     kind: 'money',
-    find: byStart(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'y'),
+    find: byStart(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE_ANY_CASE}${AMOUNT_END}`, 'y'),
       S_MONEY_CODE, (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
   },
   {
@@ -1081,8 +1098,9 @@ function canonicalNumber(digits: string): string {
 }
 
 function moneyKey(currency: string, amount: string, scale: string | undefined): string {
-  const s = scale?.toLowerCase();
-  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3 : s === 'm' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
+  const s = scale?.trim().toLowerCase();
+  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3
+    : s === 'm' || s === 'mn' || s === 'mm' || s === 'mln' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
   // `$1.25M` = `$1.25 million` = `$1,250,000`.
   return `${currency}:${scaled(canonicalNumber(amount.replace(/[.,]$/, '')), zeros)}`;
 }

@@ -83,6 +83,20 @@ describe('other scripts, digits and scales', () => {
     expect(against('Revenue was $1.25 million.', 'Revenue was $1,250,000.')).toEqual([]);
     expect(against('Revenue was $1.25 million.', 'Revenue was $1.3M.')).toEqual(['money:$1.3M']);
     expect(extractFacts('$0.5bn, 2 trillion, USD 3k').map((f) => f.key)).toEqual(['USD:500000000', '2000000000000', 'USD:3000']);
+    // Every common spelling of a scale; a scale it does not know never cuts an amount to its whole part.
+    expect(extractFacts('$1.25mn, $2.5MM, $3mln, $9.9T, $4tn, USD 7.5M').map((f) => f.key))
+      .toEqual(['USD:1250000', 'USD:2500000', 'USD:3000000', 'USD:9900000000000', 'USD:4000000000000', 'USD:7500000']);
+    expect(against('Budget $1.25mn.', 'Budget $1.99mn.')).toEqual(['money:$1.99mn']);
+    // `$9.9xy` was `$9`, grounded by a fee of $9; it is no amount now, and its token is checked.
+    expect(against('Fee $9.', 'Debt $9.9xy.')).toEqual(['identifier:9.9xy']);
+    // A letter with a space is a word: `$20 t-shirts` is $20.
+    expect(extractFacts('$20 t-shirts').map((f) => f.key)).toEqual(['USD:20']);
+  });
+
+  it('reads year-first slashed dates and Korean dotted ones as dates', () => {
+    expect(extractFacts('2024/03/06, 2024/3/6 and 2024. 3. 6.').map((f) => f.key)).toEqual(['2024-03-06', '2024-03-06', '2024-03-06']);
+    expect(against('Released 2024-03-05.', 'Released 2024/03/05; 2024. 3. 5.')).toEqual([]);
+    expect(against('2024年3月5日にリリース', '2024/3/6にリリース')).toEqual(['date:2024/3/6']);
   });
 });
 

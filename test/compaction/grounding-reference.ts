@@ -424,7 +424,18 @@ const CURRENCY_WORD: Readonly<Record<string, string>> = {
   usd: 'USD', dollar: 'USD', dollars: 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
   jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
 };
-const SCALE = String.raw`(?:\s?(k|m|bn|b|thousand|million|billion|trillion))?`;
+/**
+ * A scale after an amount: a word, with or without a space (`$1.25 million`,
+ * `$1.25mn`, `$2.5MM`), or one letter attached (`$50k`, `$1.25M`, `$9.9T`: with
+ * a space a letter is more often a word, `$20 t-shirts`). Case-insensitive
+ * patterns use SCALE; the one of currency codes, case-sensitive, SCALE_ANY_CASE.
+ */
+const SCALE_WORDS = ['thousand', 'trillion', 'million', 'billion', 'mln', 'mn', 'mm', 'bn', 'tn'];
+const SCALE = String.raw`(\s?(?:${SCALE_WORDS.join('|')})|[kmbt])?`;
+const anyCase = (word: string) => [...word].map((c) => `[${c}${c.toUpperCase()}]`).join('');
+const SCALE_ANY_CASE = String.raw`(\s?(?:${SCALE_WORDS.map(anyCase).join('|')})|[kmbtKMBT])?`;
+/** After an amount: no letter or digit, nor a decimal part (a partial amount is no amount: `$1.99mn` is not `$1`). */
+const AMOUNT_END = String.raw`(?![A-Za-z0-9]|[.,]\d)`;
 const AMOUNT = String.raw`(\d+(?:[.,]\d+)*)`;
 /**
  * A token that is only a figure and its unit (`12kg`, `5-day`, `3.5GB`): a
@@ -583,6 +594,10 @@ const PATTERNS: readonly Pattern[] = [
   { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
   {
     kind: 'date',
+    find: byRegex(/(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/g, (m) => isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!)),
+  },
+  {
+    kind: 'date',
     find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
   },
   {
@@ -598,7 +613,7 @@ const PATTERNS: readonly Pattern[] = [
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   {
@@ -607,7 +622,7 @@ const PATTERNS: readonly Pattern[] = [
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE}(?![A-Za-z0-9])`, 'g'), (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
+    find: byRegex(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE_ANY_CASE}${AMOUNT_END}`, 'g'), (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
   },
   {
     kind: 'version',
@@ -774,8 +789,9 @@ function canonicalNumber(digits: string): string {
 }
 
 function moneyKey(currency: string, amount: string, scale: string | undefined): string {
-  const s = scale?.toLowerCase();
-  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3 : s === 'm' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
+  const s = scale?.trim().toLowerCase();
+  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3
+    : s === 'm' || s === 'mn' || s === 'mm' || s === 'mln' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
   // `$1.25M` = `$1.25 million` = `$1,250,000`.
   return `${currency}:${scaled(canonicalNumber(amount.replace(/[.,]$/, '')), zeros)}`;
 }
