@@ -45,7 +45,10 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    `$1.25M` = `$1.25mn` = `$1.25MM` = `$1.25 million` = `$1,250,000`, `$9.9T`
  *    a trillion (after an amount of money a scale letter counts only attached:
  *    `$20 t-shirts` is $20; after a bare figure `k` is the kelvin, `M` metres).
- *    An amount followed by what is no scale is no amount (`$1.99xy`).
+ *    An amount followed by what is no scale is no amount (`$1.99xy`). The
+ *    Chinese and Japanese scales 万, 亿 (億) and 兆 attached to a figure are
+ *    multiplied out too (`3.5亿` = `350000000`; a compound such as `1万2000`
+ *    is not read as one number: its parts are).
  * 4. Dates: ISO `2024-03-05`, `March 5, 2024`, `5 March 2024`, `Mar 5th
  *    2024`, `2024年3月5日`, `2024년 3월 5일` are one key; a date without a
  *    year (`March 5`, `3月5日`) is grounded by any
@@ -524,6 +527,8 @@ const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   w: ['w'], kw: ['kw'], mw: ['mw'], kwh: ['kwh'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
   j: ['j'], kj: ['kj'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
   x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn'], billion: ['billion', 'bn'], trillion: ['trillion'],
+  // Chinese and Japanese scales, attached to their figure (`3.5亿` is 350,000,000).
+  '万': ['万', '萬'], '亿': ['亿', '億'], '兆': ['兆'],
 };
 const UNIT_OF = new Map<string, string>(Object.entries(UNIT_ALIASES).flatMap(([canon, names]) => names.map((n) => [n, canon] as [string, string])));
 const byLength = (a: string, b: string) => b.length - a.length;
@@ -1106,7 +1111,7 @@ function moneyKey(currency: string, amount: string, scale: string | undefined): 
 }
 
 /** Zeros each scale word (a UNIT_ALIASES name) stands for. */
-const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12 };
+const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12, '万': 4, '亿': 8, '兆': 12 };
 
 /** A canonical number times 10^zeros, canonical again (decimal digits moved, not multiplied: exact). */
 function scaled(value: string, zeros: number): string {

@@ -93,6 +93,12 @@ describe('other scripts, digits and scales', () => {
     expect(extractFacts('$20 t-shirts').map((f) => f.key)).toEqual(['USD:20']);
   });
 
+  it('multiplies out the Chinese and Japanese scales 万, 亿 (億) and 兆 attached to a figure', () => {
+    expect(against('收入为350,000,000元。', '收入为3.5亿元。')).toEqual([]);
+    expect(against('收入为3.5亿元。', '收入为3.5万元。')).toEqual(['number:3.5万']);
+    expect(against('価格は12,000円です。', '価格は1.2万円。')).toEqual([]);
+  });
+
   it('reads year-first slashed dates and Korean dotted ones as dates', () => {
     expect(extractFacts('2024/03/06, 2024/3/6 and 2024. 3. 6.').map((f) => f.key)).toEqual(['2024-03-06', '2024-03-06', '2024-03-06']);
     expect(against('Released 2024-03-05.', 'Released 2024/03/05; 2024. 3. 5.')).toEqual([]);

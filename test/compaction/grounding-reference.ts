@@ -413,6 +413,8 @@ const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   w: ['w'], kw: ['kw'], mw: ['mw'], kwh: ['kwh'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
   j: ['j'], kj: ['kj'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
   x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn'], billion: ['billion', 'bn'], trillion: ['trillion'],
+  // Chinese and Japanese scales, attached to their figure (`3.5亿` is 350,000,000).
+  '万': ['万', '萬'], '亿': ['亿', '億'], '兆': ['兆'],
 };
 const UNIT_OF = new Map<string, string>(Object.entries(UNIT_ALIASES).flatMap(([canon, names]) => names.map((n) => [n, canon] as [string, string])));
 const byLength = (a: string, b: string) => b.length - a.length;
@@ -797,7 +799,7 @@ function moneyKey(currency: string, amount: string, scale: string | undefined): 
 }
 
 /** Zeros each scale word (a UNIT_ALIASES name) stands for. */
-const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12 };
+const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12, '万': 4, '亿': 8, '兆': 12 };
 
 /** A canonical number times 10^zeros, canonical again (decimal digits moved, not multiplied: exact). */
 function scaled(value: string, zeros: number): string {
