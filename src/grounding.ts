@@ -664,6 +664,7 @@ const S_MONEY_WORD = 1 << 5;
 const S_MONEY_CODE = 1 << 6;
 const S_VERSION = 1 << 7;
 const S_NUMBER = 1 << 8;
+const S_YEAR_FIRST = 1 << 9;
 
 /** The runs of digits of `text` (a regex scan: a loop over the characters costs three times as much). */
 function runsOf(text: string): Runs {
@@ -707,6 +708,8 @@ function kindsOf(text: string, starts: readonly number[]): number[] {
       }
       // (?<![A-Za-z0-9.]) \d+ \.
       if (after === 0x2e && before !== 0x2e) k |= S_VERSION;
+      // (?<![A-Za-z0-9./]) \d{4} (/ | \.\s)
+      if (e - d === 4 && before !== 0x2e && before !== 0x2f && (after === 0x2f || (after === 0x2e && isSpaceAt(text, e + 1)))) k |= S_YEAR_FIRST;
     } else if ((before | 0x20) === 0x76 && after === 0x2e) {
       // (?<![A-Za-z0-9.]) [vV] \d+ \.  (the look-behind is the regex's to check)
       k |= S_VERSION;
@@ -859,7 +862,7 @@ function runEnd(text: string, d: number): number {
   while (isAsciiDigit(text.charCodeAt(e))) e++;
   return e;
 }
-const YEAR_FIRST_DATE = /(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/g;
+const YEAR_FIRST_DATE = /(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/y;
 const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월](?:\s?(\d{1,2})\s?[日号일])?/g;
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
 
@@ -892,7 +895,7 @@ const PATTERNS: readonly Pattern[] = [
     needs: ['-'],
   },
   // Year first with slashes (`2024/03/06`: Japan, China) or dots and spaces (`2024. 3. 6.`: Korea): unambiguous.
-  { kind: 'date', find: byRegex(YEAR_FIRST_DATE, (m) => isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!)), needs: ['/', '. '] },
+  { kind: 'date', find: byStart(YEAR_FIRST_DATE, S_YEAR_FIRST, (m) => isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!)) },
   {
     kind: 'date',
     find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'iy'), S_MONTH, (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
