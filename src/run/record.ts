@@ -5,7 +5,8 @@ import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, r
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
 import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
-import { INT4_MAX, isInt4, isUuid, runIdOf, storedText, toStoredJson } from './stored.ts';
+import { toWellFormed } from '../gateway/text.ts';
+import { INT4_MAX, isInt4, isUuid, runIdOf, toStoredJson } from './stored.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ThinkingBlock, ToolProposal } from './types.ts';
 
 /**
@@ -32,7 +33,8 @@ function requireText(value: unknown, what: string): string {
 
 /**
  * User text (the request, a correction) with something in it, in the form it
- * is stored (storedText: a lone surrogate becomes U+FFFD), so a replay of the
+ * is stored (toWellFormed: a lone surrogate becomes U+FFFD, as a text column
+ * would store it anyway), so a replay of the
  * request compares what it would store with what is stored. It is carried
  * verbatim into every later request, where an empty text block is refused by
  * the Messages API, and it can never be edited: one blank entry would stop
@@ -42,7 +44,7 @@ function requireText(value: unknown, what: string): string {
 function requireUserText(value: unknown, what: string): string {
   const text = requireText(value, what);
   if (text.trim() === '') throw new BlankTextError(`${what} is empty or only whitespace: it would be an empty text block in every later request`);
-  return storedText(text);
+  return toWellFormed(text);
 }
 
 /** A count an `integer` column stores, or RunHistoryError naming it. */

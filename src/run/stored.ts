@@ -36,15 +36,6 @@ export function runIdOf(runId: unknown, scope: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
-/**
- * `text` as a text column stores it: a lone surrogate (half of a UTF-16 pair,
- * which UTF-8 cannot encode) becomes U+FFFD, as String.prototype.toWellFormed
- * does. Written this way on purpose rather than left to the driver's encoder,
- * so a replay can compare what it would store with what is stored.
- */
-export function storedText(text: string): string {
-  return text.replace(/\p{Cs}/gu, '\uFFFD');
-}
 
 /**
  * The key of the object that stands for a JSON value jsonb cannot hold. Its

@@ -1,7 +1,7 @@
 import type { ReceiptSettlement } from '../db/queries/run-receipts.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem, Outcome, Summarizer } from '../gateway/types.ts';
-import { isBlank, providerText } from '../gateway/text.ts';
+import { isBlank, providerText, toWellFormed } from '../gateway/text.ts';
 
 /**
  * One summary request: the summarizer (the gateway, or anything with its
@@ -57,7 +57,7 @@ function checked(outcome: Outcome, maxChars: number): Outcome {
   // PostgreSQL text cannot hold NUL; a lone surrogate would be stored as U+FFFD and the
   // recovered request would differ from the one returned now.
   if (outcome.text.includes('\u0000')) return fail('nul_character');
-  const text = outcome.text.replace(LONE_SURROGATE, '\uFFFD');
+  const text = toWellFormed(outcome.text);
   let chars = 0;
   for (const _ of text) chars++;
   if (chars > maxChars) return fail(`too_long:${chars}>${maxChars}`);
@@ -93,7 +93,6 @@ export function charLimitFor(allowanceBytes: number, items: readonly MaterialIte
   return Math.max(1, Math.floor(allowanceBytes / width));
 }
 
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /**
  * What an outcome costs (one place): ok, invalid and unknown spend an attempt
