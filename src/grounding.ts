@@ -39,7 +39,8 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    (`1,234,567` = `1234567`; `3,5` is a decimal comma = `3.5`). A plain
  *    space is never a thousands separator (`2023 100` stays two numbers).
  * 3. Percent: `50 %`, `50%`, `50 percent` and `50 per cent` are one key.
- *    A unit may stand with or without a space (`12kg` = `12 kg`), any case.
+ *    A unit may stand with or without a space (`12kg` = `12 kg`), any case;
+ *    `degrees Celsius` is `°C`, `degrees Fahrenheit` `°F`.
  *    Trailing zeros of a decimal part are dropped (`1.50` = `1.5`); signs are
  *    not compared. Scale words are multiplied out: `1.5 thousand` = `1500`,
  *    `$1.25M` = `$1.25mn` = `$1.25MM` = `$1.25 million` = `$1,250,000`, `$9.9T`
@@ -54,12 +55,17 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    year (`March 5`, `3月5日`) is grounded by any
  *    material date on that day of that month, a month and year (`March 2024`)
  *    by any date in that month. Year-first dates (`2024/03/05`, Korean
- *    `2024. 3. 5.`) are dates; slashed dates with the year last
- *    (`03/05/2024`) are ambiguous (day or month first) and compared as written. Times: `2:30 pm` =
- *    `14:30`.
+ *    `2024. 3. 5.`) are dates; slashed or dotted dates with the year last
+ *    (`03/05/2024`) are ambiguous (day or month first) and compared as
+ *    written, unless one of the first two parts is above 12: that one is the
+ *    day (`12/25/2023` = `25.12.2023` = `2023-12-25`). An ISO 8601 date-time
+ *    (`2023-12-25T10:00:00Z`) is its date and its time. Times: `2:30 pm` =
+ *    `14:30`; zero seconds are dropped (`10:00:00` = `10:00`).
  * 5. Money: `$`, `US$`, `USD`, `dollars` are one currency; so are `€`/`EUR`/
- *    `euros`, `£`/`GBP`/`pounds`, `¥`/`JPY`/`yen`, `₹`/`INR`/`rupees`; symbol
- *    before or code after the amount are one key.
+ *    `euros`, `£`/`GBP`/`pounds`, `¥`/`JPY`/`yen`, `₹`/`INR`/`rupees`; a symbol
+ *    before or after the amount (`€50` = `50 €`; not after a figure and a
+ *    plain space: `1 000 €` is no amount) or a code or word after it are one
+ *    key; `US dollars` are dollars.
  * 6. Versions: a leading `v` is dropped (`v1.2.3` = `1.2.3`).
  * 7. Letter case is ignored everywhere except in quoted code and file paths
  *    (identifiers, hex digests, e-mail addresses, URLs, units and month names
@@ -523,7 +529,7 @@ const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   in: ['in', 'inch', 'inches'], ft: ['ft', 'feet', 'foot'], yd: ['yd', 'yards', 'yard'], mi: ['mi', 'miles', 'mile'],
   mg: ['mg'], g: ['g'], kg: ['kg'], lb: ['lb', 'lbs'], oz: ['oz'], t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
   ml: ['ml'], l: ['l', 'liters', 'litres', 'liter', 'litre'], gal: ['gal', 'gallons', 'gallon'], cup: ['cups', 'cup'], tbsp: ['tbsp'], tsp: ['tsp'],
-  '°c': ['°c'], '°f': ['°f'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
+  '°c': ['°c', 'degrees celsius', 'degree celsius'], '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
   w: ['w'], kw: ['kw'], mw: ['mw'], kwh: ['kwh'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
   j: ['j'], kj: ['kj'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
   x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn'], billion: ['billion', 'bn'], trillion: ['trillion'],
@@ -537,7 +543,7 @@ const SPACED_UNIT = `(?:${[...UNIT_OF.keys()].filter((u) => (u.length >= 2 && u 
 
 const CURRENCY_SYMBOL: Readonly<Record<string, string>> = { '$': 'USD', 'us$': 'USD', '€': 'EUR', '£': 'GBP', '¥': 'JPY', '₹': 'INR' };
 const CURRENCY_WORD: Readonly<Record<string, string>> = {
-  usd: 'USD', dollar: 'USD', dollars: 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
+  usd: 'USD', dollar: 'USD', dollars: 'USD', 'us dollar': 'USD', 'us dollars': 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
   jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
 };
 /**
@@ -710,9 +716,11 @@ function kindsOf(text: string, starts: readonly number[]): number[] {
       if (after === 0x2e && before !== 0x2e) k |= S_VERSION;
       // (?<![A-Za-z0-9./]) \d{4} (/ | \.\s)
       if (e - d === 4 && before !== 0x2e && before !== 0x2f && (after === 0x2f || (after === 0x2e && isSpaceAt(text, e + 1)))) k |= S_YEAR_FIRST;
-    } else if ((before | 0x20) === 0x76 && after === 0x2e) {
+    } else {
       // (?<![A-Za-z0-9.]) [vV] \d+ \.  (the look-behind is the regex's to check)
-      k |= S_VERSION;
+      if ((before | 0x20) === 0x76 && after === 0x2e) k |= S_VERSION;
+      // The time of an ISO 8601 date-time: (?<![A-Za-z0-9]) [Tt] \d{1,2} :
+      if ((before | 0x20) === 0x74 && short && after === 0x3a && !isAsciiAlnum(text.charCodeAt(d - 2))) k |= S_TIME;
     }
     // A month name, white space, the digits: MONTH \s+ DAY, MONTH \s+ YEAR.
     if (spaceBefore) k |= S_MONTH;
@@ -890,7 +898,7 @@ const PATTERNS: readonly Pattern[] = [
   { kind: 'date', find: byRegex(CJK_DATE, (m) => cjkDateKey(m[1] ?? null, m[2]!, m[3] ?? null)), needs: ['月', '월'] },
   {
     kind: 'date',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'y'),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-SU-Za-su-z0-9]|[Tt](?!\d)|-\d)`, 'y'),
       S_ISO, (m) => isoKey(m[1]!, m[2]!, m[3]!)),
     needs: ['-'],
   },
@@ -905,15 +913,22 @@ const PATTERNS: readonly Pattern[] = [
     find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'iy'), S_DAY_MONTH, (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
   },
   { kind: 'date', find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'iy'), S_MONTH, (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
-  { kind: 'date', find: byStart(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/y, S_SLASHED, (m) => m[0].replace(/\./g, '/')) },
+  { kind: 'date', find: byStart(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/y, S_SLASHED, (m) => slashedKey(m[0])) },
   {
     kind: 'time',
-    find: byStart(/(?<![A-Za-z0-9:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/iy,
+    find: byStart(/(?<![A-SU-Za-su-z0-9:]|[A-Za-z0-9][Tt])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Ya-y0-9]|[Zz][A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/iy,
       S_TIME, (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
   },
   {
     kind: 'money',
     find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    needs: ['$', '€', '£', '¥', '₹'],
+  },
+  // The symbol after the amount (`50 €`, `1.234,56 €`; not after a figure and a space: `1 000 €` may be one amount, and
+  // a plain space is no separator): tried where a number can start (S_NUMBER: the look-behind, but for that).
+  {
+    kind: 'money',
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9.,]|\d\s)${AMOUNT}\s?([$€£¥₹])(?![A-Za-z0-9])`, 'y'), S_NUMBER, (m) => moneyKey(CURRENCY_SYMBOL[m[2]!]!, m[1]!, undefined)),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   {
@@ -1131,6 +1146,22 @@ function monthNumber(name: string): string {
   return String(i + 1).padStart(2, '0');
 }
 
+/**
+ * A slashed or dotted date (`12/25/2023`, `25.12.2023`): ISO when its order is
+ * plain (a four-digit year, one of the first two parts above 12: the day);
+ * else as written with slashes, since `03/05/2024` is 3 May or March 5.
+ */
+function slashedKey(text: string): string {
+  const [a = '', b = '', year = ''] = text.split(/[./]/);
+  const first = Number(a);
+  const second = Number(b);
+  if (year.length === 4 && first >= 1 && second >= 1) {
+    if (first > 12 && first <= 31 && second <= 12) return isoKey(year, b, a)!;
+    if (second > 12 && second <= 31 && first <= 12) return isoKey(year, a, b)!;
+  }
+  return text.replace(/\./g, '/');
+}
+
 /** `YYYY-MM-DD`, or `--MM-DD` without a year; null when the day or month cannot be a date. */
 function isoKey(year: string | null, month: string, day: string): string | null {
   const m = Number(month);
@@ -1155,7 +1186,8 @@ function timeKey(hours: string, minutes: string, seconds: string | null, half: s
     if (h < 1 || h > 12) return null;
     h = (h % 12) + (half.toLowerCase() === 'p' ? 12 : 0);
   }
-  return `${String(h).padStart(2, '0')}:${String(min).padStart(2, '0')}${seconds === null ? '' : `:${seconds}`}`;
+  // Zero seconds are no part of the key: `10:00:00` = `10:00`.
+  return `${String(h).padStart(2, '0')}:${String(min).padStart(2, '0')}${seconds === null || seconds === '00' ? '' : `:${seconds}`}`;
 }
 
 function escapeRegex(s: string): string {

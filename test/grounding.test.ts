@@ -106,6 +106,44 @@ describe('other scripts, digits and scales', () => {
   });
 });
 
+describe('reformattings a model makes of dates, times and money', () => {
+  const against = (text: string, summary: string) => groundSummary(summary, [{ id: 'm1', text }]).ungrounded;
+  const keys = (text: string) => extractFacts(text).map((f) => `${f.kind}:${f.key}`);
+
+  it('reads an ISO 8601 date-time as its date and its time (zero seconds are no part of the key)', () => {
+    expect(keys('Deployed at 2023-12-25T10:00:00Z and 2024-03-05T09:30, logged 12:00:00.')).toEqual(['date:2023-12-25', 'time:10:00', 'date:2024-03-05', 'time:09:30', 'time:12:00']);
+    expect(against('Deployed at 2023-12-25T10:00:00Z.', 'Deployed on December 25, 2023 at 10:00.')).toEqual([]);
+    expect(against('Deployed on 2023-12-25 at 10:00.', 'Deployed at 2023-12-25T10:00:00Z.')).toEqual([]);
+    expect(against('Deployed at 2023-12-25T10:00:00Z.', 'Deployed on 2023-12-26 at 10:30.')).toEqual(['date:2023-12-26', 'time:10:30']);
+    // A T inside a word is no date-time separator.
+    expect(keys('Code AT10:30 and ST2024-03-05')).toEqual(['identifier:at10', 'identifier:st2024-03-05']);
+  });
+
+  it('keys a slashed or dotted date whose day is above 12 as ISO, and keeps an ambiguous one as written', () => {
+    expect(against('Due 12/25/2023.', 'Due December 25, 2023.')).toEqual([]);
+    expect(against('Due 25.12.2023.', 'Due 2023-12-25.')).toEqual([]);
+    expect(against('Due 25/12/2023.', 'Due 12/25/2023.')).toEqual([]);
+    expect(against('Due 12/25/2023.', 'Due December 26, 2023.')).toEqual(['date:December 26, 2023']);
+    expect(against('Due 03/05/2024.', 'Due March 5, 2024.')).toEqual(['date:March 5, 2024']);
+  });
+
+  it('reads a currency symbol after the amount as before it, and US dollars as dollars', () => {
+    expect(against('The ticket costs 50 €.', 'The ticket costs €50.')).toEqual([]);
+    expect(against('The ticket costs €50.', 'The ticket costs 50€.')).toEqual([]);
+    expect(against('Total 1.234,56 €.', 'Total €1,234.56.')).toEqual([]);
+    expect(against('It costs 20 US dollars.', 'It costs $20.')).toEqual([]);
+    expect(against('The ticket costs 50 €.', 'The ticket costs 60 €.')).toEqual(['money:60 €']);
+    // After a figure and a plain space the symbol is not read: `1 000 €` may be one amount, and is not `000 €`.
+    expect(facts('It came to 1 000 € in all.')).toEqual([]);
+  });
+
+  it('reads degrees Celsius and Fahrenheit as °C and °F', () => {
+    expect(against('It was 25 degrees Celsius.', 'It was 25°C.')).toEqual([]);
+    expect(against('It was 77°F.', 'It was 77 degrees Fahrenheit.')).toEqual([]);
+    expect(against('It was 25 degrees Celsius.', 'It was 25°F.')).toEqual(['number:25°F']);
+  });
+});
+
 describe('grounding against the material', () => {
   it('grounds every fact copied as written', () => {
     const summary = '[3f2a1b4c] The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30 for INV-2231; '

@@ -409,7 +409,7 @@ const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   in: ['in', 'inch', 'inches'], ft: ['ft', 'feet', 'foot'], yd: ['yd', 'yards', 'yard'], mi: ['mi', 'miles', 'mile'],
   mg: ['mg'], g: ['g'], kg: ['kg'], lb: ['lb', 'lbs'], oz: ['oz'], t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
   ml: ['ml'], l: ['l', 'liters', 'litres', 'liter', 'litre'], gal: ['gal', 'gallons', 'gallon'], cup: ['cups', 'cup'], tbsp: ['tbsp'], tsp: ['tsp'],
-  '°c': ['°c'], '°f': ['°f'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
+  '°c': ['°c', 'degrees celsius', 'degree celsius'], '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
   w: ['w'], kw: ['kw'], mw: ['mw'], kwh: ['kwh'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
   j: ['j'], kj: ['kj'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
   x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn'], billion: ['billion', 'bn'], trillion: ['trillion'],
@@ -423,7 +423,7 @@ const SPACED_UNIT = `(?:${[...UNIT_OF.keys()].filter((u) => (u.length >= 2 && u 
 
 const CURRENCY_SYMBOL: Readonly<Record<string, string>> = { '$': 'USD', 'us$': 'USD', '€': 'EUR', '£': 'GBP', '¥': 'JPY', '₹': 'INR' };
 const CURRENCY_WORD: Readonly<Record<string, string>> = {
-  usd: 'USD', dollar: 'USD', dollars: 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
+  usd: 'USD', dollar: 'USD', dollars: 'USD', 'us dollar': 'USD', 'us dollars': 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
   jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
 };
 /**
@@ -593,7 +593,7 @@ const PATTERNS: readonly Pattern[] = [
       return m[1] === undefined || month < 1 || month > 12 ? null : `${m[1]}-${String(month).padStart(2, '0')}`;
     }),
   },
-  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-Za-z0-9]|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
+  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-SU-Za-su-z0-9]|[Tt](?!\d)|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
   {
     kind: 'date',
     find: byRegex(/(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/g, (m) => isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!)),
@@ -607,15 +607,20 @@ const PATTERNS: readonly Pattern[] = [
     find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
   },
   { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'gi'), (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
-  { kind: 'date', find: byRegex(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/g, (m) => m[0].replace(/\./g, '/')) },
+  { kind: 'date', find: byRegex(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/g, (m) => slashedKey(m[0])) },
   {
     kind: 'time',
-    find: byRegex(/(?<![A-Za-z0-9:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/gi,
+    find: byRegex(/(?<![A-SU-Za-su-z0-9:]|[A-Za-z0-9][Tt])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Ya-y0-9]|[Zz][A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/gi,
       (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
   },
   {
     kind: 'money',
     find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    needs: ['$', '€', '£', '¥', '₹'],
+  },
+  {
+    kind: 'money',
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9.,]|\d\s)${AMOUNT}\s?([$€£¥₹])(?![A-Za-z0-9])`, 'g'), (m) => moneyKey(CURRENCY_SYMBOL[m[2]!]!, m[1]!, undefined)),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   {
@@ -816,6 +821,22 @@ function monthNumber(name: string): string {
   return String(i + 1).padStart(2, '0');
 }
 
+/**
+ * A slashed or dotted date (`12/25/2023`, `25.12.2023`): ISO when its order is
+ * plain (a four-digit year, one of the first two parts above 12: the day);
+ * else as written with slashes, since `03/05/2024` is 3 May or March 5.
+ */
+function slashedKey(text: string): string {
+  const [a = '', b = '', year = ''] = text.split(/[./]/);
+  const first = Number(a);
+  const second = Number(b);
+  if (year.length === 4 && first >= 1 && second >= 1) {
+    if (first > 12 && first <= 31 && second <= 12) return isoKey(year, b, a)!;
+    if (second > 12 && second <= 31 && first <= 12) return isoKey(year, a, b)!;
+  }
+  return text.replace(/\./g, '/');
+}
+
 /** `YYYY-MM-DD`, or `--MM-DD` without a year; null when the day or month cannot be a date. */
 function isoKey(year: string | null, month: string, day: string): string | null {
   const m = Number(month);
@@ -833,7 +854,8 @@ function timeKey(hours: string, minutes: string, seconds: string | null, half: s
     if (h < 1 || h > 12) return null;
     h = (h % 12) + (half.toLowerCase() === 'p' ? 12 : 0);
   }
-  return `${String(h).padStart(2, '0')}:${String(min).padStart(2, '0')}${seconds === null ? '' : `:${seconds}`}`;
+  // Zero seconds are no part of the key: `10:00:00` = `10:00`.
+  return `${String(h).padStart(2, '0')}:${String(min).padStart(2, '0')}${seconds === null || seconds === '00' ? '' : `:${seconds}`}`;
 }
 
 function escapeRegex(s: string): string {
