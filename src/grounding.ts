@@ -69,7 +69,11 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  * 6. Versions: a leading `v` is dropped (`v1.2.3` = `1.2.3`).
  * 7. Letter case is ignored everywhere except in quoted code and file paths
  *    (identifiers, hex digests, e-mail addresses, URLs, units and month names
- *    are compared without case).
+ *    are compared without case). Identifiers are also compared without their
+ *    `-` and `_` (`GPT-4` = `GPT4`, `x86_64` = `x86-64`; a `.` stays, it may
+ *    be a decimal point), and a name and its number written apart in the
+ *    material (`ISO 8601`, `RFC 7231`) ground them written as one
+ *    (`ISO-8601`, `RFC7231`).
  * 8. A fact cut short by the summarizer (directly followed by `…`) is
  *    grounded when the material has a token that starts with it.
  *
@@ -206,10 +210,22 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
       if (keys === undefined) {
         keys = new Set<string>();
         for (const fact of extractFacts(joined)) for (const key of materialKeys(fact)) keys.add(key);
+        // A name and its number written apart (`ISO 8601`, `RFC 7231`) ground the identifier written
+        // as one (`ISO-8601`, `RFC7231`).
+        SPACED_IDENTIFIER.lastIndex = 0;
+        for (let m = SPACED_IDENTIFIER.exec(exact); m !== null; m = SPACED_IDENTIFIER.exec(exact)) keys.add(`identifier:${identifierKey(`${m[1]}${m[2]}`)}`);
       }
       return keys;
     },
   };
+}
+
+/** ASCII letters, one space, digits: a name and its number (`ISO 8601`). */
+const SPACED_IDENTIFIER = /(?<![A-Za-z0-9])([A-Za-z]+) (\d+)(?![A-Za-z0-9])/g;
+
+/** An identifier's key: without case, `-` or `_` (`GPT-4` = `gpt4`, `x86_64` = `x86-64`, `SHA-256` = `sha256`). */
+function identifierKey(token: string): string {
+  return token.toLowerCase().replace(/[-_]/g, '');
 }
 
 function isGrounded(fact: Fact, index: MaterialIndex): boolean {
@@ -850,7 +866,7 @@ function identifiers(input: string, { starts }: Runs): Match[] {
     if (ascii ? !/[A-Za-z]/.test(t) : !/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
     if (/^\d+(?:st|nd|rd|th)$/i.test(t)) continue; // ordinals
     if (ascii ? isFigureTokenAscii(t) : FIGURE_TOKEN.test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
-    out.push({ index: from, length: to - from, text: t, key: t.toLowerCase() });
+    out.push({ index: from, length: to - from, text: t, key: identifierKey(t) });
   }
   return out;
 }

@@ -116,7 +116,7 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('Deployed on 2023-12-25 at 10:00.', 'Deployed at 2023-12-25T10:00:00Z.')).toEqual([]);
     expect(against('Deployed at 2023-12-25T10:00:00Z.', 'Deployed on 2023-12-26 at 10:30.')).toEqual(['date:2023-12-26', 'time:10:30']);
     // A T inside a word is no date-time separator.
-    expect(keys('Code AT10:30 and ST2024-03-05')).toEqual(['identifier:at10', 'identifier:st2024-03-05']);
+    expect(keys('Code AT10:30 and ST2024-03-05')).toEqual(['identifier:at10', 'identifier:st20240305']);
   });
 
   it('keys a slashed or dotted date whose day is above 12 as ISO, and keeps an ambiguous one as written', () => {
@@ -135,6 +135,14 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('The ticket costs 50 €.', 'The ticket costs 60 €.')).toEqual(['money:60 €']);
     // After a figure and a plain space the symbol is not read: `1 000 €` may be one amount, and is not `000 €`.
     expect(facts('It came to 1 000 € in all.')).toEqual([]);
+  });
+
+  it('compares identifiers without their hyphens and underscores, and a name and its number written apart as one', () => {
+    expect(against('Trained on GPT-4 with SHA-256 sums on x86_64 and UTF-8.', 'Used gpt4, SHA256, x86-64 and utf8.')).toEqual([]);
+    expect(against('Dates follow ISO 8601 (see RFC 3339).', 'Dates follow ISO-8601 (RFC3339).')).toEqual([]);
+    expect(against('Trained on GPT-4.', 'Trained on GPT-5.')).toEqual(['identifier:GPT-5']);
+    // A point stays: it may be a decimal point (GPT-3.5 is not GPT-35).
+    expect(against('Trained on GPT-3.5.', 'Trained on GPT-35.')).toEqual(['identifier:GPT-35']);
   });
 
   it('reads degrees Celsius and Fahrenheit as °C and °F', () => {

@@ -180,10 +180,22 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
       if (keys === undefined) {
         keys = new Set<string>();
         for (const fact of extractFacts(joined)) for (const key of materialKeys(fact)) keys.add(key);
+        // A name and its number written apart (`ISO 8601`, `RFC 7231`) ground the identifier written
+        // as one (`ISO-8601`, `RFC7231`).
+        SPACED_IDENTIFIER.lastIndex = 0;
+        for (let m = SPACED_IDENTIFIER.exec(exact); m !== null; m = SPACED_IDENTIFIER.exec(exact)) keys.add(`identifier:${identifierKey(`${m[1]}${m[2]}`)}`);
       }
       return keys;
     },
   };
+}
+
+/** ASCII letters, one space, digits: a name and its number (`ISO 8601`). */
+const SPACED_IDENTIFIER = /(?<![A-Za-z0-9])([A-Za-z]+) (\d+)(?![A-Za-z0-9])/g;
+
+/** An identifier's key: without case, `-` or `_` (`GPT-4` = `gpt4`, `x86_64` = `x86-64`, `SHA-256` = `sha256`). */
+function identifierKey(token: string): string {
+  return token.toLowerCase().replace(/[-_]/g, '');
 }
 
 function isGrounded(fact: Fact, index: MaterialIndex): boolean {
@@ -559,7 +571,7 @@ function* identifiers(input: string): Iterable<Match> {
     if (ascii ? !/[A-Za-z]/.test(t) || !IDENTIFIER_ASCII.test(t) : !/\p{L}/u.test(t) || !IDENTIFIER.test(t)) continue;
     if (/^\d+(?:st|nd|rd|th)$/i.test(t)) continue; // ordinals
     if ((ascii ? FIGURE_TOKEN_ASCII : FIGURE_TOKEN).test(t)) continue; // a figure with its unit: 12kg, 5-day, 3.5GB
-    yield { index: from, length: to - from, text: t, key: t.toLowerCase() };
+    yield { index: from, length: to - from, text: t, key: identifierKey(t) };
   }
 }
 /** `-` `_` `.` `#` `+` inside an identifier. */
