@@ -20,7 +20,9 @@ import { spread } from './lib/stats.ts';
  * (a) a stand-in model that copies every fact faithfully but reformats it
  *     (thousands separators added, percent and units spaced, ISO dates
  *     written out and written dates made ISO, times in 12-hour form,
- *     identifiers, URLs and e-mails upper-cased, a version's `v` dropped):
+ *     identifiers, URLs and e-mails upper-cased, identifiers without their
+ *     hyphens, a currency symbol moved to the other side of its amount, a
+ *     version's `v` dropped):
  *     every flag is a false flag;
  * (b) the same stand-in changing one figure, date or identifier per summary
  *     (or inventing one when the summary has none) to a value its replies do
@@ -189,9 +191,15 @@ function rewrite(fact: Fact): string {
   const t = fact.text;
   switch (fact.kind) {
     case 'number':
-    case 'money':
+    case 'money': {
       // Separators in a whole part of four or more digits (never after a point, never with a leading zero).
-      return t.replace(/(?<![\d.,])[1-9]\d{3,}(?!\d)/, (d) => Number(d).toLocaleString('en-US')).replace(/(\d)%/, '$1 %').replace(/(\d)(kg|km|mb|gb|ms|cm|mm)\b/i, '$1 $2');
+      const grouped = t.replace(/(?<![\d.,])[1-9]\d{3,}(?!\d)/, (d) => Number(d).toLocaleString('en-US')).replace(/(\d)%/, '$1 %').replace(/(\d)(kg|km|mb|gb|ms|cm|mm)\b/i, '$1 $2');
+      // A currency symbol moved to the other side of its amount (`150$` -> `$150`, `€50` -> `50 €`).
+      const after = /^([\d.,]+)\s?([$€£¥₹])$/.exec(grouped);
+      if (after) return `${after[2]}${after[1]}`;
+      const before = /^([€£])\s?([\d.,]+)$/.exec(grouped);
+      return before ? `${before[2]} ${before[1]}` : grouped;
+    }
     case 'date': {
       const iso = /^(\d{4})-(\d{2})-(\d{2})$/.exec(t);
       if (iso) return `${MONTH_NAMES[Number(iso[2]) - 1]} ${Number(iso[3])}, ${iso[1]}`;
@@ -203,7 +211,11 @@ function rewrite(fact: Fact): string {
       const h = Number(m[1]);
       return `${h % 12 === 0 ? 12 : h % 12}:${m[2]} ${h < 12 ? 'am' : 'pm'}`;
     }
-    case 'identifier':
+    case 'identifier': {
+      // Case swapped, and hyphens dropped (`INV-2231` -> `inv2231`).
+      const swapped = t.toUpperCase() === t ? t.toLowerCase() : t.toUpperCase();
+      return swapped.replace(/-/g, '');
+    }
     case 'url':
     case 'email':
       return t.toUpperCase() === t ? t.toLowerCase() : t.toUpperCase();

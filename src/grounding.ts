@@ -71,9 +71,10 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    (identifiers, hex digests, e-mail addresses, URLs, units and month names
  *    are compared without case). Identifiers are also compared without their
  *    `-` and `_` (`GPT-4` = `GPT4`, `x86_64` = `x86-64`; a `.` stays, it may
- *    be a decimal point), and a name and its number written apart in the
- *    material (`ISO 8601`, `RFC 7231`) ground them written as one
- *    (`ISO-8601`, `RFC7231`).
+ *    be a decimal point), wherever the material has them (in quoted code
+ *    too: `dp[i-1]` grounds `dp[i1]`), and a name and its number written
+ *    apart in the material (`ISO 8601`, `RFC 7231`) ground them written as
+ *    one (`ISO-8601`, `RFC7231`).
  * 8. A fact cut short by the summarizer (directly followed by `…`) is
  *    grounded when the material has a token that starts with it.
  *
@@ -170,6 +171,8 @@ interface NormalizedMaterial {
   exact: string;
   /** `exact` with all white space removed (quoted code is compared without layout). */
   compact(): string;
+  /** `folded` without `-` and `_` (an identifier is compared without them, wherever it stands: in code too). */
+  unhyphenated(): string;
   /** The keys of the material's own facts, extracted on first need (most facts are found as written). */
   keys(): Set<string>;
 }
@@ -202,10 +205,13 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
   const exact = normalizeText(joined);
   let keys: Set<string> | undefined;
   let compact: string | undefined;
+  let unhyphenated: string | undefined;
+  const folded = exact.toLowerCase();
   return {
     exact,
-    folded: exact.toLowerCase(),
+    folded,
     compact: () => (compact ??= exact.replace(/\s+/g, '')),
+    unhyphenated: () => (unhyphenated ??= folded.replace(/[-_]/g, '')),
     keys() {
       if (keys === undefined) {
         keys = new Set<string>();
@@ -234,6 +240,8 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (ungrouped !== null && occursUnchanged(fact, ungrouped, NO_IDS)) return true;
   const normalized = index.normalized();
   if (occursAsWritten(fact, normalized)) return true;
+  // `GPT4` for `GPT-4` anywhere in the material (in code too, where it is no identifier fact).
+  if (fact.kind === 'identifier' && occurs(normalized.unhyphenated(), fact.key, fact.truncated)) return true;
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
   const keys = normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;

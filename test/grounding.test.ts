@@ -141,6 +141,9 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('Trained on GPT-4 with SHA-256 sums on x86_64 and UTF-8.', 'Used gpt4, SHA256, x86-64 and utf8.')).toEqual([]);
     expect(against('Dates follow ISO 8601 (see RFC 3339).', 'Dates follow ISO-8601 (RFC3339).')).toEqual([]);
     expect(against('Trained on GPT-4.', 'Trained on GPT-5.')).toEqual(['identifier:GPT-5']);
+    // Also where the material has it in code (no identifier fact there): `dp[i-1]`, `GPT-4`.
+    expect(against('Run `model = "GPT-4"` and set `dp[i-1]`.', 'It used GPT4 and dp[i1].')).toEqual([]);
+    expect(against('Run `model = "GPT-4"`.', 'It used GPT5.')).toEqual(['identifier:GPT5']);
     // A point stays: it may be a decimal point (GPT-3.5 is not GPT-35).
     expect(against('Trained on GPT-3.5.', 'Trained on GPT-35.')).toEqual(['identifier:GPT-35']);
   });

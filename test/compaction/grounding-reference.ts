@@ -147,6 +147,8 @@ interface NormalizedMaterial {
   exact: string;
   /** `exact` with all white space removed (quoted code is compared without layout). */
   compact(): string;
+  /** `folded` without `-` and `_` (an identifier is compared without them, wherever it stands: in code too). */
+  unhyphenated(): string;
   /** The keys of the material's own facts, extracted on first need (most facts are found as written). */
   keys(): Set<string>;
 }
@@ -172,10 +174,13 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
   const exact = normalizeText(joined);
   let keys: Set<string> | undefined;
   let compact: string | undefined;
+  let unhyphenated: string | undefined;
+  const folded = exact.toLowerCase();
   return {
     exact,
-    folded: exact.toLowerCase(),
+    folded,
     compact: () => (compact ??= exact.replace(/\s+/g, '')),
+    unhyphenated: () => (unhyphenated ??= folded.replace(/[-_]/g, '')),
     keys() {
       if (keys === undefined) {
         keys = new Set<string>();
@@ -204,6 +209,8 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (ungrouped !== null && occursUnchanged(fact, ungrouped)) return true;
   const normalized = index.normalized();
   if (occursAsWritten(fact, normalized)) return true;
+  // `GPT4` for `GPT-4` anywhere in the material (in code too, where it is no identifier fact).
+  if (fact.kind === 'identifier' && occurs(normalized.unhyphenated(), fact.key, fact.truncated)) return true;
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
   const keys = normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
