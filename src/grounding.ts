@@ -43,6 +43,7 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    `degrees Celsius` is `°C`, `degrees Fahrenheit` `°F`.
  *    Trailing zeros of a decimal part are dropped (`1.50` = `1.5`); signs are
  *    not compared. Scale words are multiplied out: `1.5 thousand` = `1500`,
+ *    `225 million km` = `225,000,000 km` (a unit after the scale word kept),
  *    `$1.25M` = `$1.25mn` = `$1.25MM` = `$1.25 million` = `$1,250,000`, `$9.9T`
  *    a trillion (after an amount of money a scale letter counts only attached:
  *    `$20 t-shirts` is $20; after a bare figure `k` is the kelvin, `M` metres).
@@ -896,7 +897,9 @@ function runEnd(text: string, d: number): number {
 }
 const YEAR_FIRST_DATE = /(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/y;
 const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월](?:\s?(\d{1,2})\s?[日号일])?/g;
-const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
+/** A scale word followed by a unit (`4.5 billion years`, `225 million km`): both read, the figure multiplied out. */
+const SCALE_THEN = String.raw`(thousand|million|billion|trillion|mn|bn) (${SPACED_UNIT})`;
+const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
 
 const PATTERNS: readonly Pattern[] = [
   // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
@@ -988,8 +991,8 @@ const PATTERNS: readonly Pattern[] = [
           continue;
         }
         next = d + m[0].length;
-        const unit = m[2] ?? m[3] ?? null;
-        out.push({ index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) });
+        const unit = m[2] ?? m[4] ?? m[5] ?? null;
+        out.push({ index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit, m[3] ?? null), checked: isCheckedNumber(m[1]!, unit) });
       }
       return out;
     },
@@ -1120,14 +1123,19 @@ function isCheckedNumber(digits: string, unit: string | null): boolean {
   return digits.replace(/^0+(?=\d)/, '').length >= 3;
 }
 
-function numberKey(digits: string, unit: string | null): string {
+function numberKey(digits: string, unit: string | null, after: string | null = null): string {
   const value = canonicalNumber(digits);
   if (unit === null) return value;
-  const u = unit.toLowerCase().replace(/\s+/g, ' ');
-  const canon = UNIT_OF.get(u) ?? u;
-  // A scale word is no unit: `1.5 thousand` is the number 1500.
+  const canon = unitName(unit);
+  // A scale word is no unit: `1.5 thousand` is the number 1500, `1.5 thousand km` 1500km.
   const zeros = SCALE_ZEROS[canon];
-  return zeros === undefined ? `${value}${canon}` : scaled(value, zeros);
+  return zeros === undefined ? `${value}${canon}` : `${scaled(value, zeros)}${after === null ? '' : unitName(after)}`;
+}
+
+/** A unit's canonical name (UNIT_ALIASES). */
+function unitName(unit: string): string {
+  const u = unit.toLowerCase().replace(/\s+/g, ' ');
+  return UNIT_OF.get(u) ?? u;
 }
 
 /** `1'234,5` -> `1234.5`: group separators dropped, a decimal comma made a point, trailing zeros dropped. */

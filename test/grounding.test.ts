@@ -93,6 +93,14 @@ describe('other scripts, digits and scales', () => {
     expect(extractFacts('$20 t-shirts').map((f) => f.key)).toEqual(['USD:20']);
   });
 
+  it('reads a scale word followed by a unit as one figure: 225 million km = 225,000,000 km', () => {
+    expect(extractFacts('225 million km, 4.5 billion years, 3 million people').map((f) => `${f.text}=${f.key}`))
+      .toEqual(['225 million km=225000000km', '4.5 billion years=4500000000year', '3 million=3000000']);
+    expect(against('Mars is 225 million km away.', 'Mars is 225,000,000 km away.')).toEqual([]);
+    expect(against('The Earth is 4,500,000,000 years old.', 'The Earth is 4.5 billion years old.')).toEqual([]);
+    expect(against('Mars is 225 million km away.', 'Mars is 225 million miles away.')).toEqual(['number:225 million miles']);
+  });
+
   it('multiplies out the Chinese and Japanese scales 万, 亿 (億) and 兆 attached to a figure', () => {
     expect(against('收入为350,000,000元。', '收入为3.5亿元。')).toEqual([]);
     expect(against('收入为3.5亿元。', '收入为3.5万元。')).toEqual(['number:3.5万']);

@@ -584,7 +584,9 @@ function* identifiers(input: string): Iterable<Match> {
 /** `-` `_` `.` `#` `+` inside an identifier. */
 const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x2e || c === 0x23 || c === 0x2b;
 
-const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'gi');
+/** A scale word followed by a unit (`4.5 billion years`, `225 million km`): both read, the figure multiplied out. */
+const SCALE_THEN = String.raw`(thousand|million|billion|trillion|mn|bn) (${SPACED_UNIT})`;
+const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'gi');
 
 const PATTERNS: readonly Pattern[] = [
   // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
@@ -660,8 +662,8 @@ const PATTERNS: readonly Pattern[] = [
     find: function* numbers(input) {
       NUMBER.lastIndex = 0;
       for (let m = NUMBER.exec(input); m !== null; m = NUMBER.exec(input)) {
-        const unit = m[2] ?? m[3] ?? null;
-        yield { index: m.index, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit), checked: isCheckedNumber(m[1]!, unit) };
+        const unit = m[2] ?? m[4] ?? m[5] ?? null;
+        yield { index: m.index, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit, m[3] ?? null), checked: isCheckedNumber(m[1]!, unit) };
       }
     },
   },
@@ -790,14 +792,19 @@ function isCheckedNumber(digits: string, unit: string | null): boolean {
   return digits.replace(/^0+(?=\d)/, '').length >= 3;
 }
 
-function numberKey(digits: string, unit: string | null): string {
+function numberKey(digits: string, unit: string | null, after: string | null = null): string {
   const value = canonicalNumber(digits);
   if (unit === null) return value;
-  const u = unit.toLowerCase().replace(/\s+/g, ' ');
-  const canon = UNIT_OF.get(u) ?? u;
-  // A scale word is no unit: `1.5 thousand` is the number 1500.
+  const canon = unitName(unit);
+  // A scale word is no unit: `1.5 thousand` is the number 1500, `1.5 thousand km` 1500km.
   const zeros = SCALE_ZEROS[canon];
-  return zeros === undefined ? `${value}${canon}` : scaled(value, zeros);
+  return zeros === undefined ? `${value}${canon}` : `${scaled(value, zeros)}${after === null ? '' : unitName(after)}`;
+}
+
+/** A unit's canonical name (UNIT_ALIASES). */
+function unitName(unit: string): string {
+  const u = unit.toLowerCase().replace(/\s+/g, ' ');
+  return UNIT_OF.get(u) ?? u;
 }
 
 /** `1'234,5` -> `1234.5`: group separators dropped, a decimal comma made a point, trailing zeros dropped. */
