@@ -40,7 +40,8 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    space is never a thousands separator (`2023 100` stays two numbers).
  * 3. Percent: `50 %`, `50%`, `50 percent` and `50 per cent` are one key.
  *    A unit may stand with or without a space (`12kg` = `12 kg`), any case;
- *    `degrees Celsius` is `°C`, `degrees Fahrenheit` `°F`.
+ *    `degrees Celsius` is `°C`, `degrees Fahrenheit` `°F`, `percentage
+ *    points` `pp`.
  *    Trailing zeros of a decimal part are dropped (`1.50` = `1.5`); signs are
  *    not compared. Scale words are multiplied out: `1.5 thousand` = `1500`,
  *    `225 million km` = `225,000,000 km` (a unit after the scale word kept),
@@ -543,7 +544,7 @@ const YEAR = String.raw`(\d{4})`;
  * space it is more often a word (`5 a day`, `100 in total`).
  */
 const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
-  '%': ['%', 'percent'], '‰': ['‰'], pp: ['pp'], bps: ['bps', 'basis points', 'basis point'],
+  '%': ['%', 'percent'], '‰': ['‰'], pp: ['pp', 'percentage points', 'percentage point'], bps: ['bps', 'basis points', 'basis point'],
   ns: ['ns'], µs: ['µs', 'μs', 'us'], ms: ['ms'], s: ['s', 'sec', 'secs', 'seconds', 'second'],
   min: ['min', 'mins', 'minutes', 'minute'], h: ['h', 'hr', 'hrs', 'hours', 'hour'],
   day: ['days', 'day'], week: ['weeks', 'week'], month: ['months', 'month'], year: ['years', 'year', 'yrs', 'yr'],

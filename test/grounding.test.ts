@@ -156,6 +156,11 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('Trained on GPT-3.5.', 'Trained on GPT-35.')).toEqual(['identifier:GPT-35']);
   });
 
+  it('reads percentage points as pp', () => {
+    expect(against('It rose 2.5 percentage points.', 'It rose 2.5 pp.')).toEqual([]);
+    expect(against('It rose 2.5 percentage points.', 'It rose 2.5%.')).toEqual(['number:2.5%']);
+  });
+
   it('reads degrees Celsius and Fahrenheit as °C and °F', () => {
     expect(against('It was 25 degrees Celsius.', 'It was 25°C.')).toEqual([]);
     expect(against('It was 77°F.', 'It was 77 degrees Fahrenheit.')).toEqual([]);

@@ -417,7 +417,7 @@ const YEAR = String.raw`(\d{4})`;
  * space it is more often a word (`5 a day`, `100 in total`).
  */
 const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
-  '%': ['%', 'percent'], '‰': ['‰'], pp: ['pp'], bps: ['bps', 'basis points', 'basis point'],
+  '%': ['%', 'percent'], '‰': ['‰'], pp: ['pp', 'percentage points', 'percentage point'], bps: ['bps', 'basis points', 'basis point'],
   ns: ['ns'], µs: ['µs', 'μs', 'us'], ms: ['ms'], s: ['s', 'sec', 'secs', 'seconds', 'second'],
   min: ['min', 'mins', 'minutes', 'minute'], h: ['h', 'hr', 'hrs', 'hours', 'hour'],
   day: ['days', 'day'], week: ['weeks', 'week'], month: ['months', 'month'], year: ['years', 'year', 'yrs', 'yr'],
