@@ -37,6 +37,21 @@ export function evaluate(state: RunState, input: RequestInput, policy: Readonly<
   return { projection, fitted: fit(projection, policy) };
 }
 
+/**
+ * The request to hand out: `evaluated` itself, or, when it is over the
+ * threshold and the last resort brings it to the threshold, that request
+ * (fit `lastResort`: the newest groups' results by reference alone, oldest
+ * first). A request the last resort cannot bring under stays as it was (its
+ * `cannotFit` names what holds the bytes). Compaction is planned and judged
+ * on `evaluate`'s form, never on this one. prepareRunRequest and cold
+ * recovery both hand out this, so they agree.
+ */
+export function handedOut(evaluated: Evaluated, policy: Readonly<RunCompactionPolicy>): Evaluated {
+  if (evaluated.fitted.bytes <= policy.thresholdBytes) return evaluated;
+  const fitted = fit(evaluated.projection, policy, true);
+  return fitted.bytes <= policy.thresholdBytes ? { projection: evaluated.projection, fitted } : evaluated;
+}
+
 /** The fitted request with the bodies it shows, fetched now (results are immutable: any snapshot will do). */
 export async function materialize(db: Queryable, runId: string, fitted: Fitted): Promise<RunRequest> {
   return fillBodies(fitted, await runResultBodies(db, runId, fitted.bodies));

@@ -443,8 +443,17 @@ export function floorOf(p: Projection, policy: Readonly<RunCompactionPolicy>): F
  * above, bodies of the newest groups (oldest first) by their excerpt and
  * reference; until at or under the target. Nothing is lost: every replaced
  * body stays in the store.
+ *
+ * `lastResort` (only for the request handed out, see assemble.ts handedOut):
+ * then, while still over the threshold, bodies of the newest groups by their
+ * reference alone (oldest first, until at or under the threshold). Without
+ * it, newest groups of many large results (three turns of 40 parallel
+ * fetches: 285 KB of excerpts) were over the threshold for good, as no
+ * request could be sent to make the next group that would let them age.
+ * Compaction is planned and judged without it (floorOf keeps the excerpts):
+ * it never makes room for a summary, nor changes what one saves.
  */
-export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>): Fitted {
+export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>, lastResort = false): Fitted {
   let slotBytes = 0;
   for (const s of p.slots) slotBytes += s.kind === 'fixed' ? s.bytes : s.shown.bytes;
   let catalog: 'full' | 'compact' = 'full';
@@ -455,6 +464,8 @@ export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>): Fitte
   const steps: FitStep[] = [{ step: 'measure', bytesBefore: size, bytesAfter: size }];
   const chosen = new Map<UnitSlot, Form>();
   const references: ReferenceMade[] = [];
+  /** Where each reduced unit's entry is in `references`. */
+  const referenced = new Map<UnitSlot, number>();
 
   if (size > policy.targetBytes && p.catalogCompact.bytes < p.catalogFull.bytes) {
     const before = size;
@@ -476,12 +487,31 @@ export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>): Fitte
       chosen.set(s, form);
       size -= saved;
       made++;
+      referenced.set(s, references.length);
       references.push({ proposalId: s.unit.proposalId, resultId: s.unit.resultId!, version: s.unit.resultVersion!, savedBytes: saved, form: form === s.excerpt ? 'excerpt' : 'reference' });
     }
     if (made > 0) steps.push({ step, bytesBefore: before, bytesAfter: size });
   };
   reduce('reference_results', true);
   reduce('excerpt_recent', false);
+  if (lastResort && size > policy.thresholdBytes) {
+    const before = size;
+    let made = 0;
+    for (const s of p.slots) {
+      if (size <= policy.thresholdBytes) break;
+      if (s.kind !== 'unit' || s.groupIndex < olderThan || s.reference === null) continue;
+      const current = chosen.get(s) ?? s.shown;
+      if (s.reference.bytes >= current.bytes) continue;
+      size -= current.bytes - s.reference.bytes;
+      chosen.set(s, s.reference);
+      made++;
+      const reference: ReferenceMade = { proposalId: s.unit.proposalId, resultId: s.unit.resultId!, version: s.unit.resultVersion!, savedBytes: s.shown.bytes - s.reference.bytes, form: 'reference' };
+      const at = referenced.get(s);
+      if (at === undefined) references.push(reference);
+      else references[at] = reference;
+    }
+    if (made > 0) steps.push({ step: 'reference_recent', bytesBefore: before, bytesAfter: size });
+  }
 
   const groupBytes = new Map<number, number>();
   const bodies: Fitted['bodies'] = [];

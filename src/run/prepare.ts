@@ -16,7 +16,7 @@ import { RUN_HASH_VERSION } from './hash.ts';
 import { hookQueue } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
 import { INT4_MAX, runIdOf } from './stored.ts';
-import { evaluate, loadState, materialize, requestInput, type Evaluated } from './assemble.ts';
+import { evaluate, handedOut, loadState, materialize, requestInput, type Evaluated } from './assemble.ts';
 import { commitCheckpoint, judge, type StepGoal } from './gate.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
 import { cannotFitOf } from './overflow.ts';
@@ -140,7 +140,9 @@ interface Context {
  * checkpoint and the next receipt are written in one transaction under the
  * lock, so no other preparer starts a summary in between. Never sends a
  * summary for a candidate whose earlier outcome is unknown under any other
- * identity.
+ * identity. After a summary request, the request handed out is assembled
+ * from the records as they are when the call returns, so a correction
+ * recorded while a summary was being written is in it.
  * @throws RunNotFoundError when the Run is not in `scope`; RunPolicyError for an unusable policy.
  */
 export async function prepareRunRequest(options: PrepareRunRequestOptions): Promise<PreparedRunRequest> {
@@ -245,10 +247,22 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     next = leg.next;
   }
 
-  const final = next.cursor.current;
+  // What was recorded while a summary request was out (a user correction above all: a call may spend
+  // maxSummariesPerPrepare x summaryDeadlineMs on them) is in the request handed out: it is assembled again
+  // from the records as they are now. Without a summary request, phase 1 read them moments ago.
+  let current = next.cursor.current;
+  if ((phase1.context?.summaries ?? 0) > 0) {
+    const now = await loadState(pool, runId, scope, policy);
+    if (!now) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
+    current = evaluate(now, input, policy);
+  }
+  // Over the threshold after compaction: the newest groups' results by reference too (fit's last resort).
+  const final = handedOut(current, policy);
   const { before, expired } = phase1;
   const steps = [...before.fitted.steps];
   for (const d of decisions) if (d.bytesAfter !== null) steps.push({ step: 'compaction', bytesBefore: d.bytesBefore, bytesAfter: d.bytesAfter });
+  const lastResort = final.fitted.steps.at(-1)!;
+  if (final !== current && lastResort.step === 'reference_recent') steps.push(lastResort);
   const compactions = decisions.map((d) => d.compaction);
   const compaction = compactions.at(-1)!;
   const committed = compactions.filter((c) => c.decision === 'committed').length;

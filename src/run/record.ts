@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { runBudgetCharge, runBudgetEnsure, runBudgetGet } from '../db/queries/run-budget.ts';
-import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState } from '../db/queries/run-history.ts';
+import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runModelTurnOfRequest, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState } from '../db/queries/run-history.ts';
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
 import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
-import { toWellFormed } from '../gateway/text.ts';
-import { INT4_MAX, isInt4, isUuid, runIdOf, toStoredJson } from './stored.ts';
+import { ESCAPED_JSON_KEY, INT4_MAX, isInt4, isUuid, runIdOf, toStoredJson, toStoredText } from './stored.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ThinkingBlock, ToolProposal } from './types.ts';
 
 /**
@@ -31,11 +30,15 @@ function requireText(value: unknown, what: string): string {
   return value;
 }
 
+/** Text in the form it is stored (toStoredText: a lone surrogate or a NUL becomes U+FFFD). */
+function storedText(value: unknown, what: string): string {
+  return toStoredText(requireText(value, what));
+}
+
 /**
  * User text (the request, a correction) with something in it, in the form it
- * is stored (toWellFormed: a lone surrogate becomes U+FFFD, as a text column
- * would store it anyway), so a replay of the
- * request compares what it would store with what is stored. It is carried
+ * is stored (toStoredText: a lone surrogate or a NUL becomes U+FFFD), so a
+ * replay of the request compares what it would store with what is stored. It is carried
  * verbatim into every later request, where an empty text block is refused by
  * the Messages API, and it can never be edited: one blank entry would stop
  * the Run for good. Whitespace is what String.prototype.trim removes (the
@@ -44,7 +47,7 @@ function requireText(value: unknown, what: string): string {
 function requireUserText(value: unknown, what: string): string {
   const text = requireText(value, what);
   if (text.trim() === '') throw new BlankTextError(`${what} is empty or only whitespace: it would be an empty text block in every later request`);
-  return toWellFormed(text);
+  return toStoredText(text);
 }
 
 /** A count an `integer` column stores, or RunHistoryError naming it. */
@@ -54,9 +57,21 @@ function requireCount(value: unknown, what: string): number {
 }
 
 /**
+ * A tool call id the Messages API accepts in `tool_use.id` and
+ * `tool_result.tool_use_id` (it answers 400 "String should match pattern
+ * '^[a-zA-Z0-9_-]+$'" otherwise). Ids from another provider or a framework
+ * (`call:1`, `fn.search#2`) must be mapped by the application first.
+ */
+const TOOL_USE_ID = /^[a-zA-Z0-9_-]+$/;
+
+/**
  * The tool calls of a model turn, checked, with each input in the form jsonb
  * stores (toStoredJson: a NUL or a lone surrogate in a valid tool call is kept
- * exactly, and read back so by loadState).
+ * exactly, and read back so by loadState). Every later request carries each
+ * call as a `tool_use` block, and the history is never edited: an id or an
+ * input the Messages API refuses would make every later request of the Run a
+ * 400, so it is refused here, when the application can still map it. An
+ * input must be a JSON object (a missing or null one is sent as `{}`).
  */
 function requireToolCalls(value: unknown): { id: string; name: string; input: unknown }[] {
   if (value === undefined || value === null) return [];
@@ -66,10 +81,21 @@ function requireToolCalls(value: unknown): { id: string; name: string; input: un
     if (p === null || typeof p !== 'object') throw new RunHistoryError(`recordModelTurn: tool call ${i} must be an object {id, name, input}, got ${p === null ? 'null' : typeof p}`);
     const { id, name, input } = p as ToolProposal;
     if (typeof id !== 'string' || id === '' || typeof name !== 'string' || name === '') throw new RunHistoryError('recordModelTurn: every tool call needs a non-empty id and name');
+    if (!TOOL_USE_ID.test(id)) throw new RunHistoryError(`recordModelTurn: tool call id ${JSON.stringify(id.slice(0, 80))} is not one the Messages API accepts (letters, digits, _ and - only)`);
     if (ids.has(id)) throw new RunHistoryError(`recordModelTurn: tool call id ${id} appears twice`);
     ids.add(id);
-    return { id, name, input: storedJson(input, `recordModelTurn: the input of tool call ${id}`) };
+    if (input === undefined || input === null) return { id, name, input: null };
+    const stored = storedJson(input, `recordModelTurn: the input of tool call ${id}`);
+    if (!isJsonObject(stored)) throw new RunHistoryError(`recordModelTurn: the input of tool call ${id} must be a JSON object, got ${Array.isArray(stored) ? 'an array' : stored === null ? 'null' : typeof stored}`);
+    return { id, name, input: stored };
   });
+}
+
+/** Whether a stored value (toStoredJson) is a JSON object: an escaped one is an object whose JSON text is one. */
+function isJsonObject(stored: unknown): boolean {
+  if (stored === null || typeof stored !== 'object' || Array.isArray(stored)) return false;
+  const escaped = (stored as Record<string, unknown>)[ESCAPED_JSON_KEY];
+  return typeof escaped !== 'string' || Object.keys(stored).length !== 1 || escaped.startsWith('{');
 }
 
 /** `value` as toStoredJson stores it; a value that is not JSON (a BigInt, a cycle) is refused by name. */
@@ -180,7 +206,7 @@ export interface RecordModelTurnOptions extends RunAddress {
   text: string;
   /** The tool calls it proposed, in order. Each becomes a tool unit in state `proposed`. */
   toolCalls?: readonly ToolProposal[];
-  /** The key of the model request (recordModelRequest) that produced this turn. */
+  /** The key of the model request (recordModelRequest) that produced this turn: one turn per key (recording it again returns that turn). */
   modelRequestKey?: string;
   /** Thinking blocks of an extended-thinking turn, verbatim: sent back before its tool use, as the Messages API requires. */
   thinking?: readonly ThinkingBlock[];
@@ -190,21 +216,36 @@ export interface RecordModelTurnOptions extends RunAddress {
  * Records a model turn and its tool proposals. Any JSON tool input and thinking
  * block is kept exactly, a NUL or a lone surrogate included (jsonb refuses
  * both: such a value is stored escaped, see toStoredJson), and sent back so.
- * @throws RunHistoryError for a tool call that is not an object with a non-empty id and name, an input that is not JSON,
- * a duplicate proposal id, an unknown model request key, or no initial request yet.
+ * With `modelRequestKey`, recording the same turn again (a replay after a
+ * crash) returns the turn already recorded for that model request.
+ * @throws RunHistoryError for a tool call that is not an object with a non-empty id (letters, digits, _ and -) and name,
+ * an input that is not a JSON object, a duplicate proposal id, an unknown model request key, a different turn for a model
+ * request key that has one, or no initial request yet.
  */
 export async function recordModelTurn(options: RecordModelTurnOptions): Promise<{ seq: number }> {
   const { pool, scope } = options;
   const runId = runIdOf(options.runId, scope);
-  const text = requireText(options.text, 'recordModelTurn: text');
+  const text = storedText(options.text, 'recordModelTurn: text');
   const proposals = requireToolCalls(options.toolCalls);
   const thinking = requireThinking(options.thinking);
+  const key = options.modelRequestKey ?? null;
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     try {
-      const { seq, modelRequestId } = await runModelTurnInsert(client, runId, text, options.modelRequestKey ?? null, thinking);
-      if (options.modelRequestKey !== undefined && modelRequestId === null) {
-        throw new RunHistoryError(`recordModelTurn: no model request ${options.modelRequestKey} in run ${runId}`);
+      if (key !== null) {
+        // A replay after a crash (the application could not know whether the turn was committed) returns the
+        // turn recorded for that model request: a second copy repeated the model's text in every later request,
+        // and one with tool calls was refused as a duplicate id, which the application could not tell from a bug.
+        const recorded = await runModelTurnOfRequest(client, runId, String(key));
+        if (recorded === undefined) throw new RunHistoryError(`recordModelTurn: no model request ${key} in run ${runId}`);
+        if (recorded !== null) {
+          if (recorded.text === text && recorded.proposalIds.join('\n') === proposals.map((p) => p.id).join('\n')) return { seq: recorded.seq };
+          throw new RunHistoryError(`recordModelTurn: model request ${key} already has a different turn (seq ${recorded.seq})`);
+        }
+      }
+      const { seq, modelRequestId } = await runModelTurnInsert(client, runId, text, key, thinking);
+      if (key !== null && modelRequestId === null) {
+        throw new RunHistoryError(`recordModelTurn: no model request ${key} in run ${runId}`);
       }
       await runToolUnitsInsert(client, runId, seq, proposals);
       return { seq };
@@ -305,10 +346,15 @@ export async function recordToolResult(options: RecordToolResultOptions): Promis
   const { pool, scope, proposalId, settlement } = options;
   const runId = runIdOf(options.runId, scope);
   if (!['settled', 'failed', 'unknown'].includes(settlement)) throw new RunHistoryError(`recordToolResult: settlement must be settled, failed or unknown, got ${String(settlement)}`);
-  if (options.content !== undefined && options.resultRef !== undefined) throw new RunHistoryError('recordToolResult: give content or resultRef, not both');
-  if (settlement === 'settled' && options.content === undefined && options.resultRef === undefined) throw new RunHistoryError('recordToolResult: a settled call needs its result (content or resultRef)');
-  if (options.content !== undefined) requireText(options.content, 'recordToolResult: content');
-  if (options.error !== undefined && options.error !== null) requireText(options.error, 'recordToolResult: error');
+  // A plain JS caller's null is an absent value, as for `error` (a null resultRef was destructured: a TypeError).
+  const given = (v: unknown) => v !== undefined && v !== null;
+  const resultRef = given(options.resultRef) ? options.resultRef : undefined;
+  if (given(options.content) && resultRef !== undefined) throw new RunHistoryError('recordToolResult: give content or resultRef, not both');
+  if (settlement === 'settled' && !given(options.content) && resultRef === undefined) throw new RunHistoryError('recordToolResult: a settled call needs its result (content or resultRef)');
+  if (resultRef !== undefined && typeof resultRef !== 'object') throw new RunHistoryError('recordToolResult: resultRef must be {resultId, version}');
+  const content = given(options.content) ? storedText(options.content, 'recordToolResult: content') : undefined;
+  const errorText = options.error === undefined || options.error === null ? null : storedText(options.error, 'recordToolResult: error');
+  const label = options.label === undefined || options.label === null ? null : storedText(options.label, 'recordToolResult: label');
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     const unit = await runToolUnitLock(client, runId, proposalId);
@@ -328,17 +374,17 @@ export async function recordToolResult(options: RecordToolResultOptions): Promis
     let result: ResultMeta | null = null;
     let inline = true;
     try {
-      if (options.content !== undefined) {
-        result = strip(await runResultInsert(client, { runId, resultId: randomUUID(), kind: 'tool_result', label: options.label ?? null, content: options.content }));
-      } else if (options.resultRef !== undefined) {
-        const { resultId, version } = options.resultRef;
+      if (content !== undefined) {
+        result = strip(await runResultInsert(client, { runId, resultId: randomUUID(), kind: 'tool_result', label, content }));
+      } else if (resultRef !== undefined) {
+        const { resultId, version } = resultRef;
         const meta = !isUuid(resultId) || !isInt4(version, 1) ? null : await runResultMetaGet(client, runId, resultId, version);
-        if (!meta) throw new ResultNotFoundError(`result ${options.resultRef.resultId} version ${options.resultRef.version} not found in run ${runId}`);
+        if (!meta) throw new ResultNotFoundError(`result ${String(resultId)} version ${String(version)} not found in run ${runId}`);
         result = strip(meta);
         inline = false;
       }
       await runToolUnitSettle(client, runId, proposalId, {
-        status: settlement, dispatchId, resultId: result?.resultId ?? null, resultVersion: result?.version ?? null, inline, error: options.error ?? null,
+        status: settlement, dispatchId, resultId: result?.resultId ?? null, resultVersion: result?.version ?? null, inline, error: errorText,
       });
     } catch (error) {
       throw historyErrorFrom(error, 'recordToolResult');

@@ -6,7 +6,7 @@ import { RunNotFoundError } from './errors.ts';
 import { resolvePolicy } from './policy.ts';
 import { runIdOf } from './stored.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
-import { evaluate, loadState, materialize, requestInput } from './assemble.ts';
+import { evaluate, handedOut, loadState, materialize, requestInput } from './assemble.ts';
 import type { RequestInput } from './fitting.ts';
 import { inTransaction } from '../db/transaction.ts';
 import type { FitStep, ReferenceMade, RunCompactionPolicy, RunRequest } from './types.ts';
@@ -89,7 +89,9 @@ export async function recoverRunContext(options: RecoverRunContextOptions): Prom
     const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
     const state = await loadState(client, runId, scope, policy);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
-    const { projection, fitted } = evaluate(state, input, policy);
+    const evaluated = evaluate(state, input, policy);
+    // What prepareRunRequest hands out: over the threshold, the newest groups' results by reference too.
+    const { projection, fitted } = handedOut(evaluated, policy);
     const receipts: SummaryReceipt[] = (await runSummaryRequestsList(client, runId)).map((r) => ({ ...r }));
     const request = await materialize(client, runId, fitted);
     return {
@@ -101,7 +103,7 @@ export async function recoverRunContext(options: RecoverRunContextOptions): Prom
         targetBytes: policy.targetBytes,
         bytes: fitted.bytes,
         fits: fitted.bytes <= policy.thresholdBytes,
-        needsCompaction: fitted.bytes > policy.thresholdBytes,
+        needsCompaction: evaluated.fitted.bytes > policy.thresholdBytes,
         steps: fitted.steps,
         references: fitted.references,
         catalog: fitted.catalog,

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { runInScopeGet } from '../db/queries/run-history.ts';
 import { runResultInsert, runResultRead, type ResultSlice } from '../db/queries/run-results.ts';
 import { historyErrorFrom, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
-import { INT4_MAX, isInt4, isUuid, runIdOf } from './stored.ts';
+import { INT4_MAX, isInt4, isUuid, runIdOf, toStoredText } from './stored.ts';
 import type { ResultMeta } from './types.ts';
 
 /**
@@ -24,17 +24,22 @@ export interface StoreResultOptions {
 }
 
 /**
- * Stores a result version of the Run and returns its catalog entry.
+ * Stores a result version of the Run and returns its catalog entry. The
+ * content is stored as a text column holds it (toStoredText: a NUL or a lone
+ * surrogate becomes U+FFFD); its sizes, hash and every reread are of that form.
  * @throws RunNotFoundError when the Run is not in `scope`.
  * @throws RunHistoryError when `resultId` belongs to another Run or is a tool result body.
  */
 export async function storeResult(options: StoreResultOptions): Promise<ResultMeta> {
-  const { pool, scope, content } = options;
+  const { pool, scope } = options;
   const runId = runIdOf(options.runId, scope);
-  if (typeof content !== 'string') throw new RunHistoryError('storeResult: content must be a string');
+  if (typeof options.content !== 'string') throw new RunHistoryError('storeResult: content must be a string');
+  if (options.label !== undefined && options.label !== null && typeof options.label !== 'string') throw new RunHistoryError('storeResult: label must be a string');
+  const content = toStoredText(options.content);
+  const label = options.label === undefined || options.label === null ? null : toStoredText(options.label);
   if (!(await runInScopeGet(pool, runId, scope))) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
   try {
-    const row = await runResultInsert(pool, { runId, resultId: options.resultId ?? randomUUID(), kind: 'external', label: options.label ?? null, content });
+    const row = await runResultInsert(pool, { runId, resultId: options.resultId ?? randomUUID(), kind: 'external', label, content });
     return { resultId: row.resultId, version: row.version, bytes: row.bytes, lines: row.lines, sha256: row.sha256, label: row.label };
   } catch (error) {
     throw historyErrorFrom(error, 'storeResult');

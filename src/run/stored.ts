@@ -1,3 +1,4 @@
+import { REPLACEMENT_CHARACTER, toWellFormed } from '../gateway/text.ts';
 import { RunNotFoundError } from './errors.ts';
 
 /**
@@ -36,6 +37,18 @@ export function runIdOf(runId: unknown, scope: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
+/**
+ * Text in the form a `text` column stores it: a lone surrogate (which UTF-8
+ * cannot encode) and a NUL (which PostgreSQL text refuses, 22021) become
+ * U+FFFD. A NUL refused at recording stopped the Run: a tool whose output
+ * held one (a binary file read as text) left its call dispatched, never
+ * settled, and a model turn or an error message with one could not be
+ * recorded at all. Everything the request and a reread show is read from
+ * this stored form, so sizes, hashes and rereads agree with each other.
+ */
+export function toStoredText(text: string): string {
+  return toWellFormed(text).replace(/\0/g, REPLACEMENT_CHARACTER);
+}
 
 /**
  * The key of the object that stands for a JSON value jsonb cannot hold. Its

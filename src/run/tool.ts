@@ -44,22 +44,30 @@ export interface ReadResultToolOptions {
   scope: string;
   /** The tool call's input, as the model sent it. */
   input: unknown;
-  /** Most bytes of the answer. (Default: 32768) */
+  /** Most bytes of the answer, at least 516 (512 are kept for its header and its way on). (Default: 32768) */
   maxBytes?: number;
 }
 
 /** Entries one listing returns at most (each line is about 120 bytes: far under the answer's bound). */
 const PAGE = 50;
 
+/** Bytes of an answer kept for its header and its way on (together under 300 bytes: a uuid and a few integers). */
+const FRAME_RESERVE = 512;
+/** The least maxBytes: the reserve and a read of one character. */
+const MIN_ANSWER_BYTES = FRAME_RESERVE + 4;
+
 /**
  * Answers one `read_result` call as text for its tool result.
  * @throws RunHistoryError for an input that asks for nothing it can answer, or a number out of range (the call then failed).
  * @throws ResultNotFoundError / RunNotFoundError when the result or Run is not there.
+ * @throws RangeError for a maxBytes that is not an integer of at least 516 (the answer could not keep to it).
  */
 export async function readResultTool(options: ReadResultToolOptions): Promise<string> {
   const { pool, scope } = options;
   const runId = runIdOf(options.runId, scope);
   const maxBytes = options.maxBytes ?? READ_MAX_BYTES;
+  // Under it the read was clamped to 4 bytes and the header and the way on broke the bound (maxBytes 200: 204 bytes).
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < MIN_ANSWER_BYTES) throw new RangeError(`maxBytes must be an integer of at least ${MIN_ANSWER_BYTES}, got ${String(maxBytes)}`);
   const input = (options.input ?? {}) as Record<string, unknown>;
   // The model's numbers end up in integer columns and positions: past INT4_MAX is its mistake, told as one
   // (an end, endByte or toLine, may be larger: past the result it means its end, as in readResult).
@@ -97,7 +105,7 @@ export async function readResultTool(options: ReadResultToolOptions): Promise<st
   if (startByte !== undefined || endByte !== undefined) range = { bytes: { start: startByte ?? 0, ...(endByte === undefined ? {} : { end: endByte }) } };
   else if (fromLine !== undefined || toLine !== undefined) range = { lines: { from: fromLine ?? 1, ...(toLine === undefined ? {} : { to: toLine }) } };
   // The header and the "go on" line take some of the answer's bytes.
-  const read = await readResult({ pool, runId, scope, resultId: input.resultId, version, range, maxBytes: Math.max(4, maxBytes - 512) }).catch((error) => {
+  const read = await readResult({ pool, runId, scope, resultId: input.resultId, version, range, maxBytes: maxBytes - FRAME_RESERVE }).catch((error) => {
     // A range the model got wrong (an end before its start) is its call's failure, like any other input.
     throw error instanceof RangeError ? new RunHistoryError(`read_result: ${error.message}`, { cause: error }) : error;
   });
@@ -105,7 +113,7 @@ export async function readResultTool(options: ReadResultToolOptions): Promise<st
   // The way on ends where the asked range ends (a cut line range: the end of its last line).
   const next = read.next !== null && 'bytes' in read.next ? read.next.bytes : null;
   const until = next?.end === undefined ? '' : `, "endByte": ${next.end}`;
-  const tail = next === null ? '' : `\n[cut at ${maxBytes - 512} bytes: go on with {"resultId": "${read.resultId}", "version": ${read.version}, "startByte": ${next.start}${until}}]`;
+  const tail = next === null ? '' : `\n[cut at ${maxBytes - FRAME_RESERVE} bytes: go on with {"resultId": "${read.resultId}", "version": ${read.version}, "startByte": ${next.start}${until}}]`;
   return `[result ${read.resultId} version ${read.version}, ${where} of ${read.bytes} bytes]\n${read.content}${tail}`;
 }
 

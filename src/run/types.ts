@@ -22,7 +22,9 @@
  * - Reversible fitting: making the request smaller without losing anything:
  *   a shorter result catalog, older tool result bodies replaced by references
  *   to the result store, then bodies of the newest groups by their excerpt
- *   and reference.
+ *   and reference; last, only in the request handed out and only when that
+ *   brings it to the threshold, bodies of the newest groups by reference
+ *   alone (`reference_recent`; compaction is planned without this step).
  * - Cannot fit: still over the threshold after fitting and compaction; the
  *   result is `{ ok: false, cannotFit }`, naming what holds the bytes.
  * - Exhausted identity: a candidate identity that spent every attempt; its
@@ -98,11 +100,12 @@ export type ToolUnitStatus = 'proposed' | 'dispatched' | Settlement;
 
 /** A tool call the model proposed in a turn. */
 export interface ToolProposal {
-  /** The model's id for it (e.g. Anthropic `tool_use.id`); unique within the Run. */
+  /** The model's id for it (e.g. Anthropic `tool_use.id`); unique within the Run; letters, digits, `_` and `-` only (what the Messages API accepts). */
   id: string;
   name: string;
   /**
-   * JSON input. Stored as jsonb: key order is normalized. An input jsonb cannot
+   * JSON object input (the Messages API refuses any other; a missing or null
+   * one is sent as `{}`). Stored as jsonb: key order is normalized. An input jsonb cannot
    * hold (a NUL or a lone surrogate in a string or key) is stored escaped
    * (toStoredJson in stored.ts) and comes back exactly, key order included.
    */
@@ -309,7 +312,7 @@ export interface RunBudget {
 // ---------------------------------------------------------------------------
 // Reports
 
-export type FitStepName = 'measure' | 'shrink_catalog' | 'reference_results' | 'excerpt_recent' | 'compaction';
+export type FitStepName = 'measure' | 'shrink_catalog' | 'reference_results' | 'excerpt_recent' | 'reference_recent' | 'compaction';
 
 export interface FitStep {
   step: FitStepName;
@@ -323,7 +326,7 @@ export interface ReferenceMade {
   resultId: string;
   version: number;
   savedBytes: number;
-  /** `reference`: an older body by its reference; `excerpt`: a body of the newest groups by its excerpt and reference. */
+  /** `reference`: an older body by its reference (or, only over the threshold, one of the newest groups); `excerpt`: a body of the newest groups by its excerpt and reference. */
   form: 'reference' | 'excerpt';
 }
 

@@ -177,7 +177,7 @@ async function check(m: Model, { request, report }: PreparedRunRequest & { reque
     if (item.kind === 'tool_result' && recent.includes(item.seq) && item.reference && item.body === undefined && m.units.get(item.proposalId) !== undefined) {
       const externalized = m.externals.some((e) => e.resultId === item.reference!.resultId);
       // Fitting reaches into the newest groups only after every older body is a reference.
-      if (!externalized && report.references.some((r) => r.proposalId === item.proposalId) && !report.steps.some((st) => st.step === 'excerpt_recent')) fail(`recent unit ${item.proposalId} replaced by a reference`);
+      if (!externalized && report.references.some((r) => r.proposalId === item.proposalId) && !report.steps.some((st) => st.step === 'excerpt_recent' || st.step === 'reference_recent')) fail(`recent unit ${item.proposalId} replaced by a reference`);
     }
   }
 

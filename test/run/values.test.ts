@@ -76,12 +76,13 @@ describe('a tool input or thinking block jsonb cannot hold (defect 4)', () => {
     for (let i = 0; i < 3500; i++) deep = [deep];
     let withNul: unknown = 'a\u0000b';
     for (let i = 0; i < 500; i++) withNul = [withNul];
-    await recordModelTurn({ pool, runId, scope, text: 'Nested.', toolCalls: [{ id: 'deep', name: 'search', input: deep as object }, { id: 'nul', name: 'search', input: withNul as object }] });
+    // A tool input is a JSON object (the Messages API refuses any other): the arrays are its values.
+    await recordModelTurn({ pool, runId, scope, text: 'Nested.', toolCalls: [{ id: 'deep', name: 'search', input: { q: deep } }, { id: 'nul', name: 'search', input: { q: withNul } }] });
     for (const id of ['deep', 'nul']) await settle(runId, id);
     const prepared = await prepareChecked({ pool, runId, scope, ...INPUT });
     const inputs = Object.fromEntries(blocksOf(prepared.body!).filter((b) => b.type === 'tool_use').map((b) => [b.id, b.input]));
-    expect(JSON.stringify(inputs.deep)).toBe(JSON.stringify(deep));
-    expect(JSON.stringify(inputs.nul)).toBe(JSON.stringify(withNul));
+    expect(JSON.stringify(inputs.deep)).toBe(JSON.stringify({ q: deep }));
+    expect(JSON.stringify(inputs.nul)).toBe(JSON.stringify({ q: withNul }));
   });
 
   it('refuses an input that is not JSON with a named error', async () => {

@@ -130,6 +130,24 @@ export async function runModelTurnInsert(db: Queryable, runId: string, text: str
   return rows[0]!;
 }
 
+/**
+ * The model turn already recorded for a model request key, with its proposal
+ * ids in order; null when the key has no turn yet; undefined when the Run has
+ * no model request of that key. Locks the request's receipt (FOR UPDATE) for
+ * the rest of the transaction, so two recordings of one key are serialized.
+ */
+export async function runModelTurnOfRequest(db: Queryable, runId: string, requestKey: string): Promise<{ seq: number; text: string; proposalIds: string[] } | null | undefined> {
+  const { rows: receipt } = await db.query<{ id: string }>(
+    'select id from sourcebound.run_model_requests where run_id = $1 and request_key = $2 for update', [runId, requestKey]);
+  if (receipt.length === 0) return undefined;
+  const { rows } = await db.query<{ seq: number; text: string; proposalIds: string[] }>(
+    `select t.seq::float8 as seq, t.text,
+       coalesce((select array_agg(u.proposal_id order by u.position) from sourcebound.run_tool_units u
+                 where u.run_id = t.run_id and u.turn_seq = t.seq), '{}') as "proposalIds"
+     from sourcebound.run_turns t where t.run_id = $1 and t.model_request_id = $2 order by t.seq limit 1`, [runId, receipt[0]!.id]);
+  return rows[0] ?? null;
+}
+
 /** Inserts a model turn's proposals as `proposed` tool units, in order. */
 export async function runToolUnitsInsert(db: Queryable, runId: string, turnSeq: number, proposals: readonly { id: string; name: string; input: unknown }[]): Promise<void> {
   if (proposals.length === 0) return;
