@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest';
+import { claimRange } from '../../src/compaction/claim.ts';
+import { attemptsOfConversationRead, compactionSweepRun, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
+import { rangeAt } from '../../src/plan.ts';
+import { compactOffline, offlineContext } from '../integrity/support.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { addPairs, createConversation } from '../support/fixtures.ts';
+
+/**
+ * A worker claims a range and dies mid-call; then a reply of the range is
+ * edited. Only a claim of that same source ever took a dead claim over, so
+ * the dead claim stayed 'running' for good, its attempt open. The sweep
+ * settles it (0032): stale, its attempt unknown and spent.
+ */
+const db = await createTestDatabase();
+
+/** A claim whose worker is gone; leaseMs 0: its lease is over once its statement is (no clock to wait for). */
+async function deadClaim(c: string, workerId: string, leaseMs = 0) {
+  const { summarizer } = offlineContext(db.pool);
+  const claim = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: summarizer.model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId, leaseMs });
+  if (claim.kind !== 'claimed') throw new Error(`claim: ${claim.kind}`);
+  return claim;
+}
+
+async function editReply(c: string, pairIndex: number, suffix: string) {
+  await db.pool.query(
+    `update sourcebound.messages set content = content || $3
+     where id = (select assistant_message_id from sourcebound.pairs where conversation_id = $1 and pair_index = $2)`, [c, pairIndex, suffix]);
+}
+
+const shape = async (c: string) => (await summariesOfConversationRead(db.pool, c)).map((r) => [r.status, r.attemptsSpent, r.leaseOwner]);
+
+describe('a dead claim whose source changed', () => {
+  it('is settled stale by the sweep, its attempt unknown and spent', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    const dead = await deadClaim(c, 'dead-worker');
+    await editReply(c, 3, ' (edited)');
+    expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
+    // Was: ['running', 0, 'dead-worker'] for good.
+    expect(await shape(c)).toEqual([['running', 0, 'dead-worker'], ['completed', 1, null]]);
+
+    await compactionSweepRun(db.pool);
+    expect(await shape(c)).toEqual([['stale', 1, null], ['completed', 1, null]]);
+    expect((await summariesOfConversationRead(db.pool, c))[0]!.id).toBe(dead.record.id);
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.workerId, a.outcome, a.spent])).toEqual([
+      ['dead-worker', 'unknown', true],
+      ['integrity-test', 'ok', true],
+    ]);
+  });
+
+  it('counts the dead attempt if the old source comes back: its second claim is its last', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    await deadClaim(c, 'dead-worker');
+    await editReply(c, 3, ' (edited)');
+    await compactionSweepRun(db.pool);
+    await db.pool.query(`update sourcebound.messages set content = replace(content, ' (edited)', '') where conversation_id = $1`, [c]);
+    // The first source again, with one attempt spent: a second dead claim fails it for good once the source moves again.
+    await deadClaim(c, 'second-dead-worker');
+    await editReply(c, 4, ' (edited)');
+    await compactionSweepRun(db.pool);
+    const records = await summariesOfConversationRead(db.pool, c);
+    expect(records.map((r) => [r.status, r.attemptsSpent])).toEqual([['failed', 2]]);
+    expect(records[0]!.failureReason).toMatch(/two attempts spent/);
+  });
+
+  it('leaves alone a dead claim of the current source (the takeover counts it) and a live claim of an old one', async () => {
+    const current = await createConversation(db.pool);
+    await addPairs(db.pool, current, 30);
+    await deadClaim(current, 'dead-worker');
+    const old = await createConversation(db.pool);
+    await addPairs(db.pool, old, 30);
+    await deadClaim(old, 'live-worker', 60_000);
+    await editReply(old, 3, ' (edited)');
+
+    await compactionSweepRun(db.pool);
+    expect(await shape(current)).toEqual([['running', 0, 'dead-worker']]);
+    expect(await shape(old)).toEqual([['running', 0, 'live-worker']]);
+    // The takeover of the current source counts the dead attempt, as before.
+    expect((await compactOffline(db.pool, current)).ranges.map((r) => r.result)).toEqual(['completed']);
+    expect(await shape(current)).toEqual([['completed', 2, null]]);
+  });
+});
