@@ -32,7 +32,7 @@ import { gapNote, omittedNote } from './wording.ts';
  * With n items and M = 2n messages m1..mM:
  *   JSON = "[" m1 "," m2 ... "]" = 2 + sum|mi| + (M - 1) = 1 + sum(itemBytes)
  * and a note adds |noteBlock| + 1 (its block and a comma) inside the first turn,
- * and the breakpoint adds BREAKPOINT_BYTES to the last block.
+ * and each breakpoint adds BREAKPOINT_BYTES to the last block of its turn.
  */
 
 export type MessageParam = Anthropic.MessageParam;
@@ -109,6 +109,12 @@ export function firstPairOf(item: ProjectionItem): number {
   return item.kind === 'pair' ? item.pairIndex : item.fromPair;
 }
 
+/** The index of the newest summary item when an item follows it (it gets a breakpoint), else null. */
+export function newestSummaryMark(items: readonly ProjectionItem[]): number | null {
+  const at = items.findLastIndex((it) => it.kind === 'summary');
+  return at >= 0 && at < items.length - 1 ? at : null;
+}
+
 /** Most breakpoints a request may carry (Anthropic: 4); one is the caller's to place (system or tools). */
 const MAX_BREAKPOINTS = 3;
 
@@ -121,10 +127,13 @@ const MAX_BREAKPOINTS = 3;
  * Every omitted span is stated where it is: pairs left out before the first
  * item in a note at the start of the first user turn, pairs left out between
  * two items in a note at the start of the user turn after them. Breakpoints
- * (unless turned off): the end of the history, and the end of the item before
+ * (unless turned off): the end of the history, the end of the item before
  * each gap (the cache-stable layout keeps its summaries there, so a rewrite
- * of the newer part still reads them from the cache), newest first, at most
- * MAX_BREAKPOINTS.
+ * of the newer part still reads them from the cache), and the end of the
+ * newest summary when items follow it (a prompt cache holds a prefix only
+ * where a request put a breakpoint: so a rewrite that keeps the summaries, or
+ * swaps in the next one after them, reads them from the cache), newest
+ * first, at most MAX_BREAKPOINTS (one a place).
  */
 export function toAnthropicMessages(
   projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: AdapterOptions = {},
@@ -142,8 +151,10 @@ export function toAnthropicMessages(
     messages[2 * at] = { role: 'user', content: [note, ...(user.content as TextBlockParam[])] };
     if (at > 0) marks.push(2 * at - 1);
   }
+  const summaryAt = newestSummaryMark(items);
+  if (summaryAt !== null) marks.push(2 * summaryAt + 1);
   if (options.cacheBreakpoint ?? true) {
-    const points = [messages.length - 1, ...marks.sort((x, y) => y - x)].slice(0, MAX_BREAKPOINTS);
+    const points = [...new Set([messages.length - 1, ...marks.sort((x, y) => y - x)])].slice(0, MAX_BREAKPOINTS);
     for (const m of points) {
       const message = messages[m]!;
       const blocks = message.content as TextBlockParam[];

@@ -1,6 +1,6 @@
 import type { ProjectionSummaryRow } from '../db/queries/projection.ts';
 import { CONVERSATION_PROMPT_VERSION, isProjectable } from '../gateway/prompts.ts';
-import { codePointLength } from '../gateway/text.ts';
+import { codePointLength, isBlank } from '../gateway/text.ts';
 import { SUMMARY_CHAR_CEILING } from '../gateway/types.ts';
 import { sourceHash, sourceMessageIds, type SourcePair } from '../hash.ts';
 import { isAlignedRange } from '../plan.ts';
@@ -11,7 +11,8 @@ import type { SummaryNotUsedReason } from './types.ts';
  * "Projection"; seed Case B). A record is usable only when all hold:
  * its range is ten pairs aligned on a multiple of ten, it is completed, its
  * prompt version is projectable (@2, @3, @4; never @1 or an unknown version),
- * its text is at most the 6,000-character ceiling, its
+ * its text has something visible (gateway isBlank) and is at most the
+ * 6,000-character ceiling, its
  * 20 source message ids equal the current ids of the range's pairs in order
  * (user, assistant, user, assistant...), and the source hash recomputed over
  * the current texts with the record's hash version equals its source hash
@@ -39,6 +40,10 @@ export function recordIdCheck(record: ProjectionSummaryRow, fromPair: number, cu
   if (!isProjectable(record.promptVersion)) return 'version_not_allowed';
   // The contract's ceiling: a record over it is never projected, whatever made it.
   if (codePointLength(record.summary) > SUMMARY_CHAR_CEILING) return 'over_cap';
+  // White space or invisible characters only (the database asks only for length > 0; records made
+  // before the gateway's isBlank, or written by hand): it says nothing of the ten replies it would
+  // replace, and a white-space text block is refused by the Messages API.
+  if (isBlank(record.summary)) return 'blank';
   if (!sameIds(record.sourceMessageIds, currentIds)) return 'binding_changed';
   return null;
 }
@@ -62,7 +67,7 @@ export function currentIds(pairs: readonly Pick<SourcePair, 'userMessageId' | 'a
 
 // When no record is usable, the range reports the most telling reason: a real
 // summary whose source changed says more than one made with a banned version.
-const RANK: readonly SummaryNotUsedReason[] = ['binding_changed', 'hash_version_unknown', 'over_cap', 'version_not_allowed', 'misaligned'];
+const RANK: readonly SummaryNotUsedReason[] = ['binding_changed', 'hash_version_unknown', 'over_cap', 'blank', 'version_not_allowed', 'misaligned'];
 
 /** The most telling of several failed checks (with its record). */
 export function mostTelling(failures: readonly { reason: SummaryNotUsedReason; recordId: string }[]): { reason: SummaryNotUsedReason; recordId: string } | undefined {

@@ -14,6 +14,15 @@
  * reports is between requests priced the same way).
  */
 
+/**
+ * Content blocks a request looks back from each of its breakpoints for an
+ * entry an earlier request wrote (Anthropic: about 20). Entries are written
+ * only at breakpoints, so a prefix is read only if an earlier request put a
+ * breakpoint at its end and that end is this close before one of the
+ * request's own breakpoints.
+ */
+export const CACHE_LOOKBACK_BLOCKS = 20;
+
 /** Relative price of one input byte, by how the cache bills it. */
 export const CACHE_PRICES = Object.freeze({ read: 0.1, write: 1.25, uncached: 1.0 });
 

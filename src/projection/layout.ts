@@ -1,15 +1,17 @@
 import { createHash } from 'node:crypto';
 import {
-  completedSummariesBeforeRead, pairsPageRead, projectionLayoutRead, summariesForRangesRead,
+  completedSummariesBeforeRead, pairsPageRead, projectionLayoutNearRead, projectionLayoutRead, summariesForRangesRead,
   type ProjectionLayoutRow, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../plan.ts';
-import { BREAKPOINT_BYTES, firstPairOf, gapNoteBytes, itemBytes as adapterItemBytes, messagesBytes, noteBytes, toAnthropicMessages } from './anthropic.ts';
+import {
+  BREAKPOINT_BYTES, firstPairOf, gapNoteBytes, itemBytes as adapterItemBytes, messagesBytes, newestSummaryMark, noteBytes, toAnthropicMessages,
+} from './anthropic.ts';
 import { currentIds, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
-import { lowWaterBytes, rebuildPays, requestCost, rewritePays } from './cache.ts';
+import { CACHE_LOOKBACK_BLOCKS, lowWaterBytes, rebuildPays, requestCost, rewritePays } from './cache.ts';
 import type { OmittedSpan, ProjectionCacheInfo, ProjectionItem, SummaryItem, SummaryNotUsed } from './types.ts';
 import {
-  contiguous, hasTexts, judgeRange, pairItem, plannableFor, rawBytes, summaryItem, walk, type TextPair, type WalkResult,
+  contiguous, hasTexts, judgeRange, pairItem, plannableFor, rawBytes, smallerThanOriginal, summaryItem, walk, type TextPair, type WalkResult,
 } from './walk.ts';
 
 /**
@@ -69,6 +71,8 @@ export interface StableResult {
   save: ProjectionLayoutRow | null;
   /** The stored layout this call read (null: none): `save` replaces it only if it is still the one stored. */
   replaces: ProjectionLayoutRow | null;
+  /** The budget the layout read is stored under (a near budget's, projectionLayoutNearRead), and `save` with it; else this call's. */
+  storedAt: number;
 }
 
 // Items are immutable once made: their bytes are computed once.
@@ -87,11 +91,22 @@ const MIN_BYTES_PER_PAIR = 30;
 const MAX_BLOCK_RANGES = 64;
 
 export async function stableProjection(db: Queryable, args: StableArgs): Promise<StableResult> {
-  const stored = await projectionLayoutRead(db, args, args.onRead);
-  return { ...await kept(db, args, stored), replaces: stored };
+  let stored: ProjectionLayoutRow | null = await projectionLayoutRead(db, args, args.onRead);
+  let storedAt = args.budgetBytes;
+  if (stored === null) {
+    // A budget that moves a little from call to call (the window less the new message) keeps the layout
+    // of the nearest larger one: it is kept while it fits this budget, and rewritten in its place.
+    const near = await projectionLayoutNearRead(db, args, args.onRead);
+    if (near !== null) {
+      const { budgetBytes, ...layout } = near;
+      stored = layout;
+      storedAt = budgetBytes;
+    }
+  }
+  return { ...await kept(db, args, stored), replaces: stored, storedAt };
 }
 
-async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow | null): Promise<Omit<StableResult, 'replaces'>> {
+async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow | null): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
   const { count, budgetBytes } = args;
   if (stored === null) return rewrite(db, args, 'first', null);
   if (!wellFormed(stored, count)) return rewrite(db, args, 'changed', null);
@@ -117,12 +132,19 @@ function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
 }
 
 /** The layout kept; or why not, with the verified items of its head (up to its first gap) when only the budget is why. */
-type Kept = { kind: 'kept'; result: Omit<StableResult, 'replaces'> } | { kind: 'budget'; previous: PreviousLayout } | { kind: 'changed' };
+type Kept = { kind: 'kept'; result: Omit<StableResult, 'replaces' | 'storedAt'> } | { kind: 'budget'; previous: PreviousLayout } | { kind: 'changed' };
 
 /** What a budget rewrite knows of the layout it replaces. */
 interface PreviousLayout {
   /** Its items up to its first gap, verified against the current rows. */
   head: ProjectionItem[];
+  /**
+   * Where earlier requests put a cache breakpoint in its history (as `endOf` of the item there): the
+   * end of each request since it was made (one a turn: endPair..count-1), the end of its head
+   * before its first gap and the end of its newest summary. A prompt cache holds entries only there:
+   * a prefix ending elsewhere is written again.
+   */
+  cachedEnds: ReadonlySet<number>;
   /** Pairs it leaves out. */
   omittedPairs: number;
   /** Turns it has lasted (pairs appended since it was made). */
@@ -183,6 +205,11 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   // The pairs added since, raw at the end.
   const previous = (): PreviousLayout => ({
     head: items.filter((it) => gaps.length === 0 || firstPairOf(it) < gaps[0]!.fromPair),
+    cachedEnds: new Set([
+      ...gaps.slice(0, 1).map((g) => g.fromPair),
+      ...Array.from({ length: count - endPair }, (_, j) => endPair + j),
+      ...[newestSummaryMark(items)].flatMap((at) => (at === null ? [] : [endOf(items[at]!)])),
+    ]),
     omittedPairs: omitted.reduce((n, s) => n + s.toPair - s.fromPair + 1, 0),
     turns: count - endPair,
     summaries: items.filter((it): it is SummaryItem => it.kind === 'summary'),
@@ -211,7 +238,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
       continue;
     }
     const item = summaryItem(v.record, v.pairs);
-    const saving = rawBytes(v.pairs) - itemBytes(item);
+    const saving = smallerThanOriginal(itemBytes(item), v.pairs) ? rawBytes(v.pairs) - itemBytes(item) : 0;
     if (saving <= 0) {
       notUsed.push({ fromPair, toPair, reason: 'larger_than_original', recordId: v.record.id });
       continue;
@@ -221,27 +248,33 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
     notUsed.push({ fromPair, toPair, reason: 'kept_raw_for_cache', recordId: v.record.id });
   }
   const rawPairs = items.filter((it) => it.kind === 'pair').length;
-  const firstSwap = items.findIndex((it) => it.kind === 'pair' && swaps.has(it.pairIndex));
+  const swapped: ProjectionItem[] = [];
+  for (let j = 0; j < items.length; j++) {
+    const it = items[j]!;
+    const swap = it.kind === 'pair' ? swaps.get(it.pairIndex) : undefined;
+    if (swap === undefined) {
+      swapped.push(it);
+      continue;
+    }
+    swapped.push(swap);
+    j += RANGE_SIZE - 1;
+  }
+  // What the swapped history reads from the cache: its unchanged start only up to where an earlier
+  // request put a breakpoint (the head's end before a gap, the end of a request since the rewrite).
+  const headEnd = gaps.length > 0 ? gaps[0]!.fromPair : Number.POSITIVE_INFINITY;
+  const unchangedBytes = swaps.size === 0 ? 0 : cachedBytes(
+    swapped.filter((it) => firstPairOf(it) < headEnd), swapped.filter((it) => firstPairOf(it) >= headEnd), previous());
   if (swaps.size > 0 && rewritePays({
     currentBytes: bytes,
     rewrittenBytes: bytes - saves,
-    unchangedBytes: firstSwap <= 0 ? 0 : messagesBytes(toAnthropicMessages({ items: items.slice(0, firstSwap), omitted })),
+    unchangedBytes,
     budgetBytes,
     bytesPerTurn: rawPairs === 0 ? bytes : items.reduce((n, it) => n + (it.kind === 'pair' ? itemBytes(it) : 0), 0) / rawPairs,
     turnsSoFar: count,
   })) {
-    const swapped: ProjectionItem[] = [];
-    for (let j = 0; j < items.length; j++) {
-      const it = items[j]!;
-      const swap = it.kind === 'pair' ? swaps.get(it.pairIndex) : undefined;
-      if (swap === undefined) {
-        swapped.push(it);
-        continue;
-      }
-      swapped.push(swap);
-      j += RANGE_SIZE - 1;
-    }
-    const result: WalkResult = { items: swapped, omitted, summaryNotUsed: [], problems: [] };
+    // The ranges still shown raw keep their reasons; the swapped ones are summaries now.
+    const stillRaw = notUsed.filter((n) => !swaps.has(n.fromPair));
+    const result: WalkResult = { items: swapped, omitted, summaryNotUsed: stillRaw, problems: [] };
     return { kind: 'kept', result: { walk: result, rewrite: 'summaries', save: layoutOf(result, count) } };
   }
   const result: WalkResult = { items, omitted, summaryNotUsed: notUsed, problems: [] };
@@ -271,14 +304,16 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
  */
 async function rewrite(
   db: Queryable, args: StableArgs, why: NonNullable<ProjectionCacheInfo['rewrite']>, previous: PreviousLayout | null,
-): Promise<Omit<StableResult, 'replaces'>> {
+): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
   const { conversationId, scope, count, budgetBytes, onRead } = args;
   const whole = await walk(db, { conversationId, scope, count, budgetBytes, fillTo: budgetBytes, onRead });
   const raw = whole.items.filter((it) => it.kind === 'pair');
   const low = lowWaterBytes(budgetBytes, raw.length === 0 ? Number.NaN : raw.reduce((n, it) => n + itemBytes(it), 0) / raw.length);
-  // The whole conversation, when it fits: at a budget rewrite only when it fits the low-water mark,
-  // or the next rewrite would be a turn or two away.
-  const wholeFits = whole.omitted.length === 0 && (why !== 'budget' || messagesBytes(toAnthropicMessages(whole)) <= low);
+  // The whole conversation, when it fits: at a budget rewrite only when it fits the low-water mark
+  // (or the next rewrite would be a turn or two away), and not at once when a layout is in the cache:
+  // there it is one of the shapes (the newest items down to the low-water mark are all of them), and
+  // writing it all again (summaries swapped in at its start) must pay like any other shape.
+  const wholeFits = whole.omitted.length === 0 && (why !== 'budget' || (previous === null && messagesBytes(toAnthropicMessages(whole)) <= low));
   if (wholeFits || whole.problems.length > 0 || whole.items.length === 0) {
     return { walk: whole, rewrite: why, save: whole.problems.length === 0 ? layoutOf(whole, count) : null, lowWater: low };
   }
@@ -291,27 +326,29 @@ async function rewrite(
   // kept: the previous head, as much of it as fits beside the newest item, then the summaries after it.
   const fitsLow = (h: ProjectionItem[]) => shapeBytes(h, [newest]) <= low;
   if (previous !== null) {
-    const head: ProjectionItem[] = [];
+    const fitting: ProjectionItem[] = [];
     for (const item of previous.head) {
-      if (endOf(item) > tailFloor || !fitsLow([...head, item])) break;
-      head.push(item);
+      if (endOf(item) > tailFloor || !fitsLow([...fitting, item])) break;
+      fitting.push(item);
     }
     // A head that ends inside a range ends at the range's start instead: its raw pairs there are worth
-    // what the tail's are, and from a range boundary on the head can grow by summaries, read from the cache.
-    const aligned = head.findLastIndex((it) => endOf(it) % RANGE_SIZE === 0);
-    if (aligned >= 0) head.length = aligned + 1;
-    if (head.length > 0) {
-      const cached = shapeBytes(head, []);
+    // what the tail's are, and from a range boundary on the head can grow by summaries. But the cache
+    // holds the head only up to where an earlier request put a breakpoint (cachedEnds), so the head
+    // cut there is a candidate too: the price decides.
+    const aligned = fitting.findLastIndex((it) => endOf(it) % RANGE_SIZE === 0);
+    const cachedAt = fitting.findLastIndex((it) => previous.cachedEnds.has(endOf(it)));
+    const heads = [aligned >= 0 ? fitting.slice(0, aligned + 1) : fitting];
+    if (cachedAt >= 0 && cachedAt + 1 !== heads[0]!.length) heads.push(fitting.slice(0, cachedAt + 1));
+    for (const head of heads.filter((h) => h.length > 0)) {
       // denser: the same head cut at its first raw range that has a usable summary now, the summaries from there.
       const cut = await firstSummarizable(head, summaries);
       if (cut > 0) {
         const dense = head.slice(0, cut);
-        const denseCached = shapeBytes(dense, []);
         await extendHead(dense, summaries, fitsLow, tailFloor);
-        shapes.push(fillTail('denser', dense, whole.items, low, budgetBytes, denseCached));
+        shapes.push(fillTail('denser', dense, whole.items, low, budgetBytes, previous));
       }
       await extendHead(head, summaries, fitsLow, tailFloor);
-      shapes.push(fillTail('kept', head, whole.items, low, budgetBytes, cached));
+      shapes.push(fillTail('kept', head, whole.items, low, budgetBytes, previous));
     }
   }
   // block: the newest usable summaries, consecutive, newest first while they fit beside the newest item.
@@ -326,8 +363,8 @@ async function rewrite(
     if (!fitsLow([item, ...block])) break;
     block.unshift(item);
   }
-  if (block.length > 0) shapes.push(fillTail('block', block, whole.items, low, budgetBytes, 0));
-  shapes.push(fillTail('newest', [], whole.items, low, budgetBytes, 0));
+  if (block.length > 0) shapes.push(fillTail('block', block, whole.items, low, budgetBytes, previous));
+  shapes.push(fillTail('newest', [], whole.items, low, budgetBytes, previous));
 
   // The cheapest shape that carries as many of the user's messages as today's projection; if none
   // does, the one that carries the most; a shape that costs more than the cheapest only when what
@@ -367,7 +404,7 @@ interface Shape {
   head: ProjectionItem[];
   tail: ProjectionItem[];
   bytes: number;
-  /** The price of the rewrite's request history: its cached start read, the rest written. */
+  /** The price of the rewrite's request history: what of its start is in the cache read (cachedBytes), the rest written. */
   cost: number;
   /** Verbatim user messages (pairs covered). */
   users: number;
@@ -375,7 +412,8 @@ interface Shape {
 
 /** The head, and the newest items after it that fit `low` (the first one up to the whole budget). */
 function fillTail(
-  kind: Shape['kind'], head: ProjectionItem[], newestFirstItems: readonly ProjectionItem[], low: number, budget: number, cachedBytes: number,
+  kind: Shape['kind'], head: ProjectionItem[], newestFirstItems: readonly ProjectionItem[], low: number, budget: number,
+  previous: PreviousLayout | null,
 ): Shape {
   const from = head.length === 0 ? 0 : endOf(head.at(-1)!);
   const tail: ProjectionItem[] = [];
@@ -387,7 +425,8 @@ function fillTail(
     tail.unshift(item);
   }
   const bytes = tail.length === 0 ? Number.POSITIVE_INFINITY : shapeBytes(head, tail);
-  const cost = requestCost({ read: cachedBytes, written: bytes - cachedBytes, uncached: 0 });
+  const read = tail.length === 0 ? 0 : cachedBytes(head, tail, previous);
+  const cost = requestCost({ read, written: bytes - read, uncached: 0 });
   return { kind, head, tail, bytes, cost, users: userMessages(head) + userMessages(tail) };
 }
 
@@ -448,6 +487,39 @@ function summaryFinder(db: Queryable, args: StableArgs, walked: readonly Project
   };
 }
 
+/**
+ * Bytes at the start of a shape that its request reads from the prompt cache. A cache holds an entry
+ * only where an earlier request put a breakpoint (previous.cachedEnds), and a request finds one only
+ * looking back at most CACHE_LOOKBACK_BLOCKS content blocks from a breakpoint of its own: here the
+ * end of the head before a gap, or the end of the history. So: the longest prefix of the shape that
+ * is a prefix of the previous layout's head and ends at such a place within the lookback; else
+ * nothing (the whole history is written again).
+ */
+function cachedBytes(head: readonly ProjectionItem[], tail: readonly ProjectionItem[], previous: PreviousLayout | null): number {
+  if (previous === null) return 0;
+  const gap = head.length > 0 && tail.length > 0 && firstPairOf(tail[0]!) > endOf(head.at(-1)!);
+  const upTo = gap ? head : [...head, ...tail];
+  let same = 0;
+  while (same < Math.min(upTo.length, previous.head.length) && sameItem(upTo[same]!, previous.head[same]!)) same += 1;
+  let blocks = 0;
+  for (let k = upTo.length - 1; k >= 0 && blocks <= CACHE_LOOKBACK_BLOCKS; k--) {
+    if (k < same && previous.cachedEnds.has(endOf(upTo[k]!))) return shapeBytes(upTo.slice(0, k + 1), []);
+    blocks += blocksOf(upTo[k]!);
+  }
+  return 0;
+}
+
+/** The same item of one snapshot: the same pair, or the same record's summary of the same range. */
+function sameItem(a: ProjectionItem, b: ProjectionItem): boolean {
+  if (a.kind === 'pair') return b.kind === 'pair' && a.pairIndex === b.pairIndex;
+  return b.kind === 'summary' && a.fromPair === b.fromPair && a.recordId === b.recordId;
+}
+
+/** Content blocks of an item's two turns. */
+function blocksOf(item: ProjectionItem): number {
+  return item.kind === 'pair' ? 2 : item.userMessages.length + 2;
+}
+
 /** The pair after an item's last. */
 function endOf(item: ProjectionItem): number {
   return item.kind === 'pair' ? item.pairIndex + 1 : item.toPair + 1;
@@ -468,10 +540,19 @@ function shapeBytes(head: readonly ProjectionItem[], tail: readonly ProjectionIt
   const items = [...head, ...tail];
   if (items.length === 0) return 0;
   let bytes = 1 + items.reduce((n, it) => n + itemBytes(it), 0) + BREAKPOINT_BYTES;
+  let gapMark = -1;
   for (const span of shapeSpans(head, tail)) {
     // The note before the first item; a gap's note, and the breakpoint on the item before it.
-    bytes += span.fromPair === 0 && span.toPair + 1 === firstPairOf(items[0]!) ? noteBytes(span.toPair + 1) : gapNoteBytes(span.fromPair, span.toPair) + BREAKPOINT_BYTES;
+    if (span.fromPair === 0 && span.toPair + 1 === firstPairOf(items[0]!)) {
+      bytes += noteBytes(span.toPair + 1);
+    } else {
+      bytes += gapNoteBytes(span.fromPair, span.toPair) + BREAKPOINT_BYTES;
+      gapMark = head.length - 1;
+    }
   }
+  // The breakpoint after the newest summary (one a place: none more where the gap's is).
+  const summaryMark = newestSummaryMark(items);
+  if (summaryMark !== null && summaryMark !== gapMark) bytes += BREAKPOINT_BYTES;
   return bytes;
 }
 
@@ -489,7 +570,7 @@ async function usableSummary(
   if (full === null) return null;
   if (recordIdCheck(record, fromPair, currentIds(full)) !== null || recordHashCheck(record, full) !== null) return null;
   const item = summaryItem(record as ProjectionSummaryRow & { summary: string }, full);
-  return itemBytes(item) < rawBytes(full) ? item : null;
+  return smallerThanOriginal(itemBytes(item), full) ? item : null;
 }
 
 /** Loads a range's ten pairs with every text: from rows already read when they have them, else read in full. */

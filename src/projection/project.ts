@@ -77,7 +77,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   const conversationId = args.conversationId.toLowerCase();
   const persist = mode === 'stable' && (args.persistLayout ?? true);
 
-  let save: { layout: ProjectionLayoutRow; replaces: ProjectionLayoutRow | null } | null = null;
+  let save: { layout: ProjectionLayoutRow; replaces: ProjectionLayoutRow | null; storedAt: number } | null = null;
   let saved = false;
   const projection = await withSnapshot(args.pool, async (db) => {
     const count = await conversationPairCountRead(db, conversationId, scope, args.onRead);
@@ -90,7 +90,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
       const stable = await stableProjection(db, base);
       result = stable.walk;
       rewrite = stable.rewrite;
-      if (stable.save !== null) save = { layout: stable.save, replaces: stable.replaces };
+      if (stable.save !== null) save = { layout: stable.save, replaces: stable.replaces, storedAt: stable.storedAt };
       low = stable.lowWater ?? low;
     } else {
       result = await walk(db, { ...base, fillTo: budgetBytes });
@@ -100,7 +100,9 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
     });
   }, async (db) => {
     if (!persist || save === null) return;
-    saved = await saveLayout(db, { conversationId, scope, budgetBytes, ...save });
+    // In place of the layout read, under the budget it is stored under (a near budget's, or this one).
+    const { storedAt, ...write } = save;
+    saved = await saveLayout(db, { conversationId, scope, budgetBytes: storedAt, ...write });
   });
   projection.cache.layoutSaved = saved;
   if (projection.problems.length > 0) {

@@ -92,6 +92,8 @@ export type SummaryNotUsedReason =
   | 'hash_version_unknown'
   /** A completed record longer than the contract's 6,000-character ceiling: never projected. */
   | 'over_cap'
+  /** A completed record whose text is only white space or invisible characters: it says nothing of the replies, never projected. */
+  | 'blank'
   /** A completed record whose 20 message ids or source hash no longer match the current pairs (Case B). */
   | 'binding_changed'
   /** A usable summary whose candidate (ten user messages + summary) did not fit the budget left (Case C). */

@@ -32,8 +32,10 @@ import { summaryLabel } from './wording.ts';
  * (itemBytes). An item whose oldest pair is f is taken only if everything so
  * far, the item, the note for f omitted pairs (none when f is 0) and the
  * breakpoint fit: if it is the last item taken, that is exactly the final
- * request, so the accounting is exact. Reserving the note never costs an
- * older pair: the note (111 bytes at most) is smaller than the cheapest item.
+ * request, so the accounting is exact (the breakpoint at the end of the newest
+ * summary, when newer items follow it, is charged with that summary).
+ * Reserving the note never costs an older pair: the note (111 bytes at most)
+ * is smaller than the cheapest item.
  *
  * Cost follows the budget, not the conversation: pages of pairs are read by
  * pair_index newest first, sized from what the pairs so far cost, at most
@@ -191,10 +193,12 @@ export async function walk(db: Queryable, args: WalkArgs): Promise<WalkResult> {
     if (v.usable) {
       const item = summaryItem(v.record, v.pairs);
       const cost = itemBytes(item);
-      if (cost >= rawBytes(v.pairs)) {
+      // The newest summary gets a breakpoint at its end when newer items follow it (the adapter's rule).
+      const mark = taken > 0 && !newestFirst.some((it) => it.kind === 'summary') ? BREAKPOINT_BYTES : 0;
+      if (!smallerThanOriginal(cost, v.pairs)) {
         notUsed.push({ fromPair, toPair, reason: 'larger_than_original', recordId: v.record.id });
-      } else if (fits(cost, fromPair)) {
-        take(item, cost, fromPair);
+      } else if (fits(cost + mark, fromPair)) {
+        take(item, cost + mark, fromPair);
         continue;
       } else {
         notUsed.push({ fromPair, toPair, reason: 'does_not_fit', recordId: v.record.id });
@@ -277,6 +281,15 @@ export async function judgeRange(args: {
   const failed = records.find((r) => r.status === 'failed' && sameIds(r.sourceMessageIds, ids));
   if (failed !== undefined) return { usable: false, reason: 'failed', recordId: failed.id, ...withFull };
   return { usable: false, reason: pairs.length === RANGE_SIZE ? 'not_yet_summarized' : 'incomplete_range', ...withFull };
+}
+
+/**
+ * Whether a summary item of `cost` bytes is smaller than its range's original pairs, counting the
+ * breakpoint it may carry (the newest summary's): so a summary never costs more than its originals,
+ * and more budget never carries fewer pairs.
+ */
+export function smallerThanOriginal(cost: number, pairs: readonly TextPair[]): boolean {
+  return cost + BREAKPOINT_BYTES < rawBytes(pairs);
 }
 
 /** Bytes of a range's pairs as raw items. */

@@ -66,17 +66,21 @@ describe('toAnthropicMessages', () => {
     expect(texts(messages[3]!)).toEqual([`Antwort 20 ${'…'.repeat(20)}`]);
   });
 
-  it('marks the end of the history with one cache breakpoint, counted in the bytes; off on request', async () => {
+  it('marks the end of the history and the end of the newest summary with cache breakpoints, counted in the bytes; off on request', async () => {
     const p = await projectionWithEverything();
     const messages = toAnthropicMessages(p);
     const blocks = messages.flatMap((m) => (Array.isArray(m.content) ? m.content : []));
     const marked = blocks.filter((b) => 'cache_control' in b && b.cache_control !== undefined);
-    expect(marked).toHaveLength(1);
-    expect(marked[0]).toBe(blocks.at(-1));
-    expect(marked[0]).toMatchObject({ cache_control: { type: 'ephemeral' } });
+    // A prompt cache holds a prefix only where a request put a breakpoint: after the summary, so a later
+    // request that keeps the summary (and changes what follows it) reads it from the cache.
+    expect(marked).toHaveLength(2);
+    expect(marked[0]).toBe((messages[1]!.content as unknown[]).at(-1));
+    expect(p.items[0]).toMatchObject({ kind: 'summary' });
+    expect(marked[1]).toBe(blocks.at(-1));
+    expect(marked[1]).toMatchObject({ cache_control: { type: 'ephemeral' } });
     const plain = toAnthropicMessages(p, { cacheBreakpoint: false });
     expect(JSON.stringify(plain)).not.toContain('cache_control');
-    expect(messagesBytes(plain)).toBe(p.bytes - BREAKPOINT_BYTES);
+    expect(messagesBytes(plain)).toBe(p.bytes - 2 * BREAKPOINT_BYTES);
     expect(BREAKPOINT_BYTES).toBe(Buffer.byteLength(',"cache_control":{"type":"ephemeral"}'));
   });
 

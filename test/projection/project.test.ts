@@ -114,6 +114,23 @@ describe('projectConversationHistory', () => {
     expect((await project(other.id)).summaryNotUsed.filter((n) => n.reason === 'over_cap')).toEqual([]);
   });
 
+  it('refuses a completed record whose text is only white space or invisible characters (stable layout too)', async () => {
+    // The database asks only for a non-empty text: records from before the gateway's isBlank, or written by hand.
+    for (const blank of [' \n\t ', '\u200b\u200b', '\u2800']) {
+      const { id } = await conversation(30);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: blank });
+      for (const layout of ['newest-first', 'stable'] as const) {
+        const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: LARGE, layout });
+        checkInvariants(p);
+        expect(summaries(p), JSON.stringify(blank)).toEqual([]);
+        expect(pairIndexes(p)).toEqual(range(0, 29));
+        expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'blank', recordId });
+        // No text block the Messages API refuses ("text content blocks must contain non-whitespace text").
+        for (const m of toAnthropicMessages(p)) for (const b of m.content as { text: string }[]) expect(b.text.trim()).not.toBe('');
+      }
+    }
+  });
+
   it('prefers the current prompt version, then the newest record', async () => {
     const { id } = await conversation(30);
     await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2', summary: 'v2, newest', ageSeconds: 0 });

@@ -7,6 +7,7 @@ import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { insertSummary, rangeSource } from './support.ts';
 import { projectionLayoutWrite } from '../../src/db/queries/projection.ts';
+import { PromptCache } from '../../bench/lib/prompt-cache.ts';
 
 const db = await createTestDatabase();
 const SCOPE = 'tenant-a';
@@ -22,6 +23,9 @@ const reply = (i: number) => ({
   user: `question ${i}: ${'why '.repeat(1 + (i * 7) % 13)}?`,
   assistant: `answer ${i}: ${'because of the fund fees and overlap. '.repeat(3 + (i * 11) % 29)}`,
 });
+
+/** The pair the first item starts with. */
+const firstPair = (p: ConversationProjection) => { const i = p.items[0]!; return i.kind === 'pair' ? i.pairIndex : i.fromPair; };
 
 /** Verbatim user messages a projection carries (raw pairs, and the ten beside each summary). */
 const users = (p: ConversationProjection) => p.items.reduce((n, i) => n + (i.kind === 'pair' ? 1 : i.userMessages.length), 0);
@@ -95,22 +99,25 @@ describe('cache-stable projection (default layout)', () => {
   }, 120_000);
 
   it('keeps the whole history while it fits, then keeps its cached head, leaves out the middle and fills to the low-water mark', async () => {
+    // An app that asks before every request: each request's end is a cache entry (its breakpoint).
     const id = await createConversation(db.pool);
-    await addPairs(db.pool, id, 10, reply);
     const budget = 8 * 1024;
+    const cache = new PromptCache();
     const first = await project(id, budget);
     expect(first.cache).toMatchObject({ mode: 'stable', rewrite: 'first', layoutSaved: true });
-    expect(first.omitted).toEqual([]);
     let before = first;
     let p = first;
-    let turn = 10;
-    while (p.cache.rewrite !== 'budget') {
+    let turn = 0;
+    let priced = cache.price(toAnthropicMessages(p));
+    while (p.cache.rewrite !== 'budget' || turn < 2) {
       await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
       before = p;
       p = await project(id, budget);
       expect(p.bytes).toBeLessThanOrEqual(budget);
+      priced = cache.price(toAnthropicMessages(p));
     }
-    // The head of the previous history stays byte for byte (it is read from the cache), then a gap, then the newest pairs.
+    expect(before.omitted).toEqual([]);
+    // The head of the previous history stays byte for byte and is read from the cache, then a gap, then the newest pairs.
     expect(p.omitted).toHaveLength(1);
     const gap = p.omitted[0]!;
     expect(gap.fromPair).toBeGreaterThan(0);
@@ -118,6 +125,8 @@ describe('cache-stable projection (default layout)', () => {
     const head = p.items.filter((i) => i.kind === 'pair' && i.pairIndex < gap.fromPair);
     expect(head.length).toBeGreaterThan(0);
     expect(plain(p).slice(0, 2 * head.length)).toEqual(plain(before).slice(0, 2 * head.length));
+    const headBytes = plain(p).slice(0, 2 * head.length).reduce((n, m) => n + Buffer.byteLength(m), 0);
+    expect(priced.read).toBeGreaterThanOrEqual(headBytes);
     expect(p.items.at(-1)).toMatchObject({ kind: 'pair', pairIndex: p.pairCount - 1 });
     // Down to about the low-water mark: under it by less than one item and the gap's note, never over the budget.
     const low = p.cache.lowWaterBytes;
@@ -127,6 +136,29 @@ describe('cache-stable projection (default layout)', () => {
     // The note about omitted exchanges is fixed until the next rewrite.
     const next = await extendsOnNextTurn(id, budget, p, turn);
     expect(next.omitted).toEqual(p.omitted);
+  });
+
+  it('a budget rewrite keeps no head the cache does not hold: pairs written at once have no entry before their end', async () => {
+    // Ten pairs written before the first request: the only cache entries are at the ends of the requests
+    // since (pairs 9, 10, ...), all past any head that leaves room for the newest exchange. Keeping pairs
+    // 0-1 would write them again at 1.25x for one more user message; the newest items cost less.
+    const id = await createConversation(db.pool);
+    await addPairs(db.pool, id, 10, reply);
+    const budget = 8 * 1024;
+    const cache = new PromptCache();
+    let p = await project(id, budget);
+    cache.price(toAnthropicMessages(p));
+    let turn = 10;
+    let priced;
+    do {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
+      p = await project(id, budget);
+      priced = cache.price(toAnthropicMessages(p));
+    } while (p.cache.rewrite !== 'budget');
+    expect(priced.read).toBe(0);
+    // So the rewrite lays out the newest items alone: nothing before them is sent, and the note says so.
+    expect(p.omitted).toEqual([{ fromPair: 0, toPair: firstPair(p) - 1, reason: 'budget' }]);
+    expect(p.items.at(-1)).toMatchObject({ kind: 'pair', pairIndex: p.pairCount - 1 });
   });
 
   it('a conversation that has just outgrown the budget keeps its cached head; a summary block comes once the layout has saved its price', async () => {
@@ -151,11 +183,51 @@ describe('cache-stable projection (default layout)', () => {
     expect(users(block!)).toBeGreaterThan(users(before));
   }, 60_000);
 
-  it('a summary that became usable inside the kept head is reported as kept raw for the cache', async () => {
+  it('a budget rewrite keeps the cached head rather than writing everything again when summaries would make the whole conversation fit', async () => {
+    // An app that asks before every request; the history is about to reach the budget when the
+    // summaries of pairs 0-19 become usable, so they wait (kept raw for the cache). With them the whole
+    // conversation would fit the low-water mark, but it starts with them: every byte written again at
+    // 1.25x for a projection that has saved nothing yet. The cached head is kept instead.
     const id = await createConversation(db.pool);
-    await addPairs(db.pool, id, 40, reply);
+    const budget = await (async () => {
+      const probe = await createConversation(db.pool);
+      await addPairs(db.pool, probe, 41, reply);
+      return (await project(probe, 10_000_000, { persistLayout: false })).bytes - 200;
+    })();
+    const cache = new PromptCache();
+    let p = await project(id, budget);
+    cache.price(toAnthropicMessages(p));
+    let turn = 0;
+    let priced;
+    do {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
+      if (turn === 40) {
+        await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
+        await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: 'Overlap compared.' });
+      }
+      p = await project(id, budget);
+      priced = cache.price(toAnthropicMessages(p));
+      if (turn === 40) expect(p.summaryNotUsed.filter((n) => n.reason === 'kept_raw_for_cache')).toHaveLength(2);
+    } while (p.cache.rewrite !== 'budget' || turn <= 40);
+    // What the whole conversation with the summaries would cost, written anew.
+    const whole = await project(id, budget, { layout: 'newest-first' });
+    expect(whole.omitted).toEqual([]);
+    expect(whole.bytes).toBeLessThanOrEqual(p.cache.lowWaterBytes);
+    // The rewrite read its head from the cache and costs less than writing the whole again.
+    expect(priced.read).toBeGreaterThan(p.bytes / 2);
+    expect(priced.cost).toBeLessThan(whole.bytes * 1.25);
+    expect(p.items[0]).toMatchObject({ kind: 'pair', pairIndex: 0 });
+    expect(p.bytes).toBeLessThanOrEqual(budget);
+  });
+
+  it('a summary that became usable inside the kept head is reported as kept raw for the cache', async () => {
+    // An app that asks before every request, so the ends of its requests are cache entries.
+    const id = await createConversation(db.pool);
     const budget = 32 * 1024;
-    expect((await project(id, budget)).omitted).toEqual([]);
+    for (let turn = 0; turn < 40; turn++) {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn });
+      expect((await project(id, budget)).omitted).toEqual([]);
+    }
     const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
     let p = await project(id, budget);
     let turn = 40;
@@ -215,6 +287,13 @@ describe('cache-stable projection (default layout)', () => {
     expect(swapped.cache.rewrite).toBe('summaries');
     expect(swapped.items[0]).toMatchObject({ kind: 'summary', fromPair: 0, recordId });
     expect(swapped.bytes).toBeLessThan(waited.bytes);
+    // The ranges still shown raw say why, as before the swap.
+    expect(swapped.summaryNotUsed).toEqual([
+      { fromPair: 10, toPair: 19, reason: 'not_yet_summarized' },
+      { fromPair: 20, toPair: 29, reason: 'not_yet_summarized' },
+      { fromPair: 30, toPair: 39, reason: 'not_yet_summarized' },
+      { fromPair: 40, toPair: 45, reason: 'incomplete_range' },
+    ]);
     await checkBindings(id, swapped);
     // And the next turn extends each layout.
     await extendsOnNextTurn(id, tight, waited, 46);
@@ -345,6 +424,31 @@ describe('cache-stable projection (default layout)', () => {
     } finally {
       other.release();
     }
+  });
+
+  it('a budget that moves a little every turn (the window less the new message) keeps its layout and stores a few rows, not one a turn', async () => {
+    const id = await createConversation(db.pool);
+    const window = 16 * 1024;
+    let rewrites = 0;
+    let previous: string[] | null = null;
+    for (let turn = 0; turn < 80; turn++) {
+      const next = { role: 'user' as const, content: reply(turn).user };
+      const budget = window - Buffer.byteLength(JSON.stringify(next));
+      const p = await project(id, budget);
+      expect(p.bytes).toBeLessThanOrEqual(budget);
+      if (p.cache.rewrite === null) {
+        expect(plain(p).slice(0, previous!.length)).toEqual(previous);
+      } else {
+        rewrites += 1;
+      }
+      previous = plain(p);
+      await addPairs(db.pool, id, 1, reply, { startAt: turn });
+    }
+    // Laid out anew only when the history reaches the budget (as at a fixed budget), or when the budget
+    // passes the largest one seen: not on every turn, and not one stored row a turn.
+    expect(rewrites).toBeLessThanOrEqual(12);
+    const { rows } = await db.pool.query('select count(*)::int as n from sourcebound.projection_layouts where conversation_id = $1', [id]);
+    expect(rows[0].n).toBeLessThanOrEqual(8);
   });
 
   it('the layout of one budget never leaks into another scope or budget', async () => {

@@ -13,7 +13,8 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
-  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'completedSummariesBeforeRead' | 'projectionLayoutRead';
+  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'completedSummariesBeforeRead' | 'projectionLayoutRead'
+    | 'projectionLayoutNearRead';
   /** Rows returned. */
   rows: number;
   /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
@@ -172,6 +173,38 @@ export async function projectionLayoutRead(
   const { rows } = await db.query<ProjectionLayoutRow>(
     'select * from sourcebound.projection_layout($1, $2, $3)', [args.conversationId, args.scope, args.budgetBytes]);
   observe?.({ query: 'projectionLayoutRead', rows: rows.length });
+  return rows[0] ?? null;
+}
+
+/** A layout stored under a budget is also used for budgets down to NEAR_BUDGET of it (while it fits them). */
+export const NEAR_BUDGET = 0.8;
+
+/**
+ * When no layout is stored at this very budget: the stored layout of the
+ * conversation under the nearest larger budget, up to budgetBytes /
+ * NEAR_BUDGET, with the budget it is stored under; or null. An app whose
+ * budget is what its window leaves after the new message asks with a
+ * different budget every turn: without this, each call laid the history out
+ * anew (no cache read) and stored one more row. Never a smaller budget's: a
+ * layout made for less would carry fewer pairs than this budget holds. Read
+ * only when the exact read found nothing (plain SQL: a call that keeps its
+ * layout never sends it).
+ */
+export async function projectionLayoutNearRead(
+  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number }, observe?: ReadObserver,
+): Promise<(ProjectionLayoutRow & { budgetBytes: number }) | null> {
+  if (args.budgetBytes > MAX_LAYOUT_BUDGET) return null;
+  const { rows } = await db.query<ProjectionLayoutRow & { budgetBytes: number }>(
+    `select l.budget_bytes as "budgetBytes", l.start_pair as "startPair", l.end_pair as "endPair", l.summaries, l.gaps,
+            l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes"
+     from sourcebound.projection_layouts l
+     join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
+     where l.conversation_id = $1 and l.budget_bytes > $3 and l.budget_bytes <= $4
+     order by l.budget_bytes
+     limit 1`,
+    [args.conversationId, args.scope, args.budgetBytes, Math.min(MAX_LAYOUT_BUDGET, Math.floor(args.budgetBytes / NEAR_BUDGET))],
+  );
+  observe?.({ query: 'projectionLayoutNearRead', rows: rows.length });
   return rows[0] ?? null;
 }
 
