@@ -36,7 +36,7 @@ export interface Gateway {
  * summary comes out as `ok`. A throw from the summarizer is `unknown` (it may
  * have reached the provider), and an `ok` that breaks the contract (empty,
  * over the cap) is `invalid`, so a bug never becomes a summary. Whatever a
- * summarizer returns leaves storable (see storable()), and a provider's short
+ * summarizer returns leaves storable (see conformOutcome()), and a provider's short
  * retry-after is backed off (deferral.ts).
  */
 export function createGateway(options: GatewayOptions): Gateway {
@@ -58,7 +58,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     } catch (err) {
       // Admission promises not to throw; if it does anyway, nothing was sent: defer, loudly.
       logger.error({ err }, 'admission threw; call deferred');
-      return storable({ kind: 'deferred', reason: `admission_error:${err instanceof Error ? err.message : String(err)}`, retryAfterMs: null });
+      return conformOutcome({ kind: 'deferred', reason: `admission_error:${err instanceof Error ? err.message : String(err)}`, retryAfterMs: null }, summarizer.model);
     }
     if (admission && slot === null) {
       const reason = request.signal?.aborted ? 'aborted_before_send' : 'admission_timeout';
@@ -67,10 +67,10 @@ export function createGateway(options: GatewayOptions): Gateway {
     }
     let outcome: Outcome;
     try {
-      outcome = backoff.apply(request, checked(storable(await summarizer.summarize(request)), maxChars));
+      outcome = backoff.apply(request, checkedAnswer(conformOutcome(await summarizer.summarize(request), summarizer.model), maxChars));
     } catch (err) {
       logger.error({ err, model: summarizer.model }, 'summarizer threw; recorded as unknown');
-      outcome = storable({ kind: 'unknown', reason: `summarizer_threw:${err instanceof Error ? err.message : String(err)}`, requestId: null });
+      outcome = conformOutcome({ kind: 'unknown', reason: `summarizer_threw:${err instanceof Error ? err.message : String(err)}`, requestId: null }, summarizer.model);
     } finally {
       slot?.release();
     }
@@ -82,8 +82,13 @@ export function createGateway(options: GatewayOptions): Gateway {
   return { model: summarizer.model, summarize };
 }
 
-/** `outcome`, unless it is an `ok` whose text breaks the contract. */
-function checked(outcome: Outcome, maxChars: number): Outcome {
+/**
+ * `outcome`, unless it is an `ok` whose text breaks the contract (blank, a
+ * NUL, which PostgreSQL text refuses, or over `maxChars` code points): then
+ * `invalid`. The gateway and the Run's summary calls (src/run/summarize.ts)
+ * both judge an answer with it.
+ */
+export function checkedAnswer(outcome: Outcome, maxChars: number): Outcome {
   if (outcome.kind !== 'ok') return outcome;
   const fail = (reason: string): Outcome => ({ kind: 'invalid', reason: `contract:${reason}`, model: outcome.model, usage: outcome.usage, requestId: outcome.requestId });
   if (typeof outcome.text !== 'string' || isBlank(outcome.text)) return fail('empty_text');
@@ -94,34 +99,42 @@ function checked(outcome: Outcome, maxChars: number): Outcome {
 }
 
 /**
- * `outcome` with every field that is stored made storable, whatever the
- * summarizer: a NUL in a reason, request id or model name made the commit
- * throw (PostgreSQL text refuses it) and the claim sit out its lease; an
- * unbounded reason grew every attempt row; a retry-after of 1e300 ms is out
- * of a timestamp's range; a usage of 1e300 tokens is no figure. (The answer
- * text is checked, not changed: checked().)
+ * What a summarizer returned, as an Outcome whose every stored field is
+ * storable, whatever the summarizer (a plain JS one included). A NUL in a
+ * reason, request id or model name made the commit throw (PostgreSQL text
+ * refuses it); an unbounded reason grew every attempt row; a retry-after of
+ * 1e300 ms is out of a timestamp's range; a usage of 1e300 tokens is no
+ * figure; an outcome of no known kind, or a field of the wrong type, made
+ * the settlement fail and left its claim or receipt in flight for a lease.
+ * So: no known kind is `unknown` (the request was sent and may have been
+ * processed, `contract:malformed_outcome:<kind>`); a field of the wrong type
+ * is the value that says nothing (null usage, no retry-after, `model` the
+ * summarizer's); text fields are made storable (providerText). The answer
+ * text is checked, not changed: checkedAnswer().
  */
-function storable(outcome: Outcome): Outcome {
-  switch (outcome.kind) {
+export function conformOutcome(value: unknown, model: string): Outcome {
+  const o = (value !== null && typeof value === 'object' ? value : {}) as Record<string, unknown>;
+  const text = (v: unknown, fallback: string) => storableString(typeof v === 'string' && v !== '' ? v : fallback, REASON_MAX_CHARS);
+  const answerModel = typeof o.model === 'string' && o.model !== '' ? storableString(o.model, REASON_MAX_CHARS) : model;
+  const requestId = storableRequestId(o.requestId as string | null | undefined);
+  switch (o.kind) {
     case 'ok':
-      return { ...outcome, model: storableString(outcome.model, REASON_MAX_CHARS), usage: storableUsage(outcome.usage), requestId: storableRequestId(outcome.requestId) };
+      // Its grounding is checked after this call (groundOutcome), never taken from the summarizer.
+      return { kind: 'ok', text: o.text as string, model: answerModel, usage: storableUsage(o.usage), requestId };
     case 'invalid':
-      return {
-        ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS), model: storableString(outcome.model, REASON_MAX_CHARS),
-        usage: storableUsage(outcome.usage), requestId: storableRequestId(outcome.requestId),
-      };
-    case 'unknown':
-      return { ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS), requestId: storableRequestId(outcome.requestId) };
+      return { kind: 'invalid', reason: text(o.reason, 'contract:no_reason'), model: answerModel, usage: storableUsage(o.usage), requestId };
     case 'deferred': {
-      const wait = outcome.retryAfterMs;
+      const wait = o.retryAfterMs;
       // A wait that is no number, or negative, is no wait asked for: the caller's own delay applies.
-      const retryAfterMs = typeof wait === 'number' && wait >= 0 ? capRetryAfter(wait) : null;
-      return { ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS), retryAfterMs };
+      return { kind: 'deferred', reason: text(o.reason, 'deferred'), retryAfterMs: typeof wait === 'number' && wait >= 0 ? capRetryAfter(wait) : null };
     }
+    case 'unknown':
+      return { kind: 'unknown', reason: text(o.reason, 'unknown'), requestId };
     case 'config':
-      return { ...outcome, reason: storableString(outcome.reason, REASON_MAX_CHARS) };
+      return { kind: 'config', reason: text(o.reason, 'config'), status: Number.isSafeInteger(o.status) ? o.status as number : null };
+    default:
+      return { kind: 'unknown', reason: `contract:malformed_outcome:${providerText(String(o.kind ?? (value === null ? 'null' : typeof value)), 80)}`, requestId: null };
   }
-  return outcome;
 }
 
 function storableString(value: unknown, max: number): string {
@@ -129,9 +142,10 @@ function storableString(value: unknown, max: number): string {
 }
 
 /** Usage only when both counts are real token counts (isTokenCount). */
-function storableUsage(usage: Usage | null | undefined): Usage | null {
-  if (usage === null || usage === undefined) return null;
-  return isTokenCount(usage.inputTokens) && isTokenCount(usage.outputTokens) ? usage : null;
+function storableUsage(value: unknown): Usage | null {
+  const usage = value as Partial<Usage> | null | undefined;
+  if (usage === null || typeof usage !== 'object') return null;
+  return isTokenCount(usage.inputTokens) && isTokenCount(usage.outputTokens) ? { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens } : null;
 }
 
 /** The outcome without the summary text, for logs. */

@@ -55,6 +55,16 @@ describe('gateway', () => {
     await admission.close();
   });
 
+  it('reads an outcome of the wrong shape from a plain JS summarizer for what can be known (one rule with the Run path)', async () => {
+    const gateway = (value: unknown) => createGateway({ summarizer: scripted(() => value as Outcome), defaults: { maxChars: 100, deadlineMs: 100 } }).summarize(request);
+    expect(await gateway({ kind: 'done', text: 'x' })).toEqual({ kind: 'unknown', reason: 'contract:malformed_outcome:done', requestId: null });
+    expect(await gateway(null)).toEqual({ kind: 'unknown', reason: 'contract:malformed_outcome:null', requestId: null });
+    expect(await gateway({ kind: 'deferred', reason: 'busy' })).toEqual({ kind: 'deferred', reason: 'busy', retryAfterMs: null });
+    expect(await gateway({ kind: 'config', reason: 7 })).toEqual({ kind: 'config', reason: 'config', status: null });
+    expect(await gateway({ kind: 'ok', text: 'fine', usage: { inputTokens: 1.5, outputTokens: 2 }, grounding: { checked: [], ungrounded: [] } }))
+      .toEqual({ kind: 'ok', text: 'fine', model: 'test/scripted@1', usage: null, requestId: null });
+  });
+
   it('never lets a contract-breaking ok through: over the cap or empty becomes invalid', async () => {
     const gateway = (text: string) => createGateway({ summarizer: scripted(() => ok(text)), defaults: { maxChars: 5, deadlineMs: 100 } });
     expect(await gateway('123456').summarize(request)).toMatchObject({ kind: 'invalid', reason: 'contract:too_long:6>5', model: 'test/scripted@1' });

@@ -420,7 +420,7 @@ describe('summary text hygiene', () => {
     expect(lone.request.messages[1]).toMatchObject({ text: 'half a pair: \ufffd end' });
     const other = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100 });
     const nul = await prepare(other.runId, { summarizer: recordingSummarizer(() => ok('a\u0000b')) });
-    expect(nul.report.compaction).toMatchObject({ decision: 'failed', outcome: 'invalid', reason: 'contract:nul_character' });
+    expect(nul.report.compaction).toMatchObject({ decision: 'failed', outcome: 'invalid', reason: 'contract:unstorable_text:U+0000' });
   });
 
   it('refuses a summary of invisible characters only, as the gateway does (a summarizer used without it)', async () => {
