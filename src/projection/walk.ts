@@ -101,6 +101,7 @@ export async function walk(db: Queryable, args: WalkArgs): Promise<WalkResult> {
 
   let used = 0; // summed itemBytes of the items taken
   let taken = 0;
+  let summaries = 0; // summary items taken
   let oldest = count; // pairs oldest..count-1 are in the projection
   const newestFirst: ProjectionItem[] = [];
   const notUsed: SummaryNotUsed[] = [];
@@ -114,6 +115,7 @@ export async function walk(db: Queryable, args: WalkArgs): Promise<WalkResult> {
     newestFirst.push(item);
     used += cost;
     taken += 1;
+    if (item.kind === 'summary') summaries += 1;
     oldest = fromPair;
   };
   const problem = (p: ProjectionProblem) => {
@@ -194,7 +196,7 @@ export async function walk(db: Queryable, args: WalkArgs): Promise<WalkResult> {
       const item = summaryItem(v.record, v.pairs);
       const cost = itemBytes(item);
       // The newest summary gets a breakpoint at its end when newer items follow it (the adapter's rule).
-      const mark = taken > 0 && !newestFirst.some((it) => it.kind === 'summary') ? BREAKPOINT_BYTES : 0;
+      const mark = taken > 0 && summaries === 0 ? BREAKPOINT_BYTES : 0;
       if (!smallerThanOriginal(cost, v.pairs)) {
         notUsed.push({ fromPair, toPair, reason: 'larger_than_original', recordId: v.record.id });
       } else if (fits(cost + mark, fromPair)) {
