@@ -16,12 +16,9 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { withDatabase } from '../src/db/database.ts';
 import { migrateDatabase } from '../src/db/migrate.ts';
-import { extractiveSummary } from '../src/gateway/offline.ts';
-import { sourceHash, sourceMessageIds, type SourcePair } from '../src/hash.ts';
 import { silentLogger } from '../src/logger.ts';
-import { projectConversationHistory, toAnthropicMessages, type MessageParam, type PairItem } from '../src/projection/index.ts';
 import { dataset } from './lib/data.ts';
-import { PromptCache } from './lib/prompt-cache.ts';
+import { replayThread } from './lib/replay.ts';
 
 const { values } = parseArgs({ options: { threads: { type: 'string', default: '50' }, budgets: { type: 'string', default: '8192,16384,32768,65536' }, lag: { type: 'string', default: '3' } } });
 const url = process.env.DATABASE_URL;
@@ -42,33 +39,13 @@ const pool = new pg.Pool({ connectionString: withDatabase(url, name), max: 4 });
 
 const threads = [...dataset().threads].sort((a, b) => b.pairs.length - a.pairs.length || a.id.localeCompare(b.id)).slice(0, Number(values.threads));
 const costs = new Map<string, number[]>();
+const above: string[] = [];
 try {
   for (const thread of threads) {
-    const { rows: [conversation] } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('p8') returning id`);
-    const id = conversation!.id;
-    const caches = new Map<string, { cache: PromptCache; cost: number }>();
-    const whole = new PromptCache();
-    let wholeCost = 0;
-    const wholeItems: PairItem[] = [];
-    let summarized = 0;
-    for (let t = 0; t < thread.pairs.length; t++) {
-      const next: MessageParam = { role: 'user', content: thread.pairs[t]!.user };
-      wholeCost += whole.price([...toAnthropicMessages({ items: wholeItems, omitted: [] }), next]).cost;
-      for (const budgetBytes of budgets) {
-        for (const layout of ['stable', 'newest-first'] as const) {
-          const key = `${budgetBytes} ${layout}`;
-          const p = await projectConversationHistory({ pool, conversationId: id, scope: 'p8', budgetBytes, layout });
-          const entry = caches.get(key) ?? { cache: new PromptCache(), cost: 0 };
-          entry.cost += entry.cache.price([...toAnthropicMessages(p), next]).cost;
-          caches.set(key, entry);
-        }
-      }
-      await writePair(id, thread.pairs[t]!);
-      wholeItems.push({ kind: 'pair', pairIndex: t, runId: '', userMessageId: '', assistantMessageId: '', userText: thread.pairs[t]!.user, assistantText: thread.pairs[t]!.assistant });
-      // A range's summary arrives `lag` turns after it becomes plannable (its pairs older than the newest 20).
-      while (summarized * 10 + 9 < t + 1 - 20 - lag) await summarize(id, (summarized++) * 10);
+    for (const [key, cost] of await replayThread(pool, thread, { budgets, layouts: ['stable', 'newest-first'], lag })) {
+      costs.set(key, [...(costs.get(key) ?? []), cost]);
+      if (key.endsWith(' stable') && cost > 1.0001) above.push(`${thread.id} at ${key.split(' ')[0]}: ${cost.toFixed(3)}`);
     }
-    for (const [key, { cost }] of caches) costs.set(key, [...(costs.get(key) ?? []), cost / wholeCost]);
   }
 } finally {
   await pool.end();
@@ -83,32 +60,4 @@ for (const [key, list] of costs) {
   const mean = list.reduce((a, b) => a + b, 0) / list.length;
   process.stdout.write(`| ${budget} | ${layout} | ${mean.toFixed(3)} | ${Math.max(...list).toFixed(3)} | ${list.filter((c) => c > 1.0001).length} |\n`);
 }
-
-async function writePair(conversationId: string, pair: { user: string; assistant: string }): Promise<void> {
-  const client = await pool.connect();
-  try {
-    await client.query('begin');
-    const { rows: [run] } = await client.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
-    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', $3, 'completed')`, [conversationId, run!.id, pair.user]);
-    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, 'completed')`, [conversationId, run!.id, pair.assistant]);
-    await client.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run!.id]);
-    await client.query('commit');
-  } catch (error) {
-    await client.query('rollback');
-    throw error;
-  } finally {
-    client.release();
-  }
-}
-
-/** A completed record for the ten pairs from `fromPair`: the offline summarizer's summary, bound to their ids and hash. */
-async function summarize(conversationId: string, fromPair: number): Promise<void> {
-  const { rows: source } = await pool.query<SourcePair>(
-    `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
-     from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`, [conversationId, fromPair, fromPair + 9]);
-  const summary = extractiveSummary(source.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })), 6000) ?? 'summary';
-  await pool.query(
-    `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status, summary, completed_at)
-     values ($1, 'p8', $2, $3, $4::uuid[], $5, 1, 'sourcebound/extractive@2', 'conversation-compaction@4', 'completed', $6, now())`,
-    [conversationId, fromPair, fromPair + 9, sourceMessageIds(source), sourceHash(source), summary]);
-}
+if (above.length > 0) process.stdout.write(`\nStable replays above 1: ${above.join('; ')}\n`);

@@ -101,28 +101,48 @@ export function rewritePays(args: {
 }
 
 /**
- * Whether a forced rewrite may lay the history out afresh (writing all of it
- * to the cache again) instead of keeping the cached head of the current
- * layout, because the fresh layout carries more of the user's messages. It
- * may when the extra price of that request is covered by what the
- * projection has saved against sending the whole history: at least the reads
- * of what the current layout does not send raw (the pairs it leaves out, and
- * what its summaries save), on every turn it has lasted;
- * and, as the conversation has been over the budget for about as many turns
- * as it now leaves pairs out (one more each turn), about half of those pairs'
- * reads on each of those turns. So savings pay for fidelity, and a
- * conversation that has only just outgrown the budget (nothing saved yet)
- * keeps its cached head: caching never costs more than not compacting at all.
+ * The projection's ledger, stored with each layout: what its requests at one
+ * budget have saved against sending the whole history with a breakpoint at
+ * its end (the baseline P8 prices), in uncached-byte prices.
+ *
+ * Between rewrites each request extends the previous one, as the whole
+ * history's would, and both write the same new exchange: a request saves the
+ * cache reads of the bytes the layout leaves out of the whole history
+ * (`savesBytes`), so the ledger grows by `read * savesBytes` a turn without a
+ * write. A rewrite adds what the whole history's request would cost less
+ * what the rewrite's costs (negative when it writes more than it reads).
+ *
+ * A rewrite that is not forced (summaries swapped in, or a fresh layout in
+ * place of the cached head) is a bet that the conversation goes on long
+ * enough to pay it back; it is taken only when the ledger stays in credit
+ * after paying for it, so the projection never costs more than sending the
+ * whole history would have on any conversation, however soon it ends (a
+ * forced rewrite takes the cheapest layout, and no ledger is needed for it).
+ * The whole history's size comes from the texts' UTF-8 lengths, a lower bound
+ * (JSON only adds), so the ledger errs low.
  */
-export function rebuildPays(args: {
-  /** What the fresh layout's request costs more than keeping the cached head. */
-  extraCost: number;
-  /** Bytes the current layout does not send raw (pairs left out, and what its summaries save), and as pairs. */
-  leftOutBytes: number;
-  leftOutPairs: number;
-  /** Turns the current layout has lasted. */
-  turnsSoFar: number;
-}): boolean {
-  const turns = Math.max(0, args.turnsSoFar, args.leftOutPairs / 2);
-  return args.extraCost <= args.leftOutBytes * CACHE_PRICES.read * turns;
+export interface CacheLedger {
+  /** Saved up to and with the request that made the layout. */
+  savedCost: number;
+  /** Bytes of the whole history the layout leaves out (at least). */
+  savesBytes: number;
+  /** The pair count the layout was made at (its request held pairs 0..endPair-1). */
+  endPair: number;
+}
+
+/** What the ledger holds before the request at pair count `count`: the layout's own, and one turn of reads saved for each request since. */
+export function savedBefore(ledger: CacheLedger | null, count: number): number {
+  if (ledger === null) return 0;
+  return ledger.savedCost + CACHE_PRICES.read * ledger.savesBytes * Math.max(0, count - ledger.endPair - 1);
+}
+
+/** What sending the whole history costs on a turn that extends the previous one: its older bytes read, its newest exchange written. */
+export function wholeHistoryCost(wholeBytes: number, newestBytes: number): number {
+  const newest = Math.min(Math.max(0, newestBytes), wholeBytes);
+  return requestCost({ read: wholeBytes - newest, written: newest, uncached: 0 });
+}
+
+/** Whether a rewrite that is not forced, costing `cost`, leaves the ledger in credit: what was saved, plus what the whole history would cost now, covers it. */
+export function ledgerAllows(args: { saved: number; wholeCost: number; cost: number }): boolean {
+  return args.saved + args.wholeCost - args.cost >= 0;
 }

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
-  completedSummariesBeforeRead, pairsPageRead, projectionLayoutNearRead, projectionLayoutRead, summariesForRangesRead,
+  completedSummariesBeforeRead, pairsPageRead, projectionHistoryBytesRead, projectionLayoutNearRead, projectionLayoutRead, summariesForRangesRead,
   type ProjectionLayoutRow, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../plan.ts';
@@ -8,7 +8,9 @@ import {
   BREAKPOINT_BYTES, firstPairOf, gapNoteBytes, itemBytes as adapterItemBytes, messagesBytes, newestSummaryMark, noteBytes, toAnthropicMessages,
 } from './anthropic.ts';
 import { currentIds, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
-import { CACHE_LOOKBACK_BLOCKS, lowWaterBytes, rebuildPays, requestCost, rewritePays } from './cache.ts';
+import {
+  CACHE_LOOKBACK_BLOCKS, CACHE_PRICES, ledgerAllows, lowWaterBytes, requestCost, rewritePays, savedBefore, wholeHistoryCost, type CacheLedger,
+} from './cache.ts';
 import type { OmittedSpan, ProjectionCacheInfo, ProjectionItem, SummaryItem, SummaryNotUsed } from './types.ts';
 import {
   contiguous, hasTexts, judgeRange, pairItem, plannableFor, rawBytes, smallerThanOriginal, summaryItem, walk, type TextPair, type WalkResult,
@@ -46,10 +48,12 @@ import {
  *   were; the adapter puts a cache breakpoint after the head. The kept head
  *   is used unless it carries fewer of the user's messages than today's
  *   newest-first projection and a fresh layout carries more and is paid for
- *   by what the current layout saved (cache.ts rebuildPays).
+ *   by what the projection has saved so far (the ledger, cache.ts).
  * - Summaries that become usable for ranges the layout shows raw wait for the
  *   next rewrite (`kept_raw_for_cache`) unless swapping them in now pays for
- *   itself (cache.ts rewritePays), like the seed's 4 KiB rule.
+ *   itself (cache.ts rewritePays), like the seed's 4 KiB rule, and what the
+ *   projection has saved so far covers its price (the ledger): a bet on the
+ *   turns to come is placed only with savings already made.
  * - The stored layout is a hint, never a source of truth: a missing or stale
  *   one only means a rewrite.
  */
@@ -87,6 +91,8 @@ function itemBytes(item: ProjectionItem): number {
 // its user message block, a tenth of a label): a stored layout holding more
 // pairs than the budget could at this price cannot fit, so it is not read.
 const MIN_BYTES_PER_PAIR = 30;
+// What a pair adds to the JSON beyond its texts' UTF-8 bytes, at least (empty texts: escaping only adds).
+const EMPTY_PAIR_BYTES = adapterItemBytes({ kind: 'pair', pairIndex: 0, runId: '', userMessageId: '', assistantMessageId: '', userText: '', assistantText: '' });
 // Summary ranges a rewrite considers for the block, newest first.
 const MAX_BLOCK_RANGES = 64;
 
@@ -108,17 +114,18 @@ export async function stableProjection(db: Queryable, args: StableArgs): Promise
 
 async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow | null): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
   const { count, budgetBytes } = args;
-  if (stored === null) return rewrite(db, args, 'first', null);
-  if (!wellFormed(stored, count)) return rewrite(db, args, 'changed', null);
+  if (stored === null) return rewrite(db, args, 'first', null, null);
+  const ledger: CacheLedger = { savedCost: stored.savedCost, savesBytes: stored.savesBytes, endPair: stored.endPair };
+  if (!wellFormed(stored, count)) return rewrite(db, args, 'changed', null, ledger);
   // A layout that laid nothing out (the newest exchange alone was over the budget) binds no pair: if
   // pairs became ineligible since, its count now covers exchanges it never saw. Nothing of it is in
   // a cache either: it is laid out anew.
-  if (stored.startPair === stored.endPair) return rewrite(db, args, 'budget', null);
+  if (stored.startPair === stored.endPair) return rewrite(db, args, 'budget', null, ledger);
   const laidOut = count - stored.startPair - stored.gaps.reduce((n, g) => n + g.toPair - g.fromPair + 1, 0);
-  if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', null);
+  if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', null, ledger);
   const result = await keep(db, args, stored);
   if (result.kind === 'kept') return result.result;
-  return rewrite(db, args, result.kind, result.kind === 'budget' ? result.previous : null);
+  return rewrite(db, args, result.kind, result.kind === 'budget' ? result.previous : null, ledger);
 }
 
 function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
@@ -145,12 +152,8 @@ interface PreviousLayout {
    * a prefix ending elsewhere is written again.
    */
   cachedEnds: ReadonlySet<number>;
-  /** Pairs it leaves out. */
-  omittedPairs: number;
-  /** Turns it has lasted (pairs appended since it was made). */
-  turns: number;
-  /** Its summaries (each saves what its range's raw pairs would have cost). */
-  summaries: SummaryItem[];
+  /** Whether it has a gap (its head ends there, at a breakpoint); else its head is all of it. */
+  gapped: boolean;
 }
 
 /** The stored layout with the new pairs appended, if it still holds and fits; maybe with ready summaries swapped in. */
@@ -210,9 +213,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
       ...Array.from({ length: count - endPair }, (_, j) => endPair + j),
       ...[newestSummaryMark(items)].flatMap((at) => (at === null ? [] : [endOf(items[at]!)])),
     ]),
-    omittedPairs: omitted.reduce((n, s) => n + s.toPair - s.fromPair + 1, 0),
-    turns: count - endPair,
-    summaries: items.filter((it): it is SummaryItem => it.kind === 'summary'),
+    gapped: gaps.length > 0,
   });
   for (let i = endPair; i < count; i++) {
     const row = rows.get(i)!;
@@ -272,10 +273,20 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
     bytesPerTurn: rawPairs === 0 ? bytes : items.reduce((n, it) => n + (it.kind === 'pair' ? itemBytes(it) : 0), 0) / rawPairs,
     turnsSoFar: count,
   })) {
-    // The ranges still shown raw keep their reasons; the swapped ones are summaries now.
-    const stillRaw = notUsed.filter((n) => !swaps.has(n.fromPair));
-    const result: WalkResult = { items: swapped, omitted, summaryNotUsed: stillRaw, problems: [] };
-    return { kind: 'kept', result: { walk: result, rewrite: 'summaries', save: layoutOf(result, count) } };
+    // Paid for by what the projection has saved: against the whole history, which this request would
+    // send as the kept layout does plus the bytes the layout leaves out, all read from the cache.
+    const swappedBytes = messagesBytes(toAnthropicMessages({ items: swapped, omitted }));
+    const newest = count > endPair ? itemBytes(items.at(-1)!) : 0;
+    const wholeCost = requestCost({ read: bytes - newest, written: newest, uncached: 0 }) + CACHE_PRICES.read * stored.savesBytes;
+    const cost = requestCost({ read: unchangedBytes, written: swappedBytes - unchangedBytes, uncached: 0 });
+    const saved = savedBefore({ savedCost: stored.savedCost, savesBytes: stored.savesBytes, endPair }, count);
+    if (ledgerAllows({ saved, wholeCost, cost })) {
+      // The ranges still shown raw keep their reasons; the swapped ones are summaries now.
+      const stillRaw = notUsed.filter((n) => !swaps.has(n.fromPair));
+      const result: WalkResult = { items: swapped, omitted, summaryNotUsed: stillRaw, problems: [] };
+      const ledger = { savedCost: saved + wholeCost - cost, savesBytes: stored.savesBytes + Math.max(0, bytes - swappedBytes) };
+      return { kind: 'kept', result: { walk: result, rewrite: 'summaries', save: layoutOf(result, count, ledger) } };
+    }
   }
   const result: WalkResult = { items, omitted, summaryNotUsed: notUsed, problems: [] };
   return { kind: 'kept', result: { walk: result, rewrite: null, save: null } };
@@ -303,10 +314,19 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
  * summaries the block); only summaries it did not reach are read apart.
  */
 async function rewrite(
-  db: Queryable, args: StableArgs, why: NonNullable<ProjectionCacheInfo['rewrite']>, previous: PreviousLayout | null,
+  db: Queryable, args: StableArgs, why: NonNullable<ProjectionCacheInfo['rewrite']>, previous: PreviousLayout | null, ledger: CacheLedger | null,
 ): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
   const { conversationId, scope, count, budgetBytes, onRead } = args;
   const whole = await walk(db, { conversationId, scope, count, budgetBytes, fillTo: budgetBytes, onRead });
+  // The ledger: what the whole history would cost this turn (at least), and what was saved before it.
+  const history = await projectionHistoryBytesRead(db, { conversationId, scope, beforePair: count }, onRead);
+  const wholeBytes = history.pairs === 0 ? 0 : 1 + history.pairs * EMPTY_PAIR_BYTES + history.textBytes + BREAKPOINT_BYTES;
+  const wholeCost = wholeHistoryCost(wholeBytes, history.pairs === 0 ? 0 : EMPTY_PAIR_BYTES + history.newestTextBytes);
+  const saved = savedBefore(ledger, count);
+  // The first layout starts the ledger; later ones carry it on with what their request saved or cost.
+  const ledgerAfter = (bytes: number, cost: number) => ({
+    savedCost: ledger === null ? 0 : saved + wholeCost - cost, savesBytes: Math.max(0, Math.floor(wholeBytes - bytes)),
+  });
   const raw = whole.items.filter((it) => it.kind === 'pair');
   const low = lowWaterBytes(budgetBytes, raw.length === 0 ? Number.NaN : raw.reduce((n, it) => n + itemBytes(it), 0) / raw.length);
   // The whole conversation, when it fits: at a budget rewrite only when it fits the low-water mark
@@ -315,7 +335,10 @@ async function rewrite(
   // writing it all again (summaries swapped in at its start) must pay like any other shape.
   const wholeFits = whole.omitted.length === 0 && (why !== 'budget' || (previous === null && messagesBytes(toAnthropicMessages(whole)) <= low));
   if (wholeFits || whole.problems.length > 0 || whole.items.length === 0) {
-    return { walk: whole, rewrite: why, save: whole.problems.length === 0 ? layoutOf(whole, count) : null, lowWater: low };
+    const bytes = messagesBytes(toAnthropicMessages(whole));
+    const read = cachedBytes(whole.items, [], previous);
+    const cost = requestCost({ read, written: bytes - read, uncached: 0 });
+    return { walk: whole, rewrite: why, save: whole.problems.length === 0 ? layoutOf(whole, count, ledgerAfter(bytes, cost)) : null, lowWater: low };
   }
 
   const newest = whole.items.at(-1)!;
@@ -368,16 +391,13 @@ async function rewrite(
 
   // The cheapest shape that carries as many of the user's messages as today's projection; if none
   // does, the one that carries the most; a shape that costs more than the cheapest only when what
-  // the projection has saved so far pays the difference.
+  // the projection has saved so far pays for it (the ledger stays in credit).
   const fits = shapes.filter((s) => s.tail.length > 0).sort((x, y) => x.cost - y.cost || y.users - x.users);
   const today = userMessages(whole.items);
-  const pairBytes = raw.length === 0 ? 0 : raw.reduce((n, it) => n + itemBytes(it), 0) / raw.length;
-  const leftOutBytes = previous === null ? 0 : previous.omittedPairs * pairBytes
-    + previous.summaries.reduce((n, it) => n + Math.max(0, RANGE_SIZE * pairBytes - itemBytes(it)), 0);
-  const affordable = fits.filter((s, i) => i === 0 || previous === null || rebuildPays({
-    extraCost: s.cost - fits[0]!.cost, leftOutBytes, leftOutPairs: pairBytes > 0 ? leftOutBytes / pairBytes : 0, turnsSoFar: previous.turns,
-  }));
-  const chosen = affordable.find((s) => s.users >= today) ?? [...affordable].sort((x, y) => y.users - x.users || x.cost - y.cost)[0]!;
+  const affordable = fits.filter((s) => previous === null || ledgerAllows({ saved, wholeCost, cost: s.cost }));
+  const chosen = affordable.length > 0
+    ? affordable.find((s) => s.users >= today) ?? [...affordable].sort((x, y) => y.users - x.users || x.cost - y.cost)[0]!
+    : [...fits, ...cachedHeads(previous!, whole.items, low, budgetBytes)].sort((x, y) => x.cost - y.cost || y.users - x.users)[0]!;
 
   const items = [...chosen.head, ...chosen.tail];
   const omitted = shapeSpans(chosen.head, chosen.tail);
@@ -395,7 +415,7 @@ async function rewrite(
   }
   const notUsed = [...keptRaw, ...whole.summaryNotUsed.filter((n) => n.fromPair >= tailStart)];
   const result: WalkResult = { items, omitted, summaryNotUsed: notUsed, problems: [] };
-  return { walk: result, rewrite: why, save: layoutOf(result, count), lowWater: low };
+  return { walk: result, rewrite: why, save: layoutOf(result, count, ledgerAfter(bytes, chosen.cost)), lowWater: low };
 }
 
 /** A candidate layout of a rewrite: a head, a gap if the tail does not reach it, the tail. */
@@ -408,6 +428,26 @@ interface Shape {
   cost: number;
   /** Verbatim user messages (pairs covered). */
   users: number;
+}
+
+/**
+ * When every shape down to the low-water mark costs more than the ledger can
+ * pay (the newest exchanges grew so that the cached head no longer fits the
+ * low-water mark beside them): the previous history up to each place the
+ * cache holds it (a breakpoint, previous.cachedEnds), beside the newest items
+ * within the budget. Such a head is read, not written; its layout leaves less
+ * room, so the next rewrite comes sooner, but no request costs more than
+ * needed now.
+ */
+function cachedHeads(previous: PreviousLayout, newestFirstItems: readonly ProjectionItem[], low: number, budget: number): Shape[] {
+  const newest = newestFirstItems.at(-1)!;
+  const shapes: Shape[] = [];
+  previous.head.forEach((item, k) => {
+    if (!previous.cachedEnds.has(endOf(item)) || endOf(item) > firstPairOf(newest)) return;
+    const head = previous.head.slice(0, k + 1);
+    if (shapeBytes(head, [newest]) <= budget) shapes.push(fillTail('kept', head, newestFirstItems, low, budget, previous));
+  });
+  return shapes.filter((s) => s.tail.length > 0);
 }
 
 /** The head, and the newest items after it that fit `low` (the first one up to the whole budget). */
@@ -601,7 +641,7 @@ function spansOf(startPair: number, gaps: { fromPair: number; toPair: number }[]
   ];
 }
 
-function layoutOf(result: WalkResult, count: number): ProjectionLayoutRow {
+function layoutOf(result: WalkResult, count: number, ledger: Pick<ProjectionLayoutRow, 'savedCost' | 'savesBytes'>): ProjectionLayoutRow {
   const spans = result.omitted;
   const startPair = spans[0]?.fromPair === 0 ? spans[0].toPair + 1 : 0;
   const gaps = spans.filter((s) => s.fromPair > 0).map((s) => ({ fromPair: s.fromPair, toPair: s.toPair }));
@@ -613,6 +653,7 @@ function layoutOf(result: WalkResult, count: number): ProjectionLayoutRow {
     gaps: result.items.length === 0 ? [] : gaps,
     prefixSha256: createHash('sha256').update(plain).digest('hex'),
     prefixBytes: Buffer.byteLength(plain, 'utf8'),
+    ...ledger,
   };
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CACHE_PRICES, expectedTurns, rebuildPays, requestCost, rewritePays } from '../../src/projection/index.ts';
+import { CACHE_PRICES, expectedTurns, ledgerAllows, requestCost, rewritePays, savedBefore, wholeHistoryCost } from '../../src/projection/index.ts';
 
 describe('the prompt-cache price model (src/projection/cache.ts)', () => {
   it('prices a request by what it reads, writes and sends uncached', () => {
@@ -29,17 +29,28 @@ describe('the prompt-cache price model (src/projection/cache.ts)', () => {
     expect(rewritePays({ ...base, rewrittenBytes: 40_000, budgetBytes: 10_000_000 })).toBe(false);
   });
 
-  it('a fresh layout replaces a cached head only when what the projection saved so far covers its extra price', () => {
-    // Writing 30,000 bytes instead of reading 28,000 of them and writing 2,000.
-    const extraCost = requestCost({ read: 0, written: 30_000, uncached: 0 }) - requestCost({ read: 28_000, written: 2000, uncached: 0 });
-    const args = { extraCost, leftOutBytes: 20_000, leftOutPairs: 20 };
-    const turns = extraCost / (20_000 * CACHE_PRICES.read);
-    // A layout made last turn, leaving out few pairs (a conversation that has just outgrown the budget), has saved little.
-    expect(rebuildPays({ ...args, turnsSoFar: 0 })).toBe(false);
-    expect(rebuildPays({ ...args, turnsSoFar: Math.floor(turns) })).toBe(false);
-    expect(rebuildPays({ ...args, turnsSoFar: Math.ceil(turns) })).toBe(true);
-    // Leaving out 2t pairs, the conversation has been over the budget for about 2t turns, saving half of them on average.
-    expect(rebuildPays({ ...args, leftOutPairs: 2 * Math.ceil(turns), turnsSoFar: 0 })).toBe(true);
-    expect(rebuildPays({ ...args, leftOutPairs: 2 * Math.floor(turns), turnsSoFar: 0 })).toBe(false);
+  it('the ledger: a layout saves the reads of what it leaves out on every request that extends it', () => {
+    const ledger = { savedCost: -500, savesBytes: 20_000, endPair: 40 };
+    // The request that made the layout (count 40) and the next one (41, which extends it) add nothing
+    // before them; each request after that saved a read of 20,000 bytes.
+    expect(savedBefore(ledger, 40)).toBe(-500);
+    expect(savedBefore(ledger, 41)).toBe(-500);
+    expect(savedBefore(ledger, 44)).toBeCloseTo(-500 + 3 * 20_000 * CACHE_PRICES.read);
+    expect(savedBefore(null, 44)).toBe(0);
+    // The whole history on a turn that extends the previous one: its older bytes read, the newest exchange written.
+    expect(wholeHistoryCost(30_000, 1000)).toBeCloseTo(29_000 * CACHE_PRICES.read + 1000 * CACHE_PRICES.write);
+    expect(wholeHistoryCost(500, 1000)).toBeCloseTo(500 * CACHE_PRICES.write);
+  });
+
+  it('a rewrite that is not forced is taken only while the ledger stays in credit after paying for it', () => {
+    // Writing 30,000 bytes where the whole history would read 40,000 and write 1,000.
+    const cost = requestCost({ read: 0, written: 30_000, uncached: 0 });
+    const wholeCost = wholeHistoryCost(41_000, 1000);
+    const needed = cost - wholeCost;
+    expect(ledgerAllows({ saved: 0, wholeCost, cost })).toBe(false);
+    expect(ledgerAllows({ saved: needed - 1, wholeCost, cost })).toBe(false);
+    expect(ledgerAllows({ saved: needed, wholeCost, cost })).toBe(true);
+    // A rewrite cheaper than the whole history's request needs no savings.
+    expect(ledgerAllows({ saved: 0, wholeCost, cost: wholeCost - 1 })).toBe(true);
   });
 });

@@ -98,23 +98,26 @@ describe('cache-stable projection (default layout)', () => {
     expect(keptHead).toBeGreaterThanOrEqual((rewrites - 1) / 2);
   }, 120_000);
 
-  it('keeps the whole history while it fits, then keeps its cached head, leaves out the middle and fills to the low-water mark', async () => {
+  it('keeps the whole history while it fits, then keeps its cached head, leaves out the middle and pays no more than sending everything', async () => {
     // An app that asks before every request: each request's end is a cache entry (its breakpoint).
     const id = await createConversation(db.pool);
     const budget = 8 * 1024;
     const cache = new PromptCache();
+    const wholeCache = new PromptCache();
     const first = await project(id, budget);
     expect(first.cache).toMatchObject({ mode: 'stable', rewrite: 'first', layoutSaved: true });
     let before = first;
     let p = first;
     let turn = 0;
     let priced = cache.price(toAnthropicMessages(p));
+    let whole = wholeCache.price(toAnthropicMessages(first));
     while (p.cache.rewrite !== 'budget' || turn < 2) {
       await addPairs(db.pool, id, 1, reply, { startAt: turn++ });
       before = p;
       p = await project(id, budget);
       expect(p.bytes).toBeLessThanOrEqual(budget);
       priced = cache.price(toAnthropicMessages(p));
+      whole = wholeCache.price(toAnthropicMessages(await project(id, 10_000_000, { layout: 'newest-first', persistLayout: false })));
     }
     expect(before.omitted).toEqual([]);
     // The head of the previous history stays byte for byte and is read from the cache, then a gap, then the newest pairs.
@@ -128,11 +131,10 @@ describe('cache-stable projection (default layout)', () => {
     const headBytes = plain(p).slice(0, 2 * head.length).reduce((n, m) => n + Buffer.byteLength(m), 0);
     expect(priced.read).toBeGreaterThanOrEqual(headBytes);
     expect(p.items.at(-1)).toMatchObject({ kind: 'pair', pairIndex: p.pairCount - 1 });
-    // Down to about the low-water mark: under it by less than one item and the gap's note, never over the budget.
-    const low = p.cache.lowWaterBytes;
-    const largest = Math.max(...p.items.map((i) => messagesBytes(toAnthropicMessages({ items: [i], omitted: [] }))));
-    expect(p.bytes).toBeLessThanOrEqual(low);
-    expect(p.bytes).toBeGreaterThanOrEqual(low - largest - 200);
+    // Nothing saved yet: the rewrite reads the longest head the cache holds and writes no more than the
+    // newest exchange, so it costs no more than the whole history's request (which writes that exchange too).
+    expect(priced.cost).toBeLessThanOrEqual(whole.cost);
+    expect(p.bytes).toBeLessThan(whole.bytes);
     // The note about omitted exchanges is fixed until the next rewrite.
     const next = await extendsOnNextTurn(id, budget, p, turn);
     expect(next.omitted).toEqual(p.omitted);
@@ -267,7 +269,7 @@ describe('cache-stable projection (default layout)', () => {
     await checkBindings(id, after);
   });
 
-  it('a summary that becomes ready waits for the next rewrite unless swapping it in pays for itself in the turns left', async () => {
+  it('a summary that becomes ready waits for the next rewrite unless swapping it in pays for itself in the turns left, with savings already made', async () => {
     const id = await createConversation(db.pool);
     await addPairs(db.pool, id, 45, reply);
     // The same conversation at two budgets: one its history almost fills (a forced rewrite is a few turns
@@ -282,11 +284,26 @@ describe('cache-stable projection (default layout)', () => {
     const waited = await project(id, tight);
     expect(waited.cache.rewrite).toBeNull();
     expect(waited.summaryNotUsed.find((s) => s.fromPair === 0)).toEqual({ fromPair: 0, toPair: 9, reason: 'kept_raw_for_cache', recordId });
-    // Hundreds of expected turns of smaller reads do: swapped in at once.
+    // Hundreds of expected turns of smaller reads would pay for it, but the projection has sent the whole
+    // history so far and saved nothing against it: if the conversation ended now, the swap would have
+    // cost more than not compacting. It waits too.
+    const unpaid = await project(id, 1_000_000);
+    expect(unpaid.cache.rewrite).toBeNull();
+    expect(unpaid.summaryNotUsed.find((s) => s.fromPair === 0)).toEqual({ fromPair: 0, toPair: 9, reason: 'kept_raw_for_cache', recordId });
+    // With the swap's price saved (as by a layout that left part of the history out for many turns), it is swapped in at once.
+    const ledger = 'update sourcebound.projection_layouts set saved_cost = $2 where conversation_id = $1 and budget_bytes = 1000000';
+    await db.pool.query(ledger, [id, 1000]);
+    expect((await project(id, 1_000_000)).cache.rewrite).toBeNull();
+    await db.pool.query(ledger, [id, 100_000]);
     const swapped = await project(id, 1_000_000);
     expect(swapped.cache.rewrite).toBe('summaries');
     expect(swapped.items[0]).toMatchObject({ kind: 'summary', fromPair: 0, recordId });
     expect(swapped.bytes).toBeLessThan(waited.bytes);
+    // The new layout carries the ledger on: less the swap's price, and it now leaves the range's replies out.
+    const { rows: [row] } = await db.pool.query('select saved_cost, saves_bytes from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = 1000000', [id]);
+    expect(row.saved_cost).toBeGreaterThan(0);
+    expect(row.saved_cost).toBeLessThan(100_000);
+    expect(Number(row.saves_bytes)).toBe(unpaid.bytes - swapped.bytes);
     // The ranges still shown raw say why, as before the swap.
     expect(swapped.summaryNotUsed).toEqual([
       { fromPair: 10, toPair: 19, reason: 'not_yet_summarized' },
@@ -301,6 +318,27 @@ describe('cache-stable projection (default layout)', () => {
     expect(next.cache.rewrite).toBeNull();
     expect(plain(next).slice(0, plain(swapped).length)).toEqual(plain(swapped));
   });
+
+  it('a rewrite stores what its layout leaves out of the whole history (the ledger), never more than it does', async () => {
+    const id = await createConversation(db.pool);
+    const budget = 16 * 1024;
+    let checked = 0;
+    for (let turn = 0; turn < 80; turn++) {
+      await addPairs(db.pool, id, 1, reply, { startAt: turn });
+      const p = await project(id, budget);
+      if (p.cache.rewrite !== 'budget' || p.omitted.length === 0) continue;
+      // The whole history now (no summaries exist: the newest-first fill of a huge budget is all of it, raw).
+      const whole = await project(id, 10_000_000, { layout: 'newest-first', persistLayout: false });
+      expect(whole.omitted).toEqual([]);
+      const { rows: [row] } = await db.pool.query('select saves_bytes, end_pair from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2', [id, budget]);
+      expect(row.end_pair).toBe(p.pairCount);
+      // A lower bound (texts' UTF-8 lengths; JSON only adds), here exact: the texts need no escaping.
+      expect(Number(row.saves_bytes)).toBeLessThanOrEqual(whole.bytes - p.bytes);
+      expect(Number(row.saves_bytes)).toBeGreaterThanOrEqual(whole.bytes - p.bytes - 200);
+      checked += 1;
+    }
+    expect(checked).toBeGreaterThan(1);
+  }, 60_000);
 
   it('keeps a summary block at the start, leaves the pairs between it and the raw tail out, and says so there', async () => {
     const id = await createConversation(db.pool);
@@ -383,7 +421,7 @@ describe('cache-stable projection (default layout)', () => {
     await addPairs(db.pool, id, 40, reply);
     const budget = 8192;
     // What a call that started before the current layout was stored would write.
-    const stale = { startPair: 0, endPair: 1, summaries: [], gaps: [], prefixSha256: 'a'.repeat(64), prefixBytes: 10 };
+    const stale = { startPair: 0, endPair: 1, summaries: [], gaps: [], prefixSha256: 'a'.repeat(64), prefixBytes: 10, savedCost: 0, savesBytes: 0 };
     const first = await project(id, budget);
     expect(first.cache.layoutSaved).toBe(true);
     const read = async () => (await db.pool.query('select start_pair, end_pair, prefix_sha256 from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2', [id, budget])).rows[0];
@@ -394,7 +432,7 @@ describe('cache-stable projection (default layout)', () => {
     expect(await projectionLayoutWrite(db.pool, { ...args, replaces: { ...stale, prefixSha256: 'b'.repeat(64) } })).toBe(false);
     expect(await read()).toEqual(stored);
     // It read the stored one: written, even with fewer pairs.
-    const current = { startPair: stored.start_pair, endPair: stored.end_pair, summaries: [], gaps: [], prefixSha256: stored.prefix_sha256, prefixBytes: 0 };
+    const current = { startPair: stored.start_pair, endPair: stored.end_pair, summaries: [], gaps: [], prefixSha256: stored.prefix_sha256, prefixBytes: 0, savedCost: 0, savesBytes: 0 };
     expect(await projectionLayoutWrite(db.pool, { ...args, replaces: current })).toBe(true);
     expect(await read()).toEqual({ start_pair: 0, end_pair: 1, prefix_sha256: 'a'.repeat(64) });
     // The projection finds it stale and lays out anew.

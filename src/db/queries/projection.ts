@@ -14,7 +14,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
   query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'completedSummariesBeforeRead' | 'projectionLayoutRead'
-    | 'projectionLayoutNearRead';
+    | 'projectionLayoutNearRead' | 'projectionHistoryBytesRead';
   /** Rows returned. */
   rows: number;
   /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
@@ -137,6 +137,10 @@ export interface ProjectionLayoutRow {
   gaps: { fromPair: number; toPair: number }[];
   prefixSha256: string;
   prefixBytes: number;
+  /** The ledger (src/projection/cache.ts): saved against the whole history up to the request that made the layout, in uncached-byte prices. */
+  savedCost: number;
+  /** A lower bound on the bytes of the whole history the layout leaves out (each request that extends it saves reading them). */
+  savesBytes: number;
 }
 
 /**
@@ -176,6 +180,16 @@ export async function projectionLayoutRead(
   return rows[0] ?? null;
 }
 
+/** The whole history before `beforePair`: its pairs, their texts' UTF-8 bytes, and the newest pair's (the ledger's lower bound). */
+export async function projectionHistoryBytesRead(
+  db: Queryable, args: { conversationId: string; scope: string; beforePair: number }, observe?: ReadObserver,
+): Promise<{ pairs: number; textBytes: number; newestTextBytes: number }> {
+  const { rows } = await db.query<{ pairs: number; textBytes: number; newestTextBytes: number }>(
+    'select * from sourcebound.projection_history_bytes($1, $2, $3)', [args.conversationId, args.scope, args.beforePair]);
+  observe?.({ query: 'projectionHistoryBytesRead', rows: rows.length, fromPair: 0, toPair: args.beforePair - 1 });
+  return rows[0] ?? { pairs: 0, textBytes: 0, newestTextBytes: 0 };
+}
+
 /** A layout stored under a budget is also used for budgets down to NEAR_BUDGET of it (while it fits them). */
 export const NEAR_BUDGET = 0.8;
 
@@ -196,7 +210,8 @@ export async function projectionLayoutNearRead(
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return null;
   const { rows } = await db.query<ProjectionLayoutRow & { budgetBytes: number }>(
     `select l.budget_bytes as "budgetBytes", l.start_pair as "startPair", l.end_pair as "endPair", l.summaries, l.gaps,
-            l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes"
+            l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes",
+            l.saved_cost as "savedCost", l.saves_bytes::float8 as "savesBytes"
      from sourcebound.projection_layouts l
      join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
      where l.conversation_id = $1 and l.budget_bytes > $3 and l.budget_bytes <= $4
@@ -223,16 +238,18 @@ export async function projectionLayoutWrite(
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return false;
   const { rowCount } = await db.query(
     `insert into sourcebound.projection_layouts as l
-       (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes)
-     select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8
+       (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes, saved_cost, saves_bytes)
+     select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8, $14, $15
      from sourcebound.conversations c where c.id = $1 and c.scope = $2
      on conflict (conversation_id, budget_bytes) do update
        set start_pair = excluded.start_pair, end_pair = excluded.end_pair, summaries = excluded.summaries, gaps = excluded.gaps,
-           prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes, rewritten_at = now()
+           prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes,
+           saved_cost = excluded.saved_cost, saves_bytes = excluded.saves_bytes, rewritten_at = now()
        where $10::boolean and l.start_pair = $11 and l.end_pair = $12 and l.prefix_sha256 = $13`,
     [args.conversationId, args.scope, args.budgetBytes, layout.startPair, layout.endPair,
       JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes, JSON.stringify(layout.gaps),
-      replaces !== null, replaces?.startPair ?? null, replaces?.endPair ?? null, replaces?.prefixSha256 ?? null],
+      replaces !== null, replaces?.startPair ?? null, replaces?.endPair ?? null, replaces?.prefixSha256 ?? null,
+      layout.savedCost, Math.round(layout.savesBytes)],
   );
   return (rowCount ?? 0) > 0;
 }

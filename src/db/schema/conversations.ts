@@ -19,6 +19,7 @@ import {
   bigint,
   boolean,
   check,
+  doublePrecision,
   foreignKey,
   index,
   integer,
@@ -202,6 +203,11 @@ export const conversationSummaryAttempts = sourcebound.table('conversation_summa
  * layout; between rewrites the history only grows at its end. A hint, never a
  * source of truth: every use re-checks each summary's binding and the hash of
  * the rebuilt prefix, and a missing or stale row only means a rewrite.
+ * With it, the projection's ledger (src/projection/cache.ts): what its
+ * requests at this budget saved against sending the whole history, up to the
+ * rewrite that made the row, and how many bytes of the whole history the
+ * layout leaves out (each request that extends it saves reading them). A
+ * rewrite that is not forced is taken only while the ledger stays in credit.
  */
 export const projectionLayouts = sourcebound.table('projection_layouts', {
   conversationId: uuid('conversation_id').notNull().references(() => conversations.id, { onDelete: 'cascade' }),
@@ -215,9 +221,15 @@ export const projectionLayouts = sourcebound.table('projection_layouts', {
   gaps: jsonb('gaps').notNull().default([]),
   prefixSha256: text('prefix_sha256').notNull(),
   prefixBytes: integer('prefix_bytes').notNull(),
+  // Saved against the whole history, cached, in uncached-byte prices, up to and with the request that made this layout.
+  savedCost: doublePrecision('saved_cost').notNull().default(0),
+  // A lower bound on the whole history's bytes less this layout's, when it was made.
+  savesBytes: bigint('saves_bytes', { mode: 'number' }).notNull().default(0),
   rewrittenAt: timestamp('rewritten_at', { withTimezone: true }).notNull().defaultNow(),
 }, (t) => [
   primaryKey({ name: 'projection_layouts_pkey', columns: [t.conversationId, t.budgetBytes] }),
   check('projection_layouts_span', sql`${t.budgetBytes} >= 0 and 0 <= ${t.startPair} and ${t.startPair} <= ${t.endPair}`),
   check('projection_layouts_hash_hex', sql`${t.prefixSha256} ~ '^[0-9a-f]{64}$'`),
+  // Finite (PostgreSQL orders NaN above Infinity), and no layout saves a negative number of bytes.
+  check('projection_layouts_ledger', sql`${t.savedCost} > '-Infinity' and ${t.savedCost} < 'Infinity' and ${t.savesBytes} >= 0`),
 ]);

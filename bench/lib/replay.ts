@@ -1,0 +1,77 @@
+import type pg from 'pg';
+import type { Thread } from '../../src/demo.ts';
+import { extractiveSummary } from '../../src/gateway/offline.ts';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
+import { projectConversationHistory, toAnthropicMessages, type MessageParam, type PairItem } from '../../src/projection/index.ts';
+import { PromptCache } from './prompt-cache.ts';
+
+export type ReplayLayout = 'stable' | 'newest-first';
+
+/**
+ * One real thread replayed turn by turn in a new conversation (scope `p8`),
+ * as an app that asks the projection before every request: at turn t the
+ * history holds pairs 0..t-1, the request is the projection at each budget
+ * and layout plus user message t, then pair t is written. A range's summary
+ * (the offline summarizer's, written as a completed record) arrives `lag`
+ * turns after the range becomes plannable (older than the newest 20 pairs).
+ * Every request is priced as prompt caching bills it (prompt-cache.ts), and
+ * so is sending the whole history (a breakpoint at its end). Returns, per
+ * `${budget} ${layout}`, the replay's cost over the whole history's.
+ */
+export async function replayThread(
+  pool: pg.Pool, thread: Thread, args: { budgets: readonly number[]; layouts: readonly ReplayLayout[]; lag: number },
+): Promise<Map<string, number>> {
+  const { rows: [conversation] } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('p8') returning id`);
+  const id = conversation!.id;
+  const caches = new Map<string, { cache: PromptCache; cost: number }>();
+  const whole = new PromptCache();
+  let wholeCost = 0;
+  const wholeItems: PairItem[] = [];
+  let summarized = 0;
+  for (let t = 0; t < thread.pairs.length; t++) {
+    const next: MessageParam = { role: 'user', content: thread.pairs[t]!.user };
+    wholeCost += whole.price([...toAnthropicMessages({ items: wholeItems, omitted: [] }), next]).cost;
+    for (const budgetBytes of args.budgets) {
+      for (const layout of args.layouts) {
+        const key = `${budgetBytes} ${layout}`;
+        const p = await projectConversationHistory({ pool, conversationId: id, scope: 'p8', budgetBytes, layout });
+        const entry = caches.get(key) ?? { cache: new PromptCache(), cost: 0 };
+        entry.cost += entry.cache.price([...toAnthropicMessages(p), next]).cost;
+        caches.set(key, entry);
+      }
+    }
+    await writePair(pool, id, thread.pairs[t]!);
+    wholeItems.push({ kind: 'pair', pairIndex: t, runId: '', userMessageId: '', assistantMessageId: '', userText: thread.pairs[t]!.user, assistantText: thread.pairs[t]!.assistant });
+    while (summarized * 10 + 9 < t + 1 - 20 - args.lag) await summarize(pool, id, (summarized++) * 10);
+  }
+  return new Map([...caches].map(([key, { cost }]) => [key, cost / wholeCost]));
+}
+
+async function writePair(pool: pg.Pool, conversationId: string, pair: { user: string; assistant: string }): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    const { rows: [run] } = await client.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
+    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', $3, 'completed')`, [conversationId, run!.id, pair.user]);
+    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, 'completed')`, [conversationId, run!.id, pair.assistant]);
+    await client.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run!.id]);
+    await client.query('commit');
+  } catch (error) {
+    await client.query('rollback');
+    throw error;
+  } finally {
+    client.release();
+  }
+}
+
+/** A completed record for the ten pairs from `fromPair`: the offline summarizer's summary, bound to their ids and hash. */
+async function summarize(pool: pg.Pool, conversationId: string, fromPair: number): Promise<void> {
+  const { rows: source } = await pool.query<SourcePair>(
+    `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
+     from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`, [conversationId, fromPair, fromPair + 9]);
+  const summary = extractiveSummary(source.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })), 6000) ?? 'summary';
+  await pool.query(
+    `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status, summary, completed_at)
+     values ($1, 'p8', $2, $3, $4::uuid[], $5, 1, 'sourcebound/extractive@2', 'conversation-compaction@4', 'completed', $6, now())`,
+    [conversationId, fromPair, fromPair + 9, sourceMessageIds(source), sourceHash(source), summary]);
+}

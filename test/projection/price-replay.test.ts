@@ -1,0 +1,39 @@
+import { existsSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { DEMO_DATA, readThreads } from '../../src/demo.ts';
+import { replayThread } from '../../bench/lib/replay.ts';
+import { createTestDatabase } from '../support/db.ts';
+
+const db = await createTestDatabase();
+
+const SHARED = '/work/shared/data/oasst1-threads.jsonl';
+const shared = existsSync(SHARED) ? readThreads(SHARED) : [];
+
+/**
+ * Real threads replayed turn by turn with the projection before every
+ * request, each request priced as prompt caching bills it: the projection
+ * never costs more than sending the whole history would have, however soon
+ * the conversation ends. The shared threads named here each cost more than
+ * the whole history before the ledger (1.004-1.16x: a summary swapped in, or
+ * the history written again, a few turns before the thread ended); the demo's
+ * long threads run everywhere.
+ */
+describe('the projection never costs more than sending the whole history (real threads, priced as cached)', () => {
+  const cases: [string, number][] = [
+    ['oasst1-en-long-033', 64 * 1024], ['oasst1-en-long-038', 64 * 1024], ['oasst1-en-long-044', 64 * 1024],
+    ['oasst1-en-long-044', 32 * 1024], ['oasst1-en-long-016', 32 * 1024], ['oasst1-en-long-027', 32 * 1024], ['oasst1-en-long-023', 32 * 1024],
+    // Short threads of long replies: the budget is reached with nothing saved, and every layout down to
+    // the low-water mark writes more than the whole history's request would.
+    ['oasst1-en-medium-039', 12 * 1024], ['oasst1-en-medium-026', 12 * 1024],
+  ];
+  it.each(cases.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes', async (id, budget) => {
+    const costs = await replayThread(db.pool, shared.find((t) => t.id === id)!, { budgets: [budget], layouts: ['stable'], lag: 3 });
+    expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
+  }, 60_000);
+
+  it.each(readThreads(DEMO_DATA).filter((t) => t.pairs.length >= 40).map((t) => [t.id, t] as const))('%s at 8, 16, 32 and 64 KiB', async (_, thread) => {
+    const budgets = [8, 16, 32, 64].map((k) => k * 1024);
+    const costs = await replayThread(db.pool, thread, { budgets, layouts: ['stable'], lag: 3 });
+    for (const budget of budgets) expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
+  }, 60_000);
+});
