@@ -35,8 +35,11 @@ $$;
 -- The size of the whole history before p_before_pair, for the ledger: its
 -- pairs, the UTF-8 bytes of their texts, and those of the newest pair's (a
 -- lower bound on what sending it all costs: JSON only adds to a text). Read
--- at a rewrite, never when a layout is kept. Lengths come from the values'
--- headers: no text is read or decompressed.
+-- only by a rewrite with no layout to extend (the first at a budget, or after
+-- an edit in the prefix): a budget rewrite knows the size from the layout it
+-- replaces and its ledger. Lengths come from the values' headers: no text is
+-- read or decompressed, but every pair's rows are (about 0.1 s at 20,000
+-- pairs).
 CREATE FUNCTION sourcebound.projection_history_bytes(p_conversation_id uuid, p_scope text, p_before_pair integer)
 RETURNS TABLE (pairs integer, "textBytes" double precision, "newestTextBytes" double precision)
 LANGUAGE plpgsql STABLE AS $$

@@ -154,6 +154,8 @@ interface PreviousLayout {
   cachedEnds: ReadonlySet<number>;
   /** Whether it has a gap (its head ends there, at a breakpoint); else its head is all of it. */
   gapped: boolean;
+  /** Its bytes with the pairs added since appended (null: not known, a pair was too large to read). */
+  extendedBytes: number | null;
 }
 
 /** The stored layout with the new pairs appended, if it still holds and fits; maybe with ready summaries swapped in. */
@@ -206,7 +208,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   if (layoutHash(items, omitted) !== stored.prefixSha256) return { kind: 'changed' };
 
   // The pairs added since, raw at the end.
-  const previous = (): PreviousLayout => ({
+  const previous = (extendedBytes: number | null = null): PreviousLayout => ({
     head: items.filter((it) => gaps.length === 0 || firstPairOf(it) < gaps[0]!.fromPair),
     cachedEnds: new Set([
       ...gaps.slice(0, 1).map((g) => g.fromPair),
@@ -214,6 +216,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
       ...[newestSummaryMark(items)].flatMap((at) => (at === null ? [] : [endOf(items[at]!)])),
     ]),
     gapped: gaps.length > 0,
+    extendedBytes,
   });
   for (let i = endPair; i < count; i++) {
     const row = rows.get(i)!;
@@ -221,7 +224,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
     items.push(pairItem(row));
   }
   const bytes = messagesBytes(toAnthropicMessages({ items, omitted }));
-  if (bytes > budgetBytes) return { kind: 'budget', previous: previous() };
+  if (bytes > budgetBytes) return { kind: 'budget', previous: previous(bytes) };
 
   // Ranges shown raw after the last gap: why, and the summaries that became usable since the layout was made.
   const notUsed: SummaryNotUsed[] = [];
@@ -319,9 +322,7 @@ async function rewrite(
   const { conversationId, scope, count, budgetBytes, onRead } = args;
   const whole = await walk(db, { conversationId, scope, count, budgetBytes, fillTo: budgetBytes, onRead });
   // The ledger: what the whole history would cost this turn (at least), and what was saved before it.
-  const history = await projectionHistoryBytesRead(db, { conversationId, scope, beforePair: count }, onRead);
-  const wholeBytes = history.pairs === 0 ? 0 : 1 + history.pairs * EMPTY_PAIR_BYTES + history.textBytes + BREAKPOINT_BYTES;
-  const wholeCost = wholeHistoryCost(wholeBytes, history.pairs === 0 ? 0 : EMPTY_PAIR_BYTES + history.newestTextBytes);
+  const { wholeBytes, wholeCost } = await wholeHistory(db, args, whole, previous, ledger);
   const saved = savedBefore(ledger, count);
   // The first layout starts the ledger; later ones carry it on with what their request saved or cost.
   const ledgerAfter = (bytes: number, cost: number) => ({
@@ -416,6 +417,29 @@ async function rewrite(
   const notUsed = [...keptRaw, ...whole.summaryNotUsed.filter((n) => n.fromPair >= tailStart)];
   const result: WalkResult = { items, omitted, summaryNotUsed: notUsed, problems: [] };
   return { walk: result, rewrite: why, save: layoutOf(result, count, ledgerAfter(bytes, chosen.cost)), lowWater: low };
+}
+
+/**
+ * The whole history's bytes now, at least, and what its request would cost
+ * this turn. At a budget rewrite, the previous layout extended to now plus
+ * what the ledger says it left out (both sides grew by the same pairs since);
+ * otherwise (no layout, or one that no longer holds) from the texts' lengths
+ * in the database, a read of every pair's row: once per conversation and
+ * budget, and after an edit in the prefix.
+ */
+async function wholeHistory(
+  db: Queryable, args: StableArgs, walked: WalkResult, previous: PreviousLayout | null, ledger: CacheLedger | null,
+): Promise<{ wholeBytes: number; wholeCost: number }> {
+  const newest = walked.items.at(-1);
+  const newestBytes = newest?.kind === 'pair' && newest.pairIndex === args.count - 1 ? itemBytes(newest) : null;
+  if (previous?.extendedBytes != null && ledger !== null && newestBytes !== null) {
+    const wholeBytes = previous.extendedBytes + ledger.savesBytes;
+    return { wholeBytes, wholeCost: wholeHistoryCost(wholeBytes, newestBytes) };
+  }
+  if (args.count === 0) return { wholeBytes: 0, wholeCost: 0 };
+  const history = await projectionHistoryBytesRead(db, { conversationId: args.conversationId, scope: args.scope, beforePair: args.count }, args.onRead);
+  const wholeBytes = history.pairs === 0 ? 0 : 1 + history.pairs * EMPTY_PAIR_BYTES + history.textBytes + BREAKPOINT_BYTES;
+  return { wholeBytes, wholeCost: wholeHistoryCost(wholeBytes, history.pairs === 0 ? 0 : EMPTY_PAIR_BYTES + history.newestTextBytes) };
 }
 
 /** A candidate layout of a rewrite: a head, a gap if the tail does not reach it, the tail. */

@@ -325,7 +325,11 @@ describe('cache-stable projection (default layout)', () => {
     let checked = 0;
     for (let turn = 0; turn < 80; turn++) {
       await addPairs(db.pool, id, 1, reply, { startAt: turn });
-      const p = await project(id, budget);
+      const reads: ReadEvent[] = [];
+      const p = await project(id, budget, { onRead: (e) => reads.push(e) });
+      // The whole history's size is read only when there is no layout to extend (here the first call):
+      // a budget rewrite knows it from the layout it replaces and its ledger (a read of every pair's row saved).
+      expect(reads.some((e) => e.query === 'projectionHistoryBytesRead')).toBe(turn === 0);
       if (p.cache.rewrite !== 'budget' || p.omitted.length === 0) continue;
       // The whole history now (no summaries exist: the newest-first fill of a huge budget is all of it, raw).
       const whole = await project(id, 10_000_000, { layout: 'newest-first', persistLayout: false });
