@@ -237,6 +237,7 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
     }
   }
 
+  endWithoutTrailingSpace(slots);
   const envelope = { model: input.model, system: input.system, tools: input.tools, messages: [] };
   return {
     input,
@@ -250,6 +251,23 @@ export function project(state: RunState, input: RequestInput, policy: Readonly<R
     catalogCompact: boundedCatalog(state.catalog, Math.floor(policy.catalogBytes / 4), false),
     responseReserveBytes: policy.responseReserveBytes,
   };
+}
+
+/**
+ * A request that ends with a text-only model turn (the application asks
+ * again after it, as after `max_tokens`) makes that turn a prefill, and the
+ * Messages API refuses a prefill that ends with white space (400, "final
+ * assistant content cannot end with trailing whitespace"). The turn is sent
+ * without it (its record keeps the text as the model wrote it); the slot's
+ * bytes shrink by what was cut, so the total stays exact.
+ */
+function endWithoutTrailingSpace(slots: Slot[]): void {
+  const end = slots.at(-1);
+  if (end?.kind !== 'fixed' || end.item.kind !== 'model_turn' || end.item.toolCalls.length > 0) return;
+  const text = end.item.text.trimEnd();
+  if (text === end.item.text || text === '') return;
+  const item: RunRequestItem = { ...end.item, text };
+  slots[slots.length - 1] = { ...end, item, bytes: end.bytes - (itemBytes(end.item, true).bytes - itemBytes(item, true).bytes) };
 }
 
 export function summaryItem(cp: ProjectedCheckpoint): CheckpointSummaryItem {

@@ -259,3 +259,26 @@ describe('a summarizer outcome of the wrong shape (a plain JS summarizer)', () =
     });
   }
 });
+
+describe('a request that ends with a text-only model turn (asked again, as after max_tokens)', () => {
+  it('sends that turn without trailing white space: the Messages API refuses a prefill ending with it', async () => {
+    const server = await startMessagesServer({ defaultBehaviour: behaviours.text('Continued.') });
+    try {
+      const client = new Anthropic({ apiKey: server.apiKey, baseURL: server.url, maxRetries: 0 });
+      // The server enforces the API's rule.
+      await expect(client.messages.create({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'The fee is \n' }] }))
+        .rejects.toThrow(/final assistant content cannot end with trailing whitespace/);
+      for (const text of ['The cheapest fund is A, because\n\n', 'Fees compared. \t', 'No trailing space.']) {
+        const runId = await newRun();
+        await recordModelTurn({ pool, runId, scope, text, toolCalls: [] });
+        const prepared = await prepareChecked({ pool, runId, scope, ...INPUT });
+        const last = prepared.body!.messages.at(-1)!;
+        expect(last).toEqual({ role: 'assistant', content: [{ type: 'text', text: text.trimEnd() }] });
+        await client.messages.create({ ...prepared.body!, max_tokens: 10 } as Anthropic.MessageCreateParamsNonStreaming);
+      }
+      expect(server.requests.map((r) => r.behaviour)).toEqual(['rejected', 'message', 'message', 'message']);
+    } finally {
+      await server.close();
+    }
+  });
+});

@@ -38,6 +38,23 @@ export type Behaviour =
 
 const text = (t: string): WireBlock => ({ type: 'text', text: t, citations: null });
 
+/**
+ * The request rules of the Messages API this server enforces (400
+ * invalid_request_error with the API's message), else null: a final assistant
+ * turn is a prefill, which may not end with white space.
+ */
+export function invalidRequest(body: unknown): string | null {
+  const messages = (body as { messages?: unknown } | null)?.messages;
+  if (!Array.isArray(messages) || messages.length === 0) return null;
+  const last = messages.at(-1) as { role?: unknown; content?: unknown };
+  if (last?.role !== 'assistant') return null;
+  const content = last.content;
+  const final = typeof content === 'string' ? content : Array.isArray(content) ? (content.at(-1) as { type?: unknown; text?: unknown } | undefined) : undefined;
+  const finalText = typeof final === 'string' ? final : final?.type === 'text' && typeof final.text === 'string' ? final.text : null;
+  if (finalText !== null && finalText !== finalText.trimEnd()) return 'messages: final assistant content cannot end with trailing whitespace';
+  return null;
+}
+
 /** Ready-made behaviours, one per case the gateway must classify. */
 export const behaviours = {
   echo: (delayMs?: number): Behaviour => ({ kind: 'echo', ...(delayMs === undefined ? {} : { delayMs }) }),
@@ -158,6 +175,14 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
       events.emit('change');
       if (key !== apiKey) return sendError(res, 401, 'authentication_error', 'invalid x-api-key');
       return sendError(res, 400, 'invalid_request_error', 'anthropic-version header is required');
+    }
+
+    // What the API refuses whatever the behaviour (recorded, no behaviour taken).
+    const refused = invalidRequest(body);
+    if (refused !== null) {
+      requests.push({ method: req.method, path, headers: req.headers, body, bytes: Buffer.byteLength(raw, 'utf8'), behaviour: 'rejected' });
+      events.emit('change');
+      return sendError(res, 400, 'invalid_request_error', refused);
     }
 
     const behaviour = queue.shift() ?? defaultBehaviour;
