@@ -64,6 +64,8 @@ export interface StableArgs {
   count: number;
   budgetBytes: number;
   onRead: ReadObserver | undefined;
+  /** Whether a rewrite's layout will be stored (else its ledger is never read, and the whole history's size is not read for it). */
+  persist: boolean;
 }
 
 export interface StableResult {
@@ -436,7 +438,9 @@ async function wholeHistory(
     const wholeBytes = previous.extendedBytes + ledger.savesBytes;
     return { wholeBytes, wholeCost: wholeHistoryCost(wholeBytes, newestBytes) };
   }
-  if (args.count === 0) return { wholeBytes: 0, wholeCost: 0 };
+  // Nothing to read: no pairs; or a layout that is not stored, where only the ledger needs the size (with
+  // no layout to extend, every shape may be taken).
+  if (args.count === 0 || (!args.persist && previous === null)) return { wholeBytes: 0, wholeCost: 0 };
   const history = await projectionHistoryBytesRead(db, { conversationId: args.conversationId, scope: args.scope, beforePair: args.count }, args.onRead);
   const wholeBytes = history.pairs === 0 ? 0 : 1 + history.pairs * EMPTY_PAIR_BYTES + history.textBytes + BREAKPOINT_BYTES;
   return { wholeBytes, wholeCost: wholeHistoryCost(wholeBytes, history.pairs === 0 ? 0 : EMPTY_PAIR_BYTES + history.newestTextBytes) };

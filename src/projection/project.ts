@@ -87,7 +87,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
     let rewrite: ProjectionCacheInfo['rewrite'] = 'first';
     let low = lowWaterBytes(budgetBytes);
     if (mode === 'stable') {
-      const stable = await stableProjection(db, base);
+      const stable = await stableProjection(db, { ...base, persist });
       result = stable.walk;
       rewrite = stable.rewrite;
       if (stable.save !== null) save = { layout: stable.save, replaces: stable.replaces, storedAt: stable.storedAt };

@@ -458,6 +458,11 @@ describe('cache-stable projection (default layout)', () => {
     } finally {
       client.release();
     }
+    // With persistLayout off nothing is stored, so the whole history's size (the ledger's, a read of every pair) is not read either.
+    const reads: ReadEvent[] = [];
+    const unsaved = await project(id, 8192, { persistLayout: false, onRead: (e) => reads.push(e) });
+    expect(unsaved.cache).toMatchObject({ rewrite: 'first', layoutSaved: false });
+    expect(reads.map((e) => e.query)).not.toContain('projectionHistoryBytesRead');
     // Outside a transaction, a caller's client stores it.
     const other = await db.pool.connect();
     try {
