@@ -115,11 +115,12 @@ export function rewritePays(args: {
  * A rewrite that is not forced (summaries swapped in, or a fresh layout in
  * place of the cached head) is a bet that the conversation goes on long
  * enough to pay it back; it is taken only when the ledger stays in credit
- * after paying for it, so the projection never costs more than sending the
- * whole history would have on any conversation, however soon it ends (a
- * forced rewrite takes the cheapest layout, and no ledger is needed for it).
- * The whole history's size comes from the texts' UTF-8 lengths, a lower bound
- * (JSON only adds), so the ledger errs low.
+ * after paying for it, so no bet makes a conversation cost more than sending
+ * its whole history would have, however soon it ends. A forced rewrite (the
+ * budget reached) chooses among the layouts the ledger can pay for; when it
+ * can pay for none, it takes the cheapest, counting heads read from the cache
+ * (layout.ts). The whole history's size comes from the texts' UTF-8 lengths,
+ * a lower bound (JSON only adds), so the ledger errs low.
  */
 export interface CacheLedger {
   /** Saved up to and with the request that made the layout. */
