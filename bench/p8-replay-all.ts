@@ -10,7 +10,10 @@
  * README's figures for replays that cost more than sending everything come
  * from it. Not part of `npm run bench` (no goal; minutes of runtime).
  *
- *   DATABASE_URL=postgres://... node --import tsx bench/p8-replay-all.ts [--threads 50] [--budgets 32768,65536] [--lag 3]
+ * With `--moving`, each budget is a window: the projection is asked for what
+ * it leaves after the new user message (a budget that moves every turn).
+ *
+ *   DATABASE_URL=postgres://... node --import tsx bench/p8-replay-all.ts [--threads 50] [--budgets 32768,65536] [--lag 3] [--moving]
  */
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -20,7 +23,7 @@ import { silentLogger } from '../src/logger.ts';
 import { dataset } from './lib/data.ts';
 import { replayThread } from './lib/replay.ts';
 
-const { values } = parseArgs({ options: { threads: { type: 'string', default: '50' }, budgets: { type: 'string', default: '8192,16384,32768,65536' }, lag: { type: 'string', default: '3' } } });
+const { values } = parseArgs({ options: { threads: { type: 'string', default: '50' }, budgets: { type: 'string', default: '8192,16384,32768,65536' }, lag: { type: 'string', default: '3' }, moving: { type: 'boolean', default: false } } });
 const url = process.env.DATABASE_URL;
 if (!url) {
   process.stderr.write('p8-replay-all: set DATABASE_URL (a server where a scratch database may be created)\n');
@@ -42,7 +45,7 @@ const costs = new Map<string, number[]>();
 const above: string[] = [];
 try {
   for (const thread of threads) {
-    for (const [key, cost] of await replayThread(pool, thread, { budgets, layouts: ['stable', 'newest-first'], lag })) {
+    for (const [key, cost] of await replayThread(pool, thread, { budgets, layouts: ['stable', 'newest-first'], lag, moving: values.moving })) {
       costs.set(key, [...(costs.get(key) ?? []), cost]);
       if (key.endsWith(' stable') && cost > 1.0001) above.push(`${thread.id} at ${key.split(' ')[0]}: ${cost.toFixed(3)}`);
     }
@@ -53,7 +56,7 @@ try {
   await admin.end();
 }
 
-process.stdout.write(`${threads.length} threads (${threads.at(-1)?.pairs.length}-${threads[0]?.pairs.length} pairs), summaries ${lag} turns after plannable; cost with caching / whole history, cached\n\n`);
+process.stdout.write(`${threads.length} threads (${threads.at(-1)?.pairs.length}-${threads[0]?.pairs.length} pairs), summaries ${lag} turns after plannable${values.moving ? ', budget = window less the new message' : ''}; cost with caching / whole history, cached\n\n`);
 process.stdout.write('| budget | layout | mean | worst | replays > 1 |\n|---|---|---:|---:|---:|\n');
 for (const [key, list] of costs) {
   const [budget, layout] = key.split(' ');

@@ -14,12 +14,14 @@ export type ReplayLayout = 'stable' | 'newest-first';
  * and layout plus user message t, then pair t is written. A range's summary
  * (the offline summarizer's, written as a completed record) arrives `lag`
  * turns after the range becomes plannable (older than the newest 20 pairs).
+ * With `moving`, each request's budget is what a window of that size leaves
+ * after the new user message (it moves every turn, as many apps ask).
  * Every request is priced as prompt caching bills it (prompt-cache.ts), and
  * so is sending the whole history (a breakpoint at its end). Returns, per
  * `${budget} ${layout}`, the replay's cost over the whole history's.
  */
 export async function replayThread(
-  pool: pg.Pool, thread: Thread, args: { budgets: readonly number[]; layouts: readonly ReplayLayout[]; lag: number },
+  pool: pg.Pool, thread: Thread, args: { budgets: readonly number[]; layouts: readonly ReplayLayout[]; lag: number; moving?: boolean },
 ): Promise<Map<string, number>> {
   const { rows: [conversation] } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('p8') returning id`);
   const id = conversation!.id;
@@ -34,7 +36,9 @@ export async function replayThread(
     for (const budgetBytes of args.budgets) {
       for (const layout of args.layouts) {
         const key = `${budgetBytes} ${layout}`;
-        const p = await projectConversationHistory({ pool, conversationId: id, scope: 'p8', budgetBytes, layout });
+        // `moving`: the budget is what a window of budgetBytes leaves after the new message, as many apps ask.
+        const budget = args.moving ? Math.max(0, budgetBytes - Buffer.byteLength(JSON.stringify(next), 'utf8')) : budgetBytes;
+        const p = await projectConversationHistory({ pool, conversationId: id, scope: 'p8', budgetBytes: budget, layout });
         const entry = caches.get(key) ?? { cache: new PromptCache(), cost: 0 };
         entry.cost += entry.cache.price([...toAnthropicMessages(p), next]).cost;
         caches.set(key, entry);

@@ -103,7 +103,7 @@ export async function stableProjection(db: Queryable, args: StableArgs): Promise
   let storedAt = args.budgetBytes;
   if (stored === null) {
     // A budget that moves a little from call to call (the window less the new message) keeps the layout
-    // of the nearest larger one: it is kept while it fits this budget, and rewritten in its place.
+    // of a near one (larger first): it is kept while it fits this budget, and rewritten in its place.
     const near = await projectionLayoutNearRead(db, args, args.onRead);
     if (near !== null) {
       const { budgetBytes, ...layout } = near;

@@ -37,14 +37,15 @@ describe('byte accounting', () => {
       expect(p.bytes, `budget ${budget}`).toBeLessThanOrEqual(budget);
       if (messages.length > 0) expect(Buffer.byteLength(JSON.stringify(messages), 'utf8')).toBeLessThanOrEqual(budget);
       checkWhole(p, source);
-      // More budget never covers fewer pairs.
+      // More budget never covers fewer pairs (newest-first: in stable mode, budgets within 25% of each
+      // other share one layout, which a smaller one may have made).
       const covered = p.pairCount - p.omitted.reduce((n, s) => n + s.toPair - s.fromPair + 1, 0);
-      expect(covered, `budget ${budget}`).toBeGreaterThanOrEqual(lastCovered);
+      if (layout === 'newest-first') expect(covered, `budget ${budget}`).toBeGreaterThanOrEqual(lastCovered);
       lastCovered = covered;
     }
-    expect(lastCovered).toBe(31);
     expect(results.length).toBeGreaterThan(800);
     if (layout === 'stable') return;
+    expect(lastCovered).toBe(31);
 
     // The accounting is exact: a budget of exactly a projection's bytes gives the same projection.
     for (const p of results.filter((_, i) => i % 20 === 0)) {

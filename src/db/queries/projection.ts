@@ -196,13 +196,15 @@ export const NEAR_BUDGET = 0.8;
 /**
  * When no layout is stored at this very budget: the stored layout of the
  * conversation under the nearest larger budget, up to budgetBytes /
+ * NEAR_BUDGET, else under the nearest smaller one, down to budgetBytes *
  * NEAR_BUDGET, with the budget it is stored under; or null. An app whose
  * budget is what its window leaves after the new message asks with a
- * different budget every turn: without this, each call laid the history out
- * anew (no cache read) and stored one more row. Never a smaller budget's: a
- * layout made for less would carry fewer pairs than this budget holds. Read
- * only when the exact read found nothing (plain SQL: a call that keeps its
- * layout never sends it).
+ * different budget every turn, now above the one its layout is stored under,
+ * now below: without this, each call laid the history out anew (no cache
+ * read, everything written again) and stored one more row. A larger budget's
+ * layout is kept while it fits this one; a smaller budget's always fits, and
+ * is what the previous request sent. Read only when the exact read found
+ * nothing (plain SQL: a call that keeps its layout never sends it).
  */
 export async function projectionLayoutNearRead(
   db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number }, observe?: ReadObserver,
@@ -214,10 +216,11 @@ export async function projectionLayoutNearRead(
             l.saved_cost as "savedCost", l.saves_bytes::float8 as "savesBytes"
      from sourcebound.projection_layouts l
      join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
-     where l.conversation_id = $1 and l.budget_bytes > $3 and l.budget_bytes <= $4
-     order by l.budget_bytes
+     where l.conversation_id = $1 and l.budget_bytes between $5 and $4 and l.budget_bytes <> $3
+     order by l.budget_bytes < $3, abs(l.budget_bytes - $3)
      limit 1`,
-    [args.conversationId, args.scope, args.budgetBytes, Math.min(MAX_LAYOUT_BUDGET, Math.floor(args.budgetBytes / NEAR_BUDGET))],
+    [args.conversationId, args.scope, args.budgetBytes, Math.min(MAX_LAYOUT_BUDGET, Math.floor(args.budgetBytes / NEAR_BUDGET)),
+      Math.ceil(args.budgetBytes * NEAR_BUDGET)],
   );
   observe?.({ query: 'projectionLayoutNearRead', rows: rows.length });
   return rows[0] ?? null;
