@@ -240,8 +240,17 @@ describe('8. a summary that costs more than its originals', () => {
       expect(n, `budget ${budget}`).toBeGreaterThanOrEqual(carried);
       carried = n;
     }
-    expect(carried).toBe(40);
+    // Budgets within 25% of each other share one layout (an app whose budget moves every turn keeps its
+    // cache), so the largest here may carry what a smaller one laid out, never less than the smaller
+    // budgets did; a budget more than 25% away from every stored one lays the history out anew: all of it.
+    expect(carried).toBeGreaterThan(0);
     expect((await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 100_000_000 })).bytes).toBe(raw.bytes);
+    const fresh = await createConversation(db.pool);
+    await addPairs(db.pool, fresh, 40);
+    await insertSummary(db.pool, { conversationId: fresh, fromPair: 10, summary: 'A verbose but valid summary. '.repeat(140) });
+    const whole = await projectConversationHistory({ pool: db.pool, conversationId: fresh, scope: 'tenant-a', budgetBytes: raw.bytes + 300 });
+    expect(shape(whole).summaries).toEqual([]);
+    expect(whole.omitted).toEqual([]);
   });
 });
 
