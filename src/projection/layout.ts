@@ -9,7 +9,7 @@ import {
 } from './anthropic.ts';
 import { currentIds, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
 import {
-  CACHE_LOOKBACK_BLOCKS, CACHE_PRICES, ledgerAllows, lowWaterBytes, requestCost, rewritePays, savedBefore, wholeHistoryCost, type CacheLedger,
+  CACHE_LOOKBACK_BLOCKS, ledgerAllows, lowWaterBytes, requestCost, rewritePays, savedBefore, wholeHistoryCost, type CacheLedger,
 } from './cache.ts';
 import type { OmittedSpan, ProjectionCacheInfo, ProjectionItem, SummaryItem, SummaryNotUsed } from './types.ts';
 import {
@@ -125,7 +125,7 @@ async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   if (stored.startPair === stored.endPair) return rewrite(db, args, 'budget', null, ledger);
   const laidOut = count - stored.startPair - stored.gaps.reduce((n, g) => n + g.toPair - g.fromPair + 1, 0);
   if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', null, ledger);
-  const result = await keep(db, args, stored);
+  const result = await keep(db, args, stored, ledger);
   if (result.kind === 'kept') return result.result;
   return rewrite(db, args, result.kind, result.kind === 'budget' ? result.previous : null, ledger);
 }
@@ -154,14 +154,12 @@ interface PreviousLayout {
    * a prefix ending elsewhere is written again.
    */
   cachedEnds: ReadonlySet<number>;
-  /** Whether it has a gap (its head ends there, at a breakpoint); else its head is all of it. */
-  gapped: boolean;
   /** Its bytes with the pairs added since appended (null: not known, a pair was too large to read). */
   extendedBytes: number | null;
 }
 
 /** The stored layout with the new pairs appended, if it still holds and fits; maybe with ready summaries swapped in. */
-async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow): Promise<Kept> {
+async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow, ledger: CacheLedger): Promise<Kept> {
   const { conversationId, scope, count, budgetBytes, onRead } = args;
   const { startPair, endPair, gaps } = stored;
   // The laid-out spans (gaps skipped) and the pairs added since.
@@ -217,7 +215,6 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
       ...Array.from({ length: count - endPair }, (_, j) => endPair + j),
       ...[newestSummaryMark(items)].flatMap((at) => (at === null ? [] : [endOf(items[at]!)])),
     ]),
-    gapped: gaps.length > 0,
     extendedBytes,
   });
   for (let i = endPair; i < count; i++) {
@@ -278,19 +275,18 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
     bytesPerTurn: rawPairs === 0 ? bytes : items.reduce((n, it) => n + (it.kind === 'pair' ? itemBytes(it) : 0), 0) / rawPairs,
     turnsSoFar: count,
   })) {
-    // Paid for by what the projection has saved: against the whole history, which this request would
-    // send as the kept layout does plus the bytes the layout leaves out, all read from the cache.
+    // Paid for by what the projection has saved: against the whole history, which is the kept layout
+    // plus the bytes it leaves out, extended by the same newest exchange.
     const swappedBytes = messagesBytes(toAnthropicMessages({ items: swapped, omitted }));
-    const newest = count > endPair ? itemBytes(items.at(-1)!) : 0;
-    const wholeCost = requestCost({ read: bytes - newest, written: newest, uncached: 0 }) + CACHE_PRICES.read * stored.savesBytes;
+    const wholeCost = wholeHistoryCost(bytes + ledger.savesBytes, count > endPair ? itemBytes(items.at(-1)!) : 0);
     const cost = requestCost({ read: unchangedBytes, written: swappedBytes - unchangedBytes, uncached: 0 });
-    const saved = savedBefore({ savedCost: stored.savedCost, savesBytes: stored.savesBytes, endPair }, count);
+    const saved = savedBefore(ledger, count);
     if (ledgerAllows({ saved, wholeCost, cost })) {
       // The ranges still shown raw keep their reasons; the swapped ones are summaries now.
       const stillRaw = notUsed.filter((n) => !swaps.has(n.fromPair));
       const result: WalkResult = { items: swapped, omitted, summaryNotUsed: stillRaw, problems: [] };
-      const ledger = { savedCost: saved + wholeCost - cost, savesBytes: stored.savesBytes + Math.max(0, bytes - swappedBytes) };
-      return { kind: 'kept', result: { walk: result, rewrite: 'summaries', save: layoutOf(result, count, ledger) } };
+      const after = { savedCost: saved + wholeCost - cost, savesBytes: ledger.savesBytes + Math.max(0, bytes - swappedBytes) };
+      return { kind: 'kept', result: { walk: result, rewrite: 'summaries', save: layoutOf(result, count, after) } };
     }
   }
   const result: WalkResult = { items, omitted, summaryNotUsed: notUsed, problems: [] };

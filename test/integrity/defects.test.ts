@@ -243,7 +243,6 @@ describe('8. a summary that costs more than its originals', () => {
     // Budgets within 25% of each other share one layout (an app whose budget moves every turn keeps its
     // cache), so the largest here may carry what a smaller one laid out, never less than the smaller
     // budgets did; a budget more than 25% away from every stored one lays the history out anew: all of it.
-    expect(carried).toBeGreaterThan(0);
     expect((await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 100_000_000 })).bytes).toBe(raw.bytes);
     const fresh = await createConversation(db.pool);
     await addPairs(db.pool, fresh, 40);
