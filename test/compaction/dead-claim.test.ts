@@ -11,7 +11,9 @@ import { addPairs, createConversation } from '../support/fixtures.ts';
  * A worker claims a range and dies mid-call; then a reply of the range is
  * edited. Only a claim of that same source ever took a dead claim over, so
  * the dead claim stayed 'running' for good, its attempt open. The sweep
- * settles it (0032): stale, its attempt unknown and spent.
+ * settles it (0032): stale, its attempt unknown and spent. So too when pairs
+ * are removed and the range is no longer plannable, its source unchanged
+ * (0035): no claim comes for such a range either.
  */
 const db = await createTestDatabase();
 
@@ -81,5 +83,60 @@ describe('a dead claim whose source changed', () => {
     // The takeover of the current source counts the dead attempt, as before.
     expect((await compactOffline(db.pool, current)).ranges.map((r) => r.result)).toEqual(['completed']);
     expect(await shape(current)).toEqual([['completed', 2, null]]);
+  });
+});
+
+describe('a dead claim whose range is no longer plannable', () => {
+  /** Removes the conversation's newest pairs (their messages), so that range 0 lies in the newest 20 again. */
+  async function removeNewest(c: string, pairs: number) {
+    await db.pool.query(
+      `delete from sourcebound.messages where id in (
+         select unnest(array[user_message_id, assistant_message_id]) from sourcebound.pairs
+         where conversation_id = $1 and pair_index >= (select max(pair_index) + 1 from sourcebound.pairs where conversation_id = $1) - $2)`, [c, pairs]);
+  }
+
+  it('is settled stale by the sweep, and its dead attempt counts once the range is plannable again', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    const dead = await deadClaim(c, 'dead-worker');
+    await removeNewest(c, 5);
+    // No claim can come: the range is not plannable at 25 pairs.
+    expect((await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: dead.record.model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'w', leaseMs: 60_000 })).kind).toBe('gone');
+    // Was: ['running', 0, 'dead-worker'], after every sweep, for as long as the conversation stayed short.
+    await compactionSweepRun(db.pool);
+    expect(await shape(c)).toEqual([['stale', 1, null]]);
+    const [record] = await summariesOfConversationRead(db.pool, c);
+    expect(record!.failureReason).toBe('lease expired, and the range is no longer plannable');
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.workerId, a.outcome, a.spent])).toEqual([['dead-worker', 'unknown', true]]);
+
+    // The conversation grows back: the same source is claimed again, the dead attempt counted.
+    await addPairs(db.pool, c, 5, undefined, { startAt: 25 });
+    expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
+    expect(await shape(c)).toEqual([['completed', 2, null]]);
+    expect((await summariesOfConversationRead(db.pool, c))[0]!.id).toBe(dead.record.id);
+  });
+
+  it('fails the record for good when the dead claim was its second attempt', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    await deadClaim(c, 'dead-worker');
+    await removeNewest(c, 5);
+    await compactionSweepRun(db.pool);
+    await addPairs(db.pool, c, 5, undefined, { startAt: 25 });
+    await deadClaim(c, 'second-dead-worker');
+    await removeNewest(c, 5);
+    await compactionSweepRun(db.pool);
+    const records = await summariesOfConversationRead(db.pool, c);
+    expect(records.map((r) => [r.status, r.attemptsSpent])).toEqual([['failed', 2]]);
+    expect(records[0]!.failureReason).toBe('two attempts spent (the last: lease expired, and the range is no longer plannable)');
+  });
+
+  it('leaves a live claim of a range that is no longer plannable alone (its worker may still commit)', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    await deadClaim(c, 'live-worker', 60_000);
+    await removeNewest(c, 5);
+    await compactionSweepRun(db.pool);
+    expect(await shape(c)).toEqual([['running', 0, 'live-worker']]);
   });
 });
