@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { claimRange } from '../../src/compaction/claim.ts';
+import { commitOutcome } from '../../src/compaction/commit.ts';
 import { attemptsOfConversationRead, compactionSweepRun, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { rangeAt } from '../../src/plan.ts';
@@ -11,9 +12,10 @@ import { addPairs, createConversation } from '../support/fixtures.ts';
  * A worker claims a range and dies mid-call; then a reply of the range is
  * edited. Only a claim of that same source ever took a dead claim over, so
  * the dead claim stayed 'running' for good, its attempt open. The sweep
- * settles it (0032): stale, its attempt unknown and spent. So too when pairs
- * are removed and the range is no longer plannable, its source unchanged
- * (0035): no claim comes for such a range either.
+ * settles it (0032): stale, its attempt unknown and spent. So too, its source
+ * unchanged, when pairs are removed and the range is no longer plannable, or
+ * when a record of another model completes the range (0035): no claim comes
+ * for such a range either.
  */
 const db = await createTestDatabase();
 
@@ -86,7 +88,7 @@ describe('a dead claim whose source changed', () => {
   });
 });
 
-describe('a dead claim whose range is no longer plannable', () => {
+describe('a dead claim no claim will come for, its source unchanged (0035)', () => {
   /** Removes the conversation's newest pairs (their messages), so that range 0 lies in the newest 20 again. */
   async function removeNewest(c: string, pairs: number) {
     await db.pool.query(
@@ -129,6 +131,28 @@ describe('a dead claim whose range is no longer plannable', () => {
     const records = await summariesOfConversationRead(db.pool, c);
     expect(records.map((r) => [r.status, r.attemptsSpent])).toEqual([['failed', 2]]);
     expect(records[0]!.failureReason).toBe('two attempts spent (the last: lease expired, and the range is no longer plannable)');
+  });
+
+  it('is settled stale when another model completed the range (its mark is cleared, no job comes)', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    const dead = await deadClaim(c, 'dead-worker');
+    // A fleet upgraded to another model: it claims and completes the same source under its own identity.
+    const other = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: 'another-model', promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'upgraded', leaseMs: 60_000 });
+    if (other.kind !== 'claimed') throw new Error(`claim: ${other.kind}`);
+    const committed = await commitOutcome(db.pool, { record: other.record, attemptId: other.attemptId, workerId: 'upgraded' },
+      { kind: 'ok', text: 'A summary.', model: 'another-model', usage: null, requestId: null });
+    expect(committed.kind).toBe('completed');
+    expect((await db.pool.query('select count(*)::int as n from sourcebound.compaction_marks where conversation_id = $1', [c])).rows[0].n).toBe(0);
+
+    // Was: ['running', 0, 'dead-worker'] for good.
+    await compactionSweepRun(db.pool);
+    const records = await summariesOfConversationRead(db.pool, c);
+    expect(records.map((r) => [r.model, r.status, r.attemptsSpent, r.leaseOwner])).toEqual([
+      [dead.record.model, 'stale', 1, null],
+      ['another-model', 'completed', 1, null],
+    ]);
+    expect(records[0]!.failureReason).toBe('lease expired, and its range is no longer marked (a record of another model or prompt version binds its source)');
   });
 
   it('leaves a live claim of a range that is no longer plannable alone (its worker may still commit)', async () => {

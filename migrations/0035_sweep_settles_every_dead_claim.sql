@@ -1,21 +1,25 @@
 -- Invariant (as 0032): a claim whose worker died is settled, by a takeover
--- or by the sweep; none stays 'running' for good. 0032 left one case open: a
--- dead claim whose range is no longer plannable (pairs were removed, so the
--- range lies in the newest 20 again) with its source unchanged. No mark is
--- kept for such a range and claim_range answers 'gone' for it, so no
--- takeover came, and the sweep left it to one: the record stayed 'running'
--- with its lease long over and its attempt open, for as long as the
--- conversation did not grow back (`sourcebound inspect` showed a claim in
--- flight that no worker held).
--- The sweep now settles it the way 0032 settles a dead claim of a changed
--- source: the attempt unknown and spent, the record stale (failed when that
--- was its second attempt), the reason saying which case it was. When the
--- range is plannable again, the claim of that same source takes the stale
--- record over with the dead attempt counted, as a takeover would have.
--- A dead claim of a plannable range with its source unchanged is still left
--- to the takeover (its range is marked, so a job comes); a live claim is
--- never touched; one a claim or commit holds is skipped (SKIP LOCKED). Both
--- conditions are read once per expired claim (the claims in flight, a few).
+-- or by the sweep; none stays 'running' for good. 0032 left two cases open,
+-- both with the range's source unchanged, in which no takeover comes:
+-- - the range is no longer plannable (pairs were removed, so it lies in the
+--   newest 20 again): no mark is kept for it and claim_range answers 'gone';
+-- - a record of another summarizer identity (model or prompt version: a
+--   worker fleet upgraded or reconfigured) completed or failed for the same
+--   source, which cleared the range's mark, so no job comes for it.
+-- The record stayed 'running' with its lease long over and its attempt
+-- open (`sourcebound inspect` showed a claim in flight that no worker held),
+-- for as long as the conversation did not grow back, or for good.
+-- The sweep now settles a dead claim whenever no claim will come for it (its
+-- source changed, its range is not plannable, or its range has no mark), the
+-- way 0032 settles one of a changed source: the attempt unknown and spent,
+-- the record stale (failed when that was its second attempt), the reason
+-- saying which case it was. Should a claim of that same identity and source
+-- come again, it takes the stale record over with the dead attempt counted,
+-- as a takeover would have. A dead claim of a marked, plannable range with
+-- its source unchanged is still left to the takeover (a job comes); a live
+-- claim is never touched; one a claim or commit holds is skipped (SKIP
+-- LOCKED). The conditions are read once per expired claim (the claims in
+-- flight, a few).
 CREATE OR REPLACE FUNCTION sourcebound.sweep_compaction(p_limit integer DEFAULT 1000)
  RETURNS integer
  LANGUAGE plpgsql
@@ -28,7 +32,8 @@ DECLARE
   v_seen integer := 0;
 BEGIN
   -- Dead claims no claim will come for (0032, 0035): lease over, and the
-  -- range's source is not theirs now, or the range is no longer plannable.
+  -- range's source is not theirs now, or the range is no longer plannable,
+  -- or it has no mark.
   -- Looked for in the claims in flight only; a few at a time; one that a
   -- claim or a commit holds is skipped.
   IF EXISTS (SELECT 1 FROM sourcebound.conversation_summaries s WHERE s.status = 'running' AND s.lease_expires_at <= now()) THEN
@@ -43,12 +48,18 @@ BEGIN
                (SELECT coalesce(max(p.pair_index) + 1, 0) FROM sourcebound.pairs p WHERE p.conversation_id = e.conversation_id)) AS unplannable,
              NOT EXISTS (
                SELECT 1 FROM sourcebound.range_source(e.conversation_id, e.from_pair) src
-               WHERE src.pairs = 10 AND src.source_hash = e.source_hash AND src.source_message_ids = e.source_message_ids) AS changed
+               WHERE src.pairs = 10 AND src.source_hash = e.source_hash AND src.source_message_ids = e.source_message_ids) AS changed,
+             -- No mark: no job comes for the range (a completed or failed record of another
+             -- summarizer identity binds its source, by the marks' invariant).
+             NOT EXISTS (
+               SELECT 1 FROM sourcebound.compaction_marks m WHERE m.conversation_id = e.conversation_id AND m.from_pair = e.from_pair) AS unmarked
       FROM expired e
     ), dead AS (
-      SELECT s.id, CASE WHEN j.changed THEN 'the source changed since' ELSE 'the range is no longer plannable' END AS why
+      SELECT s.id, CASE WHEN j.changed THEN 'the source changed since'
+                        WHEN j.unplannable THEN 'the range is no longer plannable'
+                        ELSE 'its range is no longer marked (a record of another model or prompt version binds its source)' END AS why
       FROM judged j JOIN sourcebound.conversation_summaries s ON s.id = j.id
-      WHERE (j.changed OR j.unplannable) AND s.status = 'running' AND s.lease_expires_at <= now()
+      WHERE (j.changed OR j.unplannable OR j.unmarked) AND s.status = 'running' AND s.lease_expires_at <= now()
       LIMIT p_limit
       FOR UPDATE OF s SKIP LOCKED
     ), settled AS (
