@@ -12,8 +12,10 @@
  *
  * With `--moving`, each budget is a window: the projection is asked for what
  * it leaves after the new user message (a budget that moves every turn).
+ * With `--edit-back N`, at 70% of each thread the user message N pairs back
+ * is edited in place (in the database and in the whole history alike).
  *
- *   DATABASE_URL=postgres://... node --import tsx bench/p8-replay-all.ts [--threads 50] [--budgets 32768,65536] [--lag 3] [--moving]
+ *   DATABASE_URL=postgres://... node --import tsx bench/p8-replay-all.ts [--threads 50] [--budgets 32768,65536] [--lag 3] [--moving] [--edit-back 3]
  */
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -23,7 +25,7 @@ import { silentLogger } from '../src/logger.ts';
 import { dataset } from './lib/data.ts';
 import { replayThread } from './lib/replay.ts';
 
-const { values } = parseArgs({ options: { threads: { type: 'string', default: '50' }, budgets: { type: 'string', default: '8192,16384,32768,65536' }, lag: { type: 'string', default: '3' }, moving: { type: 'boolean', default: false } } });
+const { values } = parseArgs({ options: { threads: { type: 'string', default: '50' }, budgets: { type: 'string', default: '8192,16384,32768,65536' }, lag: { type: 'string', default: '3' }, moving: { type: 'boolean', default: false }, 'edit-back': { type: 'string' } } });
 const url = process.env.DATABASE_URL;
 if (!url) {
   process.stderr.write('p8-replay-all: set DATABASE_URL (a server where a scratch database may be created)\n');
@@ -45,7 +47,10 @@ const costs = new Map<string, number[]>();
 const above: string[] = [];
 try {
   for (const thread of threads) {
-    for (const [key, cost] of await replayThread(pool, thread, { budgets, layouts: ['stable', 'newest-first'], lag, moving: values.moving })) {
+    // `--edit-back N`: at 70% of the thread, the user message N pairs back is edited in place.
+    const at = Math.floor(thread.pairs.length * 0.7);
+    const edits = values['edit-back'] === undefined ? [] : [{ turn: at, pair: Math.max(0, at - Number(values['edit-back'])) }];
+    for (const [key, cost] of await replayThread(pool, thread, { budgets, layouts: ['stable', 'newest-first'], lag, moving: values.moving, edits })) {
       costs.set(key, [...(costs.get(key) ?? []), cost]);
       if (key.endsWith(' stable') && cost > 1.0001) above.push(`${thread.id} at ${key.split(' ')[0]}: ${cost.toFixed(3)}`);
     }
@@ -56,7 +61,7 @@ try {
   await admin.end();
 }
 
-process.stdout.write(`${threads.length} threads (${threads.at(-1)?.pairs.length}-${threads[0]?.pairs.length} pairs), summaries ${lag} turns after plannable${values.moving ? ', budget = window less the new message' : ''}; cost with caching / whole history, cached\n\n`);
+process.stdout.write(`${threads.length} threads (${threads.at(-1)?.pairs.length}-${threads[0]?.pairs.length} pairs), summaries ${lag} turns after plannable${values.moving ? ', budget = window less the new message' : ''}${values['edit-back'] === undefined ? '' : `, one user message ${values['edit-back']} pairs back edited at 70% of each thread`}; cost with caching / whole history, cached\n\n`);
 process.stdout.write('| budget | layout | mean | worst | replays > 1 |\n|---|---|---:|---:|---:|\n');
 for (const [key, list] of costs) {
   const [budget, layout] = key.split(' ');

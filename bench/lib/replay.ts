@@ -17,11 +17,15 @@ export type ReplayLayout = 'stable' | 'newest-first';
  * With `moving`, each request's budget is what a window of that size leaves
  * after the new user message (it moves every turn, as many apps ask).
  * Every request is priced as prompt caching bills it (prompt-cache.ts), and
- * so is sending the whole history (a breakpoint at its end). Returns, per
+ * so is sending the whole history (a breakpoint at its end). With `edits`,
+ * before the request of each listed turn the user message of the listed pair
+ * gets ` (edited)` appended, in the database and in the whole history alike
+ * (an app correcting its history in place). Returns, per
  * `${budget} ${layout}`, the replay's cost over the whole history's.
  */
 export async function replayThread(
-  pool: pg.Pool, thread: Thread, args: { budgets: readonly number[]; layouts: readonly ReplayLayout[]; lag: number; moving?: boolean },
+  pool: pg.Pool, thread: Thread,
+  args: { budgets: readonly number[]; layouts: readonly ReplayLayout[]; lag: number; moving?: boolean; edits?: readonly { turn: number; pair: number }[] },
 ): Promise<Map<string, number>> {
   const { rows: [conversation] } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('p8') returning id`);
   const id = conversation!.id;
@@ -31,6 +35,12 @@ export async function replayThread(
   const wholeItems: PairItem[] = [];
   let summarized = 0;
   for (let t = 0; t < thread.pairs.length; t++) {
+    for (const { pair } of (args.edits ?? []).filter((e) => e.turn === t && e.pair < t)) {
+      await pool.query(
+        `update sourcebound.messages set content = content || ' (edited)'
+         where id = (select user_message_id from sourcebound.pairs where conversation_id = $1 and pair_index = $2)`, [id, pair]);
+      wholeItems[pair] = { ...wholeItems[pair]!, userText: `${wholeItems[pair]!.userText} (edited)` };
+    }
     const next: MessageParam = { role: 'user', content: thread.pairs[t]!.user };
     wholeCost += whole.price([...toAnthropicMessages({ items: wholeItems, omitted: [] }), next]).cost;
     for (const budgetBytes of args.budgets) {

@@ -332,7 +332,12 @@ async function rewrite(
   // (or the next rewrite would be a turn or two away), and not at once when a layout is in the cache:
   // there it is one of the shapes (the newest items down to the low-water mark are all of them), and
   // writing it all again (summaries swapped in at its start) must pay like any other shape.
-  const wholeFits = whole.omitted.length === 0 && (why !== 'budget' || (previous === null && messagesBytes(toAnthropicMessages(whole)) <= low));
+  // After an edit in the prefix ('changed', with a ledger) nothing of the old layout is known to be
+  // in the cache: every shape is written whole, and the whole conversation is one of them, taken as
+  // any other: only when the ledger can pay for writing it all again.
+  const wholeIsShape = why === 'changed' && ledger !== null && previous === null;
+  const wholeFits = whole.omitted.length === 0 && !wholeIsShape
+    && (why !== 'budget' || (previous === null && messagesBytes(toAnthropicMessages(whole)) <= low));
   if (wholeFits || whole.problems.length > 0 || whole.items.length === 0) {
     const bytes = messagesBytes(toAnthropicMessages(whole));
     const read = cachedBytes(whole.items, [], previous);
@@ -387,16 +392,22 @@ async function rewrite(
   }
   if (block.length > 0) shapes.push(fillTail('block', block, whole.items, low, budgetBytes, previous));
   shapes.push(fillTail('newest', [], whole.items, low, budgetBytes, previous));
+  if (wholeIsShape && whole.omitted.length === 0) {
+    const bytes = messagesBytes(toAnthropicMessages(whole));
+    shapes.push({ kind: 'newest', head: [], tail: whole.items, bytes, cost: requestCost({ read: 0, written: bytes, uncached: 0 }), users: userMessages(whole.items) });
+  }
 
   // The cheapest shape that carries as many of the user's messages as today's projection; if none
   // does, the one that carries the most; a shape that costs more than the cheapest only when what
   // the projection has saved so far pays for it (the ledger stays in credit).
   const fits = shapes.filter((s) => s.tail.length > 0).sort((x, y) => x.cost - y.cost || y.users - x.users);
   const today = userMessages(whole.items);
-  const affordable = fits.filter((s) => previous === null || ledgerAllows({ saved, wholeCost, cost: s.cost }));
+  // Every shape is affordable to a first layout (no ledger yet); to a rewrite with a layout in the
+  // cache, or after an edit in its prefix, only within the ledger.
+  const affordable = fits.filter((s) => (previous === null && !wholeIsShape) || ledgerAllows({ saved, wholeCost, cost: s.cost }));
   const chosen = affordable.length > 0
     ? affordable.find((s) => s.users >= today) ?? [...affordable].sort((x, y) => y.users - x.users || x.cost - y.cost)[0]!
-    : [...fits, ...cachedHeads(previous!, whole.items, low, budgetBytes)].sort((x, y) => x.cost - y.cost || y.users - x.users)[0]!;
+    : [...fits, ...(previous === null ? [] : cachedHeads(previous, whole.items, low, budgetBytes))].sort((x, y) => x.cost - y.cost || y.users - x.users)[0]!;
 
   const items = [...chosen.head, ...chosen.tail];
   const omitted = shapeSpans(chosen.head, chosen.tail);

@@ -42,6 +42,18 @@ describe('the projection never costs more than sending the whole history (real t
     expect(costs.get(`${window} stable`)).toBeLessThanOrEqual(1);
   }, 60_000);
 
+  // A user message three pairs back edited in place at 70% of the thread, right after a rewrite: the
+  // edit is inside the stored layout, so nothing of it is known to be in the cache, and the rewrite
+  // ('changed') took the whole conversation, written again, whatever the ledger held (1.153x and
+  // 1.053x). It is now one of the shapes, taken only when the ledger pays for it.
+  const edited: [string, number][] = [['oasst1-en-long-039', 32 * 1024], ['oasst1-en-long-013', 32 * 1024]];
+  it.each(edited.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes, a user message edited three pairs back', async (id, budget) => {
+    const thread = shared.find((t) => t.id === id)!;
+    const at = Math.floor(thread.pairs.length * 0.7);
+    const costs = await replayThread(db.pool, thread, { budgets: [budget], layouts: ['stable'], lag: 3, edits: [{ turn: at, pair: at - 3 }] });
+    expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
+  }, 60_000);
+
   it.each(readThreads(DEMO_DATA).filter((t) => t.pairs.length >= 40).map((t) => [t.id, t] as const))('%s at 8, 16, 32 and 64 KiB', async (_, thread) => {
     const budgets = [8, 16, 32, 64].map((k) => k * 1024);
     const costs = await replayThread(db.pool, thread, { budgets, layouts: ['stable'], lag: 3 });
