@@ -31,6 +31,11 @@ if (!url) {
   process.stderr.write('p8-replay-all: set DATABASE_URL (a server where a scratch database may be created)\n');
   process.exit(2);
 }
+const editBack = values['edit-back'] === undefined ? null : Number(values['edit-back']);
+if (editBack !== null && !(Number.isInteger(editBack) && editBack >= 1)) {
+  process.stderr.write(`p8-replay-all: --edit-back wants a whole number of pairs, 1 or more (got ${JSON.stringify(values['edit-back'])})\n`);
+  process.exit(2);
+}
 const budgets = values.budgets.split(',').map(Number);
 const lag = Number(values.lag);
 const name = 'sourcebound_p8_replay_all';
@@ -49,7 +54,7 @@ try {
   for (const thread of threads) {
     // `--edit-back N`: at 70% of the thread, the user message N pairs back is edited in place.
     const at = Math.floor(thread.pairs.length * 0.7);
-    const edits = values['edit-back'] === undefined ? [] : [{ turn: at, pair: Math.max(0, at - Number(values['edit-back'])) }];
+    const edits = editBack === null ? [] : [{ turn: at, pair: Math.max(0, at - editBack) }];
     for (const [key, cost] of await replayThread(pool, thread, { budgets, layouts: ['stable', 'newest-first'], lag, moving: values.moving, edits })) {
       costs.set(key, [...(costs.get(key) ?? []), cost]);
       if (key.endsWith(' stable') && cost > 1.0001) above.push(`${thread.id} at ${key.split(' ')[0]}: ${cost.toFixed(3)}`);
