@@ -15,7 +15,9 @@ import { addPairs, createConversation } from '../support/fixtures.ts';
  * settles it (0032): stale, its attempt unknown and spent. So too, its source
  * unchanged, when pairs are removed and the range is no longer plannable, or
  * when a record of another model completes the range (0035): no claim comes
- * for such a range either.
+ * for such a range either. Nor for a record left pending (an invalid or
+ * unknown answer, a deferral) in those three cases: the sweep settles it stale
+ * once its retry is due (0036).
  */
 const db = await createTestDatabase();
 
@@ -162,5 +164,88 @@ describe('a dead claim no claim will come for, its source unchanged (0035)', () 
     await removeNewest(c, 5);
     await compactionSweepRun(db.pool);
     expect(await shape(c)).toEqual([['running', 0, 'live-worker']]);
+  });
+});
+
+describe('a pending record no claim will come for (0036)', () => {
+  /** A record left pending by an invalid answer (one attempt spent), its retry due after `afterSpentMs`. */
+  async function pendingRecord(c: string, afterSpentMs = 0, model?: string) {
+    const { summarizer } = offlineContext(db.pool);
+    const claim = await claimRange(db.pool, {
+      conversationId: c, range: rangeAt(0), model: model ?? summarizer.model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'w', leaseMs: 60_000,
+    });
+    if (claim.kind !== 'claimed') throw new Error(`claim: ${claim.kind}`);
+    const committed = await commitOutcome(db.pool, { record: claim.record, attemptId: claim.attemptId, workerId: 'w' },
+      { kind: 'invalid', reason: 'empty summary', model: claim.record.model, usage: null, requestId: null }, { deferMs: 0, afterSpentMs });
+    expect(committed.kind).toBe('spent');
+    return claim.record;
+  }
+
+  it('is settled stale by the sweep once its source changed (the new source got a record of its own)', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    const pending = await pendingRecord(c);
+    await editReply(c, 3, ' (edited)');
+    expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
+    // Was: ['pending', 1, null] for good, after every sweep.
+    expect(await shape(c)).toEqual([['pending', 1, null], ['completed', 1, null]]);
+
+    await compactionSweepRun(db.pool);
+    const records = await summariesOfConversationRead(db.pool, c);
+    expect(records.map((r) => [r.id, r.status, r.attemptsSpent, r.notBefore])).toEqual([[pending.id, 'stale', 1, null], [records[1]!.id, 'completed', 1, null]]);
+    expect(records[0]!.failureReason).toBe('pending, and the source changed since');
+    // Nothing was in flight: no attempt is added or spent.
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent, a.reason])).toEqual([
+      ['invalid', true, 'empty summary'],
+      ['ok', true, null],
+    ]);
+    const open = await db.pool.query(`select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status in ('running', 'pending')`, [c]);
+    expect(open.rows[0].n).toBe(0);
+  });
+
+  it('is settled stale when its range is no longer plannable, and taken over with its spent attempt when it is again', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    const pending = await pendingRecord(c);
+    await db.pool.query(
+      `delete from sourcebound.messages where id in (
+         select unnest(array[user_message_id, assistant_message_id]) from sourcebound.pairs where conversation_id = $1 and pair_index >= 25)`, [c]);
+    await compactionSweepRun(db.pool);
+    expect(await shape(c)).toEqual([['stale', 1, null]]);
+    expect((await summariesOfConversationRead(db.pool, c))[0]!.failureReason).toBe('pending, and the range is no longer plannable');
+
+    await addPairs(db.pool, c, 5, undefined, { startAt: 25 });
+    expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
+    const [record] = await summariesOfConversationRead(db.pool, c);
+    expect([record!.id, record!.status, record!.attemptsSpent]).toEqual([pending.id, 'completed', 2]);
+  });
+
+  it('is settled stale when another model completed the range (its mark is cleared, no job comes)', async () => {
+    const c = await createConversation(db.pool);
+    await addPairs(db.pool, c, 30);
+    await pendingRecord(c, 0, 'old-model');
+    // The fleet now runs the offline summarizer: it completes the same source under its own identity.
+    expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
+    await compactionSweepRun(db.pool);
+    const records = await summariesOfConversationRead(db.pool, c);
+    expect(records.map((r) => [r.model, r.status])).toEqual([['old-model', 'stale'], [records[1]!.model, 'completed']]);
+    expect(records[0]!.failureReason).toBe('pending, and its range is no longer marked (a record of another model or prompt version binds its source)');
+  });
+
+  it('is left pending while its retry is still due (a deferral not over), or when its claim will come', async () => {
+    const waiting = await createConversation(db.pool);
+    await addPairs(db.pool, waiting, 30);
+    await pendingRecord(waiting, 60_000);
+    await editReply(waiting, 3, ' (edited)');
+    const due = await createConversation(db.pool);
+    await addPairs(db.pool, due, 30);
+    await pendingRecord(due);
+
+    await compactionSweepRun(db.pool);
+    expect(await shape(waiting)).toEqual([['pending', 1, null]]);
+    expect(await shape(due)).toEqual([['pending', 1, null]]);
+    // The claim that comes for the unchanged source takes it over: its second attempt.
+    expect((await compactOffline(db.pool, due)).ranges.map((r) => r.result)).toEqual(['completed']);
+    expect(await shape(due)).toEqual([['completed', 2, null]]);
   });
 });
