@@ -166,6 +166,40 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('It was 77°F.', 'It was 77 degrees Fahrenheit.')).toEqual([]);
     expect(against('It was 25 degrees Celsius.', 'It was 25°F.')).toEqual(['number:25°F']);
   });
+
+  // Round 2, session 14: each was a false flag against a faithful rewrite.
+  it('reads units written out (kilograms, milliseconds, gigabytes, miles per hour) as their symbols', () => {
+    expect(against('It weighs 12 kilograms and loads in 250 milliseconds.', 'It weighs 12 kg and loads in 250ms.')).toEqual([]);
+    expect(against('A 2 GB file at 60 mph.', 'A 2 gigabytes file at 60 miles per hour.')).toEqual([]);
+    expect(against('It weighs 12 kg.', 'It weighs 12 kilograms.')).toEqual([]);
+    // A small figure with a unit is checked: before, `13 kilograms` was the bare 13, not checked.
+    expect(against('It weighs 12 kg.', 'It weighs 13 kilograms.')).toEqual(['number:13 kilograms']);
+    expect(against('It took 250 ms.', 'It took 250 seconds.')).toEqual(['number:250 seconds']);
+  });
+
+  it('reads points between groups of three digits as thousands separators (2.500.000 €), a comma after them as the decimal one', () => {
+    expect(against('The budget is 2.500.000 €.', 'The budget is €2,500,000.')).toEqual([]);
+    expect(against('Total 1.234.567,89 €.', 'Total €1,234,567.89.')).toEqual([]);
+    // Was 2500: the last point was read as a decimal point, so €2,500 passed against 2.500.000 €.
+    expect(against('The budget is 2.500.000 €.', 'The budget is €2,500.')).toEqual(['money:€2500']);
+  });
+
+  it('reads k, M or B attached to a figure as its unit or its scale (10k users = 10,000 users, a 7B model = 7 billion)', () => {
+    expect(against('We have 10k users.', 'We have 10,000 users.')).toEqual([]);
+    expect(against('We have 10,000 users.', 'We have 10K users.')).toEqual([]);
+    expect(against('A model of 7 billion parameters.', 'A 7B model.')).toEqual([]);
+    expect(against('A 7B model.', 'A model of 7 billion parameters.')).toEqual([]);
+    expect(against('We have 10k users.', 'We have 11,000 users.')).toEqual(['number:11000']);
+    expect(against('A model of 7 billion parameters.', 'An 8B model.')).toEqual(['number:8B']);
+  });
+
+  it('reads a name and a dotted figure written apart or as one as the same (Python 3.11 = Python3.11, ISO8601 = ISO 8601)', () => {
+    expect(against('Use Python 3.11.', 'Use Python3.11.')).toEqual([]);
+    expect(against('Use Python3.11 and ISO8601.', 'Use Python 3.11 and ISO 8601.')).toEqual([]);
+    expect(against('Use Python 3.11.', 'Use Python3.')).toEqual([]);
+    expect(against('Use Python 3.11.', 'Use Python3.12.')).toEqual(['identifier:Python3.12']);
+    expect(against('Use Python3.11.', 'Use Python 3.12.')).toEqual(['number:3.12']);
+  });
 });
 
 describe('grounding against the material', () => {

@@ -188,7 +188,11 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
         // A name and its number written apart (`ISO 8601`, `RFC 7231`) ground the identifier written
         // as one (`ISO-8601`, `RFC7231`).
         SPACED_IDENTIFIER.lastIndex = 0;
-        for (let m = SPACED_IDENTIFIER.exec(exact); m !== null; m = SPACED_IDENTIFIER.exec(exact)) keys.add(`identifier:${identifierKey(`${m[1]}${m[2]}`)}`);
+        for (let m = SPACED_IDENTIFIER.exec(exact); m !== null; m = SPACED_IDENTIFIER.exec(exact)) {
+          keys.add(`identifier:${identifierKey(`${m[1]}${m[2]}`)}`);
+          // `Python 3.11` grounds `Python3` too, as `Python 3` did.
+          if (m[2]!.includes('.')) keys.add(`identifier:${identifierKey(`${m[1]}${m[2]!.slice(0, m[2]!.indexOf('.'))}`)}`);
+        }
       }
       return keys;
     },
@@ -196,7 +200,7 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
 }
 
 /** ASCII letters, one space, digits: a name and its number (`ISO 8601`). */
-const SPACED_IDENTIFIER = /(?<![A-Za-z0-9])([A-Za-z]+) (\d+)(?![A-Za-z0-9])/g;
+const SPACED_IDENTIFIER = /(?<![A-Za-z0-9])([A-Za-z]+) (\d+(?:\.\d+)*)(?![A-Za-z0-9]|\.\d)/g;
 
 /** An identifier's key: without case, `-` or `_` (`GPT-4` = `gpt4`, `x86_64` = `x86-64`, `SHA-256` = `sha256`). */
 function identifierKey(token: string): string {
@@ -214,9 +218,22 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
   const keys = normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
+  if (fact.kind !== 'number') return false;
   // A bare number is grounded by the same number anywhere: in a figure, a date, an amount.
-  return fact.kind === 'number' && !/\D$/.test(fact.key) && keys.has(`n:${fact.key}`);
+  if (!/\D$/.test(fact.key)) return keys.has(`n:${fact.key}`);
+  // `10k`, `5M`, `7B` attached: the kelvin, metres, bytes, or the figure scaled (`10,000`, `7 billion`).
+  const scale = attachedScale(fact.text);
+  return scale !== null && keys.has(`n:${scale}`);
 }
+
+/** A figure with `k`, `M` or `B` attached (`10k`, `2.5M`, `7B`): the figure times 10^3, 10^6 or 10^9; else null. */
+function attachedScale(text: string): string | null {
+  const m = ATTACHED_SCALE.exec(text);
+  return m === null ? null : scaled(canonicalNumber(m[1]!), { k: 3, m: 6, b: 9 }[m[2]!.toLowerCase() as 'k' | 'm' | 'b']);
+}
+const ATTACHED_SCALE = /^(\d+(?:[.,']\d+)*)([kKmMbB])$/;
+/** Letters, maybe a `-` or `_`, then a figure: a name and its number written as one (`Python3.11`, `ISO8601`, `INV-2231`). */
+const NAME_THEN_FIGURE = /^[A-Za-z]+[-_]?(\d+(?:\.\d+)*)$/;
 
 /** The fact's normalized text in the normalized material (code: without white space; paths and code: with case). */
 function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean {
@@ -330,7 +347,15 @@ function touches(regex: RegExp, text: string, lo: number, hi: number, skip: numb
 /** Keys a material fact grounds: its own, for figures their bare number, for full dates their day and month. */
 function materialKeys(fact: Fact): string[] {
   const keys = [`${fact.kind}:${fact.key}`];
-  if (fact.kind === 'number') keys.push(`n:${fact.key.replace(/[^\d.]+$/, '')}`);
+  if (fact.kind === 'number') {
+    keys.push(`n:${fact.key.replace(/[^\d.]+$/, '')}`);
+    // `10k`, `5M`, `7B`: also the figure scaled (10000, 5000000, 7000000000).
+    const scale = attachedScale(fact.text);
+    if (scale !== null) keys.push(`n:${scale}`);
+  }
+  // `Python3.11`, `ISO8601`: also their figure (a summary may write `Python 3.11`, `ISO 8601`).
+  const tail = fact.kind === 'identifier' ? NAME_THEN_FIGURE.exec(fact.text) : null;
+  if (tail !== null) keys.push(`n:${canonicalNumber(tail[1]!)}`);
   if (fact.kind === 'money') keys.push(`n:${fact.key.replace(/^[^:]*:/, '').replace(/[^\d.]+$/, '')}`);
   const full = fact.kind === 'date' ? /^(\d{4})-(\d{2})-(\d{2})$/.exec(fact.key) : null;
   if (full) keys.push(`n:${full[1]}`, `date:${full[1]}-${full[2]}`, `date:--${full[2]}-${full[3]}`);
@@ -418,19 +443,21 @@ const YEAR = String.raw`(\d{4})`;
  */
 const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   '%': ['%', 'percent'], '‰': ['‰'], pp: ['pp', 'percentage points', 'percentage point'], bps: ['bps', 'basis points', 'basis point'],
-  ns: ['ns'], µs: ['µs', 'μs', 'us'], ms: ['ms'], s: ['s', 'sec', 'secs', 'seconds', 'second'],
+  ns: ['ns', 'nanoseconds', 'nanosecond'], µs: ['µs', 'μs', 'us', 'microseconds', 'microsecond'], ms: ['ms', 'milliseconds', 'millisecond'], s: ['s', 'sec', 'secs', 'seconds', 'second'],
   min: ['min', 'mins', 'minutes', 'minute'], h: ['h', 'hr', 'hrs', 'hours', 'hour'],
   day: ['days', 'day'], week: ['weeks', 'week'], month: ['months', 'month'], year: ['years', 'year', 'yrs', 'yr'],
-  byte: ['bytes', 'byte'], bit: ['bits', 'bit'], kb: ['kb'], mb: ['mb'], gb: ['gb'], tb: ['tb'], pb: ['pb'],
+  byte: ['bytes', 'byte'], bit: ['bits', 'bit'], kb: ['kb', 'kilobytes', 'kilobyte'], mb: ['mb', 'megabytes', 'megabyte'], gb: ['gb', 'gigabytes', 'gigabyte'], tb: ['tb', 'terabytes', 'terabyte'], pb: ['pb', 'petabytes', 'petabyte'],
   kib: ['kib'], mib: ['mib'], gib: ['gib'], tib: ['tib'], kbps: ['kbps'], mbps: ['mbps'], gbps: ['gbps'], b: ['b'],
-  hz: ['hz'], khz: ['khz'], mhz: ['mhz'], ghz: ['ghz'], rpm: ['rpm'], fps: ['fps'], dpi: ['dpi'], px: ['px'], pt: ['pt'], em: ['em'], rem: ['rem'],
-  nm: ['nm'], mm: ['mm'], cm: ['cm'], m: ['m'], km: ['km'], 'km/h': ['km/h', 'kph'], 'm/s': ['m/s'], mph: ['mph'],
+  hz: ['hz', 'hertz'], khz: ['khz', 'kilohertz'], mhz: ['mhz', 'megahertz'], ghz: ['ghz', 'gigahertz'], rpm: ['rpm'], fps: ['fps'], dpi: ['dpi'], px: ['px'], pt: ['pt'], em: ['em'], rem: ['rem'],
+  nm: ['nm', 'nanometers', 'nanometres', 'nanometer', 'nanometre'], mm: ['mm', 'millimeters', 'millimetres', 'millimeter', 'millimetre'],
+  cm: ['cm', 'centimeters', 'centimetres', 'centimeter', 'centimetre'], m: ['m'], km: ['km', 'kilometers', 'kilometres', 'kilometer', 'kilometre'],
+  'km/h': ['km/h', 'kph', 'kilometers per hour', 'kilometres per hour'], 'm/s': ['m/s'], mph: ['mph', 'miles per hour'],
   in: ['in', 'inch', 'inches'], ft: ['ft', 'feet', 'foot'], yd: ['yd', 'yards', 'yard'], mi: ['mi', 'miles', 'mile'],
-  mg: ['mg'], g: ['g'], kg: ['kg'], lb: ['lb', 'lbs'], oz: ['oz'], t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
-  ml: ['ml'], l: ['l', 'liters', 'litres', 'liter', 'litre'], gal: ['gal', 'gallons', 'gallon'], cup: ['cups', 'cup'], tbsp: ['tbsp'], tsp: ['tsp'],
+  mg: ['mg', 'milligrams', 'milligram'], g: ['g'], kg: ['kg', 'kilograms', 'kilogram', 'kilos'], lb: ['lb', 'lbs'], oz: ['oz', 'ounces', 'ounce'], t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
+  ml: ['ml', 'milliliters', 'millilitres', 'milliliter', 'millilitre'], l: ['l', 'liters', 'litres', 'liter', 'litre'], gal: ['gal', 'gallons', 'gallon'], cup: ['cups', 'cup'], tbsp: ['tbsp'], tsp: ['tsp'],
   '°c': ['°c', 'degrees celsius', 'degree celsius'], '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
-  w: ['w'], kw: ['kw'], mw: ['mw'], kwh: ['kwh'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
-  j: ['j'], kj: ['kj'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
+  w: ['w'], kw: ['kw', 'kilowatts', 'kilowatt'], mw: ['mw', 'megawatts', 'megawatt'], kwh: ['kwh', 'kilowatt-hours', 'kilowatt hours', 'kilowatt-hour', 'kilowatt hour'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
+  j: ['j'], kj: ['kj', 'kilojoules', 'kilojoule'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
   x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn'], billion: ['billion', 'bn'], trillion: ['trillion'],
   // Chinese and Japanese scales, attached to their figure (`3.5亿` is 350,000,000).
   '万': ['万', '萬'], '亿': ['亿', '億'], '兆': ['兆'],
@@ -814,9 +841,12 @@ function canonicalNumber(digits: string): string {
   let d = digits.replace(/'/g, '');
   // A comma not followed by exactly three digits is a decimal comma.
   d = d.replace(/,(?=\d{3}(?!\d))/g, '').replace(/,/g, '.');
-  // Several points: all but the last were group separators (1.234.567).
+  // Several points: group separators, every one when the figure had no comma and each group after
+  // the first has three digits (`2.500.000` = 2500000), else all but the last (`1.234.567,89`).
   const points = d.split('.');
-  if (points.length > 2) d = points.slice(0, -1).join('') + '.' + points.at(-1);
+  if (points.length > 2) {
+    d = !digits.includes(',') && points.slice(1).every((g) => g.length === 3) ? points.join('') : points.slice(0, -1).join('') + '.' + points.at(-1);
+  }
   if (d.includes('.')) d = d.replace(/0+$/, '').replace(/\.$/, '');
   return d.replace(/^0+(?=\d)/, '');
 }
