@@ -237,12 +237,18 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
           // `Python 3.11` grounds `Python3` too, as `Python 3` did.
           if (m[2]!.includes('.')) keys.add(`identifier:${identifierKey(`${m[1]}${m[2]!.slice(0, m[2]!.indexOf('.'))}`)}`);
         }
+        // Groups of three digits after plain spaces (`50 000`, French and SI style): also the figure
+        // they may be (`50,000` in a summary); the summary's own spaces stay no separator.
+        SPACED_GROUPS.lastIndex = 0;
+        for (let m = SPACED_GROUPS.exec(exact); m !== null; m = SPACED_GROUPS.exec(exact)) keys.add(`n:${canonicalNumber(m[0].replace(/ /g, ''))}`);
       }
       return keys;
     },
   };
 }
 
+/** One to three digits, then groups of three after single spaces, no other digit or decimal part around (`50 000`, `1 234 567`). */
+const SPACED_GROUPS = /(?<![\d.,])\d{1,3}(?: \d{3})+(?!\d|[.,]\d)/g;
 /** ASCII letters, one space, digits: a name and its number (`ISO 8601`). */
 const SPACED_IDENTIFIER = /(?<![A-Za-z0-9])([A-Za-z]+) (\d+(?:\.\d+)*)(?![A-Za-z0-9]|\.\d)/g;
 
@@ -262,6 +268,8 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
   const keys = normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
+  // An ambiguous slashed or dotted date (`03/05/2024`, `5.3.2024`): by a material date under either reading.
+  if (fact.kind === 'date') return dateReadings(fact.key).some((iso) => keys.has(`date:${iso}`));
   if (fact.kind !== 'number') return false;
   // A bare number is grounded by the same number anywhere: in a figure, a date, an amount.
   if (!/\D$/.test(fact.key)) return keys.has(`n:${fact.key}`);
@@ -269,6 +277,14 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   const scale = attachedScale(fact.text);
   return scale !== null && keys.has(`n:${scale}`);
 }
+
+/** The two ISO dates an ambiguous slashed date's key (`03/05/2024`: day or month first) can be; none for any other key. */
+function dateReadings(key: string): string[] {
+  const m = AMBIGUOUS_DATE.exec(key);
+  if (m === null) return [];
+  return [isoKey(m[3]!, m[1]!, m[2]!), isoKey(m[3]!, m[2]!, m[1]!)].filter((iso): iso is string => iso !== null);
+}
+const AMBIGUOUS_DATE = /^(\d{1,2})\/(\d{1,2})\/(\d{4})$/;
 
 /** A figure with `k`, `M` or `B` attached (`10k`, `2.5M`, `7B`): the figure times 10^3, 10^6 or 10^9; else null. */
 function attachedScale(text: string): string | null {
@@ -415,6 +431,8 @@ function materialKeys(fact: Fact): string[] {
   const tail = fact.kind === 'identifier' ? NAME_THEN_FIGURE.exec(fact.text) : null;
   if (tail !== null) keys.push(`n:${canonicalNumber(tail[1]!)}`);
   if (fact.kind === 'money') keys.push(`n:${fact.key.replace(/^[^:]*:/, '').replace(/[^\d.]+$/, '')}`);
+  // An ambiguous slashed or dotted date (`03/05/2024`): both of its readings.
+  if (fact.kind === 'date') for (const iso of dateReadings(fact.key)) keys.push(`date:${iso}`, `date:${iso.slice(0, 7)}`, `date:--${iso.slice(5)}`);
   const full = fact.kind === 'date' ? /^(\d{4})-(\d{2})-(\d{2})$/.exec(fact.key) : null;
   if (full) keys.push(`n:${full[1]}`, `date:${full[1]}-${full[2]}`, `date:--${full[2]}-${full[3]}`);
   const monthYear = fact.kind === 'date' ? /^(\d{4})-\d{2}$/.exec(fact.key) : null;
@@ -596,7 +614,7 @@ const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   '°c': ['°c', 'degrees celsius', 'degree celsius'], '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
   w: ['w'], kw: ['kw', 'kilowatts', 'kilowatt'], mw: ['mw', 'megawatts', 'megawatt'], kwh: ['kwh', 'kilowatt-hours', 'kilowatt hours', 'kilowatt-hour', 'kilowatt hour'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
   j: ['j'], kj: ['kj', 'kilojoules', 'kilojoule'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
-  x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn'], billion: ['billion', 'bn'], trillion: ['trillion'],
+  x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn', 'mln'], billion: ['billion', 'bn'], trillion: ['trillion'],
   // Chinese and Japanese scales, attached to their figure (`3.5亿` is 350,000,000).
   '万': ['万', '萬'], '亿': ['亿', '億'], '兆': ['兆'],
 };

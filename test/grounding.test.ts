@@ -132,7 +132,11 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('Due 25.12.2023.', 'Due 2023-12-25.')).toEqual([]);
     expect(against('Due 25/12/2023.', 'Due 12/25/2023.')).toEqual([]);
     expect(against('Due 12/25/2023.', 'Due December 26, 2023.')).toEqual(['date:December 26, 2023']);
-    expect(against('Due 03/05/2024.', 'Due March 5, 2024.')).toEqual(['date:March 5, 2024']);
+    expect(facts('Due 03/05/2024.')).toEqual(['date:03/05/2024']);
+    // An ambiguous one is grounded under either reading (session 14; it was flagged against both).
+    expect(against('Due 03/05/2024.', 'Due March 5, 2024.')).toEqual([]);
+    expect(against('Due 03/05/2024.', 'Due 3 May 2024.')).toEqual([]);
+    expect(against('Due 03/05/2024.', 'Due March 6, 2024.')).toEqual(['date:March 6, 2024']);
   });
 
   it('reads a currency symbol after the amount as before it, and US dollars as dollars', () => {
@@ -191,6 +195,22 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('A 7B model.', 'A model of 7 billion parameters.')).toEqual([]);
     expect(against('We have 10k users.', 'We have 11,000 users.')).toEqual(['number:11000']);
     expect(against('A model of 7 billion parameters.', 'An 8B model.')).toEqual(['number:8B']);
+  });
+
+  it('grounds an ambiguous slashed or dotted date by a material date under either reading (day or month first)', () => {
+    expect(against('Deadline: 2024-03-05.', 'Deadline: 03/05/2024.')).toEqual([]);
+    expect(against('Deadline: 2024-03-05.', 'Deadline: 5/3/2024.')).toEqual([]);
+    expect(against('Deadline: 05.03.2024.', 'Deadline: 2024-03-05, that is March 5.')).toEqual([]);
+    expect(against('Deadline: 2024-03-05.', 'Deadline: 03/06/2024.')).toEqual(['date:03/06/2024']);
+    expect(against('Deadline: 05.03.2024.', 'Deadline: 2024-03-06.')).toEqual(['date:2024-03-06']);
+  });
+
+  it('reads mln as million, and groups of three digits after plain spaces in the material as the figure they may be', () => {
+    expect(against('It holds 1,500,000 records.', 'It holds 1.5 mln records.')).toEqual([]);
+    expect(against('It was 50 000 people, 1 234 567 in all.', 'It was 50,000 people, 1,234,567 in all.')).toEqual([]);
+    expect(against('It was 50 000 people.', 'It was 60,000 people.')).toEqual(['number:60000']);
+    // Still never one figure in a summary: `2023 100` is 2023 and 100.
+    expect(facts('In 2023 100 people came.')).toEqual(['number:2023', 'number:100']);
   });
 
   it('reads a name and a dotted figure written apart or as one as the same (Python 3.11 = Python3.11, ISO8601 = ISO 8601)', () => {

@@ -61,7 +61,7 @@ describe('grounding equals the reference implementation', () => {
     '年', '月', '日', '号', '년', '월', '일', '共有', '个', '円', '원입니다', 'ไทย', '٩', '٢٥', '٫', '٬', '९', '๙', '𑁧', '125th', '100TH', 'mn', 'MM', 'mln', 'T', 'tn', ' t', '$1.99', '2024/03/06', '2024/3/6', '2024. 3. 6.', '. ', '万', '亿', '億', '兆', '\u200b', '\u200d', '\u00ad', '\u202e', '\ufe0f',
     'T', 't', 'Z', 'z', 'T10:00', '2023-12-25T10:00:00Z', '2024-03-05t9:05', '10:00:00', '10:00:00Z', '12:30:00+02:00', '50 €', '50€', '1.234,56 €', '20$', '1 000 €',
     '12/25/2023', '25.12.2023', '13/01/2023', '31/31/2023', 'US dollars', 'us dollar', 'US', 'degrees Celsius', 'degree fahrenheit', 'celsius', 'GPT-4', 'gpt4', 'SHA-256', 'x86-64', 'ISO 8601', 'RFC', 'B_12', 'UTF-8', 'million km', ' billion years', 'thousand', ' tons', 'Million Miles', 'percentage points', ' pp',
-    ' kilograms', 'milliseconds', ' gigabytes', 'miles per hour', 'kilowatt hours', '2.500.000', '1.234.567,89', '10k', '10K', '7B', '2.5M', 'Python', 'Python3.11', ' 3.11', 'ISO8601',
+    ' kilograms', 'milliseconds', ' gigabytes', 'miles per hour', 'kilowatt hours', '2.500.000', '1.234.567,89', '10k', '10K', '7B', '2.5M', 'Python', 'Python3.11', ' 3.11', 'ISO8601', '50 000', '1 234 567', ' 000', 'mln', '5/3/2024', '05.03.2024',
     'é', 'É', 'ﬁ', 'ß', 'İ', 'ǅ', '\u0301', 'Ω', 'Å', 'Ⅻ', '①', '½', '²', 'µ', 'μ', 'K', 'ſ', '日本', '😀', 'ю', 'a', 'Z', 'the', 'cost', 'is', 'ok',
   ];
 
