@@ -32,8 +32,10 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    their plain forms); then invisible characters (default-ignorable: zero-
  *    width spaces and joiners, soft hyphens, bidi controls) and combining
  *    marks after a digit dropped, and every script's decimal digits made
- *    ASCII (`٩٩٩` = `999`; the Arabic `٫` `٬` are `.` `,`); every run of
- *    white space one space.
+ *    ASCII (`٩٩٩` = `999`; the Arabic `٫` `٬` are `.` `,`), the hyphens
+ *    U+2010 and U+2011, the figure dash and the minus sign `-` (not the en
+ *    and em dashes: `Q1–Q3` stays two facts); every run of white space one
+ *    space.
  * 2. Thousands separators inside a number are dropped: `,` `'` `’` `_`,
  *    no-break and thin spaces before a group of exactly three digits
  *    (`1,234,567` = `1234567`; `3,5` is a decimal comma = `3.5`). A plain
@@ -369,6 +371,8 @@ function unchangedAt(raw: string, at: number, n: number, bounded: boolean, prefi
   if (bounded) {
     const before = raw.charCodeAt(at - 1);
     if (isAsciiAlnum(before) || isGroupMark(before)) return false;
+    // A figure's decimal part is no figure (`5%` is not in `0.5%`).
+    if (before === 0x2e && isAsciiDigit(raw.charCodeAt(at)) && isAsciiDigit(raw.charCodeAt(at - 2))) return false;
     const after = raw.charCodeAt(at + n);
     if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) return false;
   }
@@ -449,6 +453,7 @@ function occurs(hay: string, needle: string, prefix: boolean): boolean {
     const before = at === 0 ? '' : hay[at - 1]!;
     const after = hay.slice(at + needle.length, at + needle.length + 2);
     if (WORD_CHAR.test(before)) continue;
+    if (afterFigure(hay, at)) continue;
     if (!prefix && WORD_START.test(after)) continue;
     return true;
   }
@@ -465,6 +470,11 @@ const UNSPACED = String.raw`\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Ha
 /** A letter or digit that is part of a word: not of UNSPACED. */
 const WORD = new RegExp(`(?![${UNSPACED}])[\\p{L}\\p{N}]`, 'u');
 const WORD_CHAR = new RegExp(`^${WORD.source}$`, 'u');
+/** A digit at `at` of `hay` right after a digit and a `.` or `,`: the decimal part of a figure (`5` in `0.5`), no token. */
+function afterFigure(hay: string, at: number): boolean {
+  const before = hay.charCodeAt(at - 1);
+  return (before === 0x2e || before === 0x2c) && isAsciiDigit(hay.charCodeAt(at)) && isAsciiDigit(hay.charCodeAt(at - 2));
+}
 
 /**
  * Places of a needle `occurs` and `unchangedIn` test one by one. Past them
@@ -477,14 +487,16 @@ const WORD_CHAR = new RegExp(`^${WORD.source}$`, 'u');
 const OCCURRENCES_TRIED = 64;
 
 /**
- * `occurs` from `from` on, in one regex search: WORD_CHAR before, WORD_START
- * after. `occurs` reads the one UTF-16 unit before a place, where a regex
+ * `occurs` from `from` on, in one regex search: WORD_CHAR and afterFigure
+ * before, WORD_START after. `occurs` reads the one UTF-16 unit before a place, where a regex
  * reads a code point: the class before excludes astral letters (the unit
  * before one is a low surrogate, which is no letter).
  */
 function occursFrom(hay: string, needle: string, prefix: boolean, from: number): boolean {
   const after = prefix ? '' : `(?![[\\p{L}\\p{N}]--[${UNSPACED}]]|[.,]\\d)`;
-  const search = new RegExp(`(?<![[\\p{L}\\p{N}]--[${UNSPACED}]--[\\u{10000}-\\u{10FFFF}]])${escapeRegex(needle)}${after}`, 'gv');
+  // afterFigure: not the decimal part of a figure.
+  const figure = isAsciiDigit(needle.charCodeAt(0)) ? '(?<![0-9][.,])' : '';
+  const search = new RegExp(`(?<![[\\p{L}\\p{N}]--[${UNSPACED}]--[\\u{10000}-\\u{10FFFF}]])${figure}${escapeRegex(needle)}${after}`, 'gv');
   search.lastIndex = from;
   return search.test(hay);
 }
@@ -531,14 +543,16 @@ function prepare(text: string): string {
  * soft hyphen, a bidi control: `9\u200B99` is `999`), combining marks right
  * after a digit dropped, every decimal digit of another script made ASCII
  * (Arabic-Indic `٩`, Devanagari `९`, Thai `๙`: NFKC keeps them) and the
- * Arabic decimal and thousands separators made `.` and `,`. Otherwise a
- * figure written so would not be a figure, and an invented one would pass.
+ * Arabic decimal and thousands separators made `.` and `,`, the hyphen, the
+ * figure dash and the minus sign made `-`. Otherwise a figure written so
+ * would not be a figure (`2024‑03‑06` with non-breaking hyphens was 2024
+ * and two small numbers), and an invented one would pass.
  */
 function foldDigits(text: string): string {
   if (!MAY_FOLD.test(text) || !FOLDABLE.test(text)) return text;
   FOLDABLE_ALL.lastIndex = 0;
   return text.replace(FOLDABLE_ALL, (c: string, digit?: string) =>
-    (digit !== undefined ? foldDigit(digit) : c === '\u066B' ? '.' : c === '\u066C' ? ',' : DIGIT.test(c) ? foldDigit(c) : ''));
+    (digit !== undefined ? foldDigit(digit) : c === '\u066B' ? '.' : c === '\u066C' ? ',' : HYPHEN.test(c) ? '-' : DIGIT.test(c) ? foldDigit(c) : ''));
 }
 /** A digit as an ASCII one. */
 const foldDigit = (digit: string): string => (digit.length === 1 && digit >= '0' && digit <= '9' ? digit : asciiDigit(digit));
@@ -547,16 +561,18 @@ const foldDigit = (digit: string): string => (digit.length === 1 && digit >= '0'
  * properties (several times cheaper) that skips the accents, dashes, quotes
  * and spaces of most texts with non-ASCII characters.
  */
-const MAY_FOLD = /[\u00AD\u0300-\u1FFF\u200B-\u200F\u202A-\u202E\u2060-\uFFFF]/;
+const MAY_FOLD = /[\u00AD\u0300-\u1FFF\u200B-\u2012\u202A-\u202E\u2060-\uFFFF]/;
 /**
  * One pass for the four steps, each match consumed forward (linear in any
  * run of marks): a digit with the marks and invisible characters after it
  * (group 1 the digit: what the steps one after the other leave of it); an
  * invisible character; a digit of another script; an Arabic separator.
  */
-const FOLDABLE_ALL = /(\p{Nd})[\p{M}\p{Default_Ignorable_Code_Point}]+|\p{Default_Ignorable_Code_Point}|(?![0-9])\p{Nd}|[\u066B\u066C]/gu;
+const FOLDABLE_ALL = /(\p{Nd})[\p{M}\p{Default_Ignorable_Code_Point}]+|\p{Default_Ignorable_Code_Point}|(?![0-9])\p{Nd}|[\u066B\u066C\u2010-\u2012\u2212]/gu;
 const FOLDABLE = new RegExp(FOLDABLE_ALL.source, 'u');
 const DIGIT = /^\p{Nd}$/u;
+/** The hyphen, the figure dash and the minus sign (NFKC makes the non-breaking hyphen the hyphen). */
+const HYPHEN = /^[\u2010-\u2012\u2212]$/;
 const digitValues = new Map<string, string>();
 /** A decimal digit's value as an ASCII digit: every script's digits are ten consecutive code points from its zero. */
 function asciiDigit(digit: string): string {

@@ -197,6 +197,21 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('A model of 7 billion parameters.', 'An 8B model.')).toEqual(['number:8B']);
   });
 
+  it('does not take the decimal part of a figure for a figure (0.5% grounded 5%: a tenfold change passed)', () => {
+    expect(against('The fee is 0.5%.', 'The fee is 5%.')).toEqual(['number:5%']);
+    expect(against('The fee is 0,5 %.', 'The fee is 5 %.')).toEqual(['number:5 %']);
+    expect(against('It took 12.250 s in all.', 'It took 250 s.')).toEqual(['number:250']);
+    // Where it stands alone it is still found, also after a sentence's full stop.
+    expect(against('The fee was 0.5%. 5% later.', 'The fee is 5%.')).toEqual([]);
+  });
+
+  it('reads Unicode hyphens and the minus sign as -, so a date or identifier written with them is checked', () => {
+    expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201106, order INV\u20102232.')).toEqual(['date:2024-03-06', 'identifier:INV-2232']);
+    expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201105, order INV\u20102231.')).toEqual([]);
+    // En and em dashes are no hyphens: Q1–Q3 is Q1 and Q3.
+    expect(facts('From Q1\u2013Q3 \u2014 2024.')).toEqual(['identifier:Q1', 'identifier:Q3', 'number:2024']);
+  });
+
   it('grounds an ambiguous slashed or dotted date by a material date under either reading (day or month first)', () => {
     expect(against('Deadline: 2024-03-05.', 'Deadline: 03/05/2024.')).toEqual([]);
     expect(against('Deadline: 2024-03-05.', 'Deadline: 5/3/2024.')).toEqual([]);

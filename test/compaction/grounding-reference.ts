@@ -309,6 +309,8 @@ function unchangedIn(raw: string, needle: string, bounded: boolean, prefix: bool
     if (bounded) {
       const before = raw.charCodeAt(at - 1);
       if (isAsciiAlnum(before) || isGroupMark(before)) continue;
+      // A figure's decimal part is no figure (`5%` is not in `0.5%`).
+      if (before === 0x2e && isAsciiDigit(raw.charCodeAt(at)) && isAsciiDigit(raw.charCodeAt(at - 2))) continue;
       const after = raw.charCodeAt(at + n);
       if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) continue;
     }
@@ -389,6 +391,7 @@ function occurs(hay: string, needle: string, prefix: boolean): boolean {
     const before = at === 0 ? '' : hay[at - 1]!;
     const after = hay.slice(at + needle.length, at + needle.length + 2);
     if (WORD_CHAR.test(before)) continue;
+    if (afterFigure(hay, at)) continue;
     if (!prefix && WORD_START.test(after)) continue;
     return true;
   }
@@ -399,6 +402,11 @@ function occurs(hay: string, needle: string, prefix: boolean): boolean {
 const UNSPACED = String.raw`\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Hangul}\p{scx=Thai}\p{scx=Lao}\p{scx=Khmer}\p{scx=Myanmar}`;
 const WORD = new RegExp(`(?![${UNSPACED}])[\\p{L}\\p{N}]`, 'u');
 const WORD_CHAR = new RegExp(`^${WORD.source}$`, 'u');
+/** A digit at `at` of `hay` right after a digit and a `.` or `,`: the decimal part of a figure (`5` in `0.5`), no token. */
+function afterFigure(hay: string, at: number): boolean {
+  const before = hay.charCodeAt(at - 1);
+  return (before === 0x2e || before === 0x2c) && isAsciiDigit(hay.charCodeAt(at)) && isAsciiDigit(hay.charCodeAt(at - 2));
+}
 // A following letter or digit, or a decimal point followed by a digit ("1.5" does not ground "1").
 const WORD_START = new RegExp(`^(?:${WORD.source}|[.,]\\d)`, 'u');
 
@@ -427,13 +435,13 @@ function prepare(text: string): string {
   let t = text.replace(THOUSANDS, '$1');
   // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
   if (NON_ASCII.test(t)) {
-    // Invisible characters and marks after a digit dropped, every script's digits ASCII, Arabic separators plain.
+    // Invisible characters and marks after a digit dropped, every script's digits ASCII, Arabic separators plain, hyphens and the minus sign `-`.
     const nfkc = t.normalize('NFKC').replace(/\p{Default_Ignorable_Code_Point}/gu, '').replace(/(?<=\p{Nd})\p{M}+/gu, '')
       .replace(/(?![0-9])\p{Nd}/gu, (d) => {
         let zero = d.codePointAt(0)!;
         while (/^\p{Nd}$/u.test(String.fromCodePoint(zero - 1))) zero--;
         return String((d.codePointAt(0)! - zero) % 10);
-      }).replace(/\u066B/g, '.').replace(/\u066C/g, ',');
+      }).replace(/\u066B/g, '.').replace(/\u066C/g, ',').replace(/[\u2010-\u2012\u2212]/g, '-');
     // Again when NFKC changed something: full-width digits are digits only after it.
     if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
   }
