@@ -92,6 +92,12 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    ground the figure alone (`8601`, `3.11`).
  * 8. A fact cut short by the summarizer (directly followed by `…`) is
  *    grounded when the material has a token that starts with it.
+ *    So is a hex digest shortened without one, as commit hashes are: seven
+ *    hex digits or more (a letter and a digit among them) that start a
+ *    material token of twelve or more (`a1b2c3d` for `a1b2c3d4e5f6a7b8`).
+ * 9. A path's leading `./` may be dropped (`./src/a.ts` = `src/a.ts`); a
+ *    version with a zero patch number grounds the figure of its first two
+ *    parts (`18.17.0` grounds `18.17`).
  *
  * Not checked: small bare integers (below 100, no decimal part, no unit:
  * counts, list markers), numbers written as words or in Roman numerals,
@@ -267,6 +273,8 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (occursAsWritten(fact, normalized)) return true;
   // `GPT4` for `GPT-4` anywhere in the material (in code too, where it is no identifier fact).
   if (fact.kind === 'identifier' && occurs(normalized.unhyphenated(), fact.key, fact.truncated)) return true;
+  // A hex digest shortened, as a commit hash is (`a1b2c3d` of `a1b2c3d4e5f6a7b8…`): the start of a material digest.
+  if (fact.kind === 'identifier' && SHORT_HEX.test(fact.text) && startsDigest(normalized.folded, fact.key)) return true;
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
   const keys = normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
@@ -278,6 +286,20 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   // `10k`, `5M`, `7B` attached: the kelvin, metres, bytes, or the figure scaled (`10,000`, `7 billion`).
   const scale = attachedScale(fact.text);
   return scale !== null && keys.has(`n:${scale}`);
+}
+
+/** Seven hex digits or more, a letter and a digit among them: a digest (commit hashes are shown by their first seven). */
+const SHORT_HEX = /^(?=[0-9a-f]*[a-f])(?=[a-f]*[0-9])[0-9a-f]{7,}$/i;
+/** A material token of at least this many hex digits is a digest a shorter start of which may stand for it. */
+const DIGEST_MIN = 12;
+/**
+ * `hex` (lower case) starts a token of `folded` that is a longer hex digest
+ * of DIGEST_MIN digits or more. The rest of the digest is taken whole (a
+ * look-ahead does not backtrack), so the search is linear in `folded`.
+ */
+function startsDigest(folded: string, hex: string): boolean {
+  const more = Math.max(1, DIGEST_MIN - hex.length);
+  return new RegExp(`(?<![\\p{L}\\p{N}])${hex}(?=([0-9a-f]{${more},}))\\1(?![\\p{L}\\p{N}])`, 'u').test(folded);
 }
 
 /** The two ISO dates an ambiguous slashed date's key (`03/05/2024`: day or month first) can be; none for any other key. */
@@ -304,8 +326,11 @@ function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean {
       const needle = normalizeText(fact.key).replace(/\s+/g, '');
       return needle.length === 0 || index.compact().includes(needle);
     }
-    case 'path':
-      return occurs(index.exact, normalizeText(fact.text), fact.truncated);
+    case 'path': {
+      const path = normalizeText(fact.text);
+      // `./src/a.ts` is `src/a.ts`.
+      return occurs(index.exact, path, fact.truncated) || (path.startsWith('./') && occurs(index.exact, path.slice(2), fact.truncated));
+    }
     default:
       return occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated)
         || (fact.kind === 'version' && occurs(index.folded, fact.key, fact.truncated));
@@ -437,6 +462,9 @@ function materialKeys(fact: Fact): string[] {
   if (fact.kind === 'money') keys.push(`n:${fact.key.replace(/^[^:]*:/, '').replace(/[^\d.]+$/, '')}`);
   // An ambiguous slashed or dotted date (`03/05/2024`): both of its readings.
   if (fact.kind === 'date') for (const iso of dateReadings(fact.key)) keys.push(`date:${iso}`, `date:${iso.slice(0, 7)}`, `date:--${iso.slice(5)}`);
+  // `18.17.0`: also the figure `18.17`.
+  const zeroPatch = fact.kind === 'version' ? /^(\d+\.\d+)\.0$/.exec(fact.key) : null;
+  if (zeroPatch !== null) keys.push(`n:${canonicalNumber(zeroPatch[1]!)}`);
   const full = fact.kind === 'date' ? /^(\d{4})-(\d{2})-(\d{2})$/.exec(fact.key) : null;
   if (full) keys.push(`n:${full[1]}`, `date:${full[1]}-${full[2]}`, `date:--${full[2]}-${full[3]}`);
   const monthYear = fact.kind === 'date' ? /^(\d{4})-\d{2}$/.exec(fact.key) : null;

@@ -212,6 +212,18 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(facts('From Q1\u2013Q3 \u2014 2024.')).toEqual(['identifier:Q1', 'identifier:Q3', 'number:2024']);
   });
 
+  it('reads ./src/a.ts as src/a.ts, a commit hash by its first seven digits, and 18.17 as 18.17.0', () => {
+    expect(against('Edit src/app/main.ts now.', 'Edit ./src/app/main.ts now.')).toEqual([]);
+    expect(against('Edit src/app/main.ts now.', 'Edit ./src/app/other.ts now.')).toEqual(['path:./src/app/other.ts']);
+    expect(against('Fixed in commit a1b2c3d4e5f6a7b8c9d0.', 'Fixed in commit a1b2c3d (A1B2C3D4).')).toEqual([]);
+    expect(against('Fixed in commit a1b2c3d4e5f6a7b8c9d0.', 'Fixed in commit a1b2c3e.')).toEqual(['identifier:a1b2c3e']);
+    // Only the start of a digest (twelve hex digits or more): a shorter code is an identifier of its own.
+    expect(against('Order abc12345 shipped.', 'Order abc1234 shipped.')).toEqual(['identifier:abc1234']);
+    expect(against('Fixed in a1b2c3d.', 'Fixed in a1b2c3d4e5f6.')).toEqual(['identifier:a1b2c3d4e5f6']);
+    expect(against('Needs Node 18.17.0.', 'Needs Node 18.17.')).toEqual([]);
+    expect(against('Needs Node 18.17.1.', 'Needs Node 18.17.')).toEqual(['number:18.17']);
+  });
+
   it('grounds an ambiguous slashed or dotted date by a material date under either reading (day or month first)', () => {
     expect(against('Deadline: 2024-03-05.', 'Deadline: 03/05/2024.')).toEqual([]);
     expect(against('Deadline: 2024-03-05.', 'Deadline: 5/3/2024.')).toEqual([]);
