@@ -78,7 +78,8 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    `euros`, `£`/`GBP`/`pounds`, `¥`/`JPY`/`yen`, `₹`/`INR`/`rupees`; a symbol
  *    before or after the amount (`€50` = `50 €`; not after a figure and a
  *    plain space: `1 000 €` is no amount) or a code or word after it are one
- *    key; `US dollars` are dollars.
+ *    key; `US dollars` are dollars; `円`, `元` and `원` after a figure are yen,
+ *    yuan and won (`1,200円` = `¥1,200`).
  * 6. Versions: a leading `v` is dropped (`v1.2.3` = `1.2.3`).
  * 7. Letter case is ignored everywhere except in quoted code and file paths
  *    (identifiers, hex digests, e-mail addresses, URLs, units and month names
@@ -288,8 +289,11 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   return scale !== null && keys.has(`n:${scale}`);
 }
 
-/** Seven hex digits or more, a letter and a digit among them: a digest (commit hashes are shown by their first seven). */
-const SHORT_HEX = /^(?=[0-9a-f]*[a-f])(?=[a-f]*[0-9])[0-9a-f]{7,}$/i;
+/**
+ * Seven to 63 hex digits, a letter and a digit among them: the start of a digest (commit hashes are
+ * shown by their first seven; none is longer than 64, and a whole one is found as written).
+ */
+const SHORT_HEX = /^(?=[0-9a-f]*[a-f])(?=[a-f]*[0-9])[0-9a-f]{7,63}$/i;
 /** A material token of at least this many hex digits is a digest a shorter start of which may stand for it. */
 const DIGEST_MIN = 12;
 /**
@@ -671,6 +675,8 @@ const CURRENCY_SYMBOL: Readonly<Record<string, string>> = { '$': 'USD', 'us$': '
 const CURRENCY_WORD: Readonly<Record<string, string>> = {
   usd: 'USD', dollar: 'USD', dollars: 'USD', 'us dollar': 'USD', 'us dollars': 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
   jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
+  // After a figure in Japanese, Chinese and Korean text (`1,200円`, `35元`, `1,200원`).
+  '円': 'JPY', '元': 'CNY', '원': 'KRW', krw: 'KRW',
 };
 /**
  * A scale after an amount: a word, with or without a space (`$1.25 million`,
@@ -836,7 +842,7 @@ function kindsOf(text: string, starts: readonly number[]): number[] {
       // (?<![A-Za-z0-9.,]) amount, then its decimal part, or white space, or a scale or currency word
       if (before !== 0x2e && before !== 0x2c) {
         k |= S_NUMBER;
-        if (after === 0x2e || after === 0x2c || spaceAfter || isAsciiLetterIn(after, MONEY_WORD_FIRST)) k |= S_MONEY_WORD;
+        if (after === 0x2e || after === 0x2c || spaceAfter || isAsciiLetterIn(after, MONEY_WORD_FIRST) || after === 0x5186 || after === 0x5143 || after === 0xc6d0) k |= S_MONEY_WORD;
       }
       // (?<![A-Za-z0-9.]) \d+ \.
       if (after === 0x2e && before !== 0x2e) k |= S_VERSION;

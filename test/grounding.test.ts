@@ -42,8 +42,8 @@ describe('other scripts, digits and scales', () => {
   const against = (text: string, summary: string) => groundSummary(summary, [{ id: 'm1', text }]).ungrounded;
 
   it('letters of scripts written without spaces bound a figure or code glued to them, on both sides', () => {
-    expect(facts('这个基金共有999个投资者，净值为103.25元，增长了12%。')).toEqual(['number:999', 'number:103.25', 'number:12%']);
-    expect(facts('工单INV-2203已关闭。価格は1200円です。가격은 1200원입니다. ราคา1200บาท')).toEqual(['identifier:INV-2203', 'number:1200', 'number:1200', 'number:1200']);
+    expect(facts('这个基金共有999个投资者，净值为103.25元，增长了12%。')).toEqual(['number:999', 'money:103.25元', 'number:12%']);
+    expect(facts('工单INV-2203已关闭。価格は1200円です。가격은 1200원입니다. ราคา1200บาท')).toEqual(['identifier:INV-2203', 'money:1200円', 'money:1200원', 'number:1200']);
     const zh = '这个基金共有999个投资者，净值为103.25元，增长了12%。工单INV-2203已关闭。';
     // The same figures reworded in Chinese, in English, or spaced: all grounded.
     expect(against(zh, '基金有999个投资者，净值103.25元，增长12%。工单 INV-2203 被关闭。')).toEqual([]);
@@ -60,6 +60,15 @@ describe('other scripts, digits and scales', () => {
       .toEqual(['2024年3月5日=2024-03-05', '3月5日=--03-05', '2024년 3월 5일=2024-03-05', '2024年12月=2024-12']);
     expect(against('我们在2024年3月5日发布了v2.3.1版本。', 'Released v2.3.1 on March 5, 2024 (2024-03-05).')).toEqual([]);
     expect(against('我们在2024年3月5日发布了。', 'Released on 2024-03-06.')).toEqual(['date:2024-03-06']);
+  });
+
+  it('reads 円, 元 and 원 after a figure as yen, yuan and won (¥1,200 = 1,200円)', () => {
+    expect(facts('料金は1,200円、35元、1,200원입니다。')).toEqual(['money:1200円', 'money:35元', 'money:1200원']);
+    expect(against('料金は1,200円です。', '料金は¥1,200。')).toEqual([]);
+    expect(against('料金は1,200円です。', 'The fee is 1200 yen (JPY 1,200).')).toEqual([]);
+    expect(against('价格是35元。', 'It costs 35 CNY.')).toEqual([]);
+    expect(against('料金は1,200円です。', '料金は¥1,300。')).toEqual(['money:¥1300']);
+    expect(against('料金は1,200円です。', 'The fee is $1,200.')).toEqual(['money:$1200']);
   });
 
   it('makes digits of every script ASCII and drops invisible characters, so a figure cannot hide from the check', () => {
@@ -220,6 +229,9 @@ describe('reformattings a model makes of dates, times and money', () => {
     // Only the start of a digest (twelve hex digits or more): a shorter code is an identifier of its own.
     expect(against('Order abc12345 shipped.', 'Order abc1234 shipped.')).toEqual(['identifier:abc1234']);
     expect(against('Fixed in a1b2c3d.', 'Fixed in a1b2c3d4e5f6.')).toEqual(['identifier:a1b2c3d4e5f6']);
+    // A hex run longer than any digest is not looked for as the start of one (its search pattern would be as long).
+    const long = `a1${'b'.repeat(40_000)}`;
+    expect(against(`Digest ${long}c.`, `Digest ${long}.`)).toEqual([`identifier:${long}`]);
     expect(against('Needs Node 18.17.0.', 'Needs Node 18.17.')).toEqual([]);
     expect(against('Needs Node 18.17.1.', 'Needs Node 18.17.')).toEqual(['number:18.17']);
   });

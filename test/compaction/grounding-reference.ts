@@ -236,8 +236,11 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   return scale !== null && keys.has(`n:${scale}`);
 }
 
-/** Seven hex digits or more, a letter and a digit among them: a digest (commit hashes are shown by their first seven). */
-const SHORT_HEX = /^(?=[0-9a-f]*[a-f])(?=[a-f]*[0-9])[0-9a-f]{7,}$/i;
+/**
+ * Seven to 63 hex digits, a letter and a digit among them: the start of a digest (commit hashes are
+ * shown by their first seven; none is longer than 64, and a whole one is found as written).
+ */
+const SHORT_HEX = /^(?=[0-9a-f]*[a-f])(?=[a-f]*[0-9])[0-9a-f]{7,63}$/i;
 /** A material token of at least this many hex digits is a digest a shorter start of which may stand for it. */
 const DIGEST_MIN = 12;
 /**
@@ -519,6 +522,8 @@ const CURRENCY_SYMBOL: Readonly<Record<string, string>> = { '$': 'USD', 'us$': '
 const CURRENCY_WORD: Readonly<Record<string, string>> = {
   usd: 'USD', dollar: 'USD', dollars: 'USD', 'us dollar': 'USD', 'us dollars': 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
   jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
+  // After a figure in Japanese, Chinese and Korean text (`1,200円`, `35元`, `1,200원`).
+  '円': 'JPY', '元': 'CNY', '원': 'KRW', krw: 'KRW',
 };
 /**
  * A scale after an amount: a word, with or without a space (`$1.25 million`,
