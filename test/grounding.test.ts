@@ -236,6 +236,18 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('Needs Node 18.17.1.', 'Needs Node 18.17.')).toEqual(['number:18.17']);
   });
 
+  it('grounds a figure whose unit or currency structured data names apart (a Run\'s tool results)', () => {
+    expect(against('{"amount": 1250.5, "currency": "USD"}', 'The amount is $1,250.50 (1,250.50 USD).')).toEqual([]);
+    expect(against('{"size_bytes": 1048576, "percent": 12.5}', 'Size 1,048,576 bytes, 12.5%.')).toEqual([]);
+    expect(against('{"path": "C:\\\\Users\\\\me\\\\file.txt"}', 'File C:\\Users\\me\\file.txt.')).toEqual([]);
+    // The figure must be bare there, and the currency or unit named: not a figure with another unit or currency.
+    expect(against('{"amount": 1250.5, "currency": "EUR"}', 'The amount is $1,250.50.')).toEqual(['money:$1250.50']);
+    expect(against('It weighs 1250 kg; the limit is in lb.', 'It weighs 1250 lb.')).toEqual(['number:1250 lb']);
+    expect(against('{"size_bytes": 1048576}', 'Size 1,048,577 bytes.')).toEqual(['number:1048577 bytes']);
+    // `$` alone names no currency (a shell prompt, a template): the code or a word must be there.
+    expect(against('$ echo 1250', 'It printed $1,250.')).toEqual(['money:$1250']);
+  });
+
   it('grounds an ambiguous slashed or dotted date by a material date under either reading (day or month first)', () => {
     expect(against('Deadline: 2024-03-05.', 'Deadline: 03/05/2024.')).toEqual([]);
     expect(against('Deadline: 2024-03-05.', 'Deadline: 5/3/2024.')).toEqual([]);

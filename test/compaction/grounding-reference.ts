@@ -228,6 +228,9 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
   // An ambiguous slashed or dotted date (`03/05/2024`, `5.3.2024`): by a material date under either reading.
   if (fact.kind === 'date') return dateReadings(fact.key).some((iso) => keys.has(`date:${iso}`));
+  // A figure and its unit or currency written apart, as structured data has them (`"size_bytes": 1048576`,
+  // `{"amount": 1250.5, "currency": "USD"}`): the bare figure, and the unit or currency named in the material.
+  if ((fact.kind === 'number' || fact.kind === 'money') && namedApart(fact, keys, normalized.folded)) return true;
   if (fact.kind !== 'number') return false;
   // A bare number is grounded by the same number anywhere: in a figure, a date, an amount.
   if (!/\D$/.test(fact.key)) return keys.has(`n:${fact.key}`);
@@ -251,6 +254,24 @@ const DIGEST_MIN = 12;
 function startsDigest(folded: string, hex: string): boolean {
   const more = Math.max(1, DIGEST_MIN - hex.length);
   return new RegExp(`(?<![\\p{L}\\p{N}])${hex}(?=([0-9a-f]{${more},}))\\1(?![\\p{L}\\p{N}])`, 'u').test(folded);
+}
+
+/**
+ * A figure with a unit or an amount of money whose figure the material has
+ * bare (a `number` fact without a unit: not one with another unit or
+ * currency) and whose unit or currency it names elsewhere, by a spelling of
+ * two characters or more (a unit) or by its code, word or a symbol other
+ * than `$` (a currency: `$` is also a shell prompt or a template's mark).
+ */
+function namedApart(fact: Fact, keys: Set<string>, folded: string): boolean {
+  if (fact.kind === 'money') {
+    const at = fact.key.indexOf(':');
+    if (!keys.has(`number:${fact.key.slice(at + 1)}`)) return false;
+    return (currencySpellings().get(fact.key.slice(0, at)) ?? []).some((s) => (s.length === 1 ? folded.includes(s) : occurs(folded, s, false)));
+  }
+  const m = /^(\d+(?:\.\d+)?)(\D.*)$/.exec(fact.key);
+  if (m === null || SCALE_ZEROS[m[2]!] !== undefined || !keys.has(`number:${m[1]}`)) return false;
+  return (UNIT_ALIASES[m[2]!] ?? []).some((s) => s.length >= 2 && occurs(folded, s, false));
 }
 
 /** The two ISO dates an ambiguous slashed date's key (`03/05/2024`: day or month first) can be; none for any other key. */
@@ -279,8 +300,9 @@ function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean {
     }
     case 'path': {
       const path = normalizeText(fact.text);
-      // `./src/a.ts` is `src/a.ts`.
-      return occurs(index.exact, path, fact.truncated) || (path.startsWith('./') && occurs(index.exact, path.slice(2), fact.truncated));
+      // `./src/a.ts` is `src/a.ts`; a Windows path as JSON writes it has its backslashes doubled.
+      return occurs(index.exact, path, fact.truncated) || (path.startsWith('./') && occurs(index.exact, path.slice(2), fact.truncated))
+        || (path.includes('\\') && occurs(index.exact, path.replace(/\\/g, '\\\\'), fact.truncated));
     }
     default:
       return occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated)
@@ -525,6 +547,17 @@ const CURRENCY_WORD: Readonly<Record<string, string>> = {
   // After a figure in Japanese, Chinese and Korean text (`1,200円`, `35元`, `1,200원`).
   '円': 'JPY', '元': 'CNY', '원': 'KRW', krw: 'KRW',
 };
+/** Each currency's spellings but `$` (lower case): codes, words and the other symbols (built on first need). */
+let spellings: Map<string, string[]> | undefined;
+function currencySpellings(): Map<string, string[]> {
+  if (spellings === undefined) {
+    spellings = new Map();
+    for (const [spelling, code] of [...Object.entries(CURRENCY_SYMBOL), ...Object.entries(CURRENCY_WORD)]) {
+      if (spelling !== '$' && spelling !== 'us$') spellings.set(code, [...(spellings.get(code) ?? []), spelling]);
+    }
+  }
+  return spellings;
+}
 /**
  * A scale after an amount: a word, with or without a space (`$1.25 million`,
  * `$1.25mn`, `$2.5MM`), or one letter attached (`$50k`, `$1.25M`, `$9.9T`: with
