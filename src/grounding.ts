@@ -106,6 +106,9 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    version with a zero patch number grounds the figure of its first two
  *    parts (`18.17.0` grounds `18.17`).
  *
+ * A decimal written without its leading zero (`.5%`, `.45`) is that figure
+ * (`0.5%`, `0.45`) where no letter, digit, `.` or `,` comes before its point.
+ *
  * Not checked: small bare integers (below 100, no decimal part, no unit:
  * counts, list markers), numbers written as words or in Roman numerals,
  * fractions (`3/4`), names and plain words.
@@ -1045,6 +1048,8 @@ const YEAR_FIRST_DATE = /(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\
 const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월](?:\s?(\d{1,2})\s?[日号일])?/g;
 /** A scale word followed by a unit (`4.5 billion years`, `225 million km`): both read, the figure multiplied out. */
 const SCALE_THEN = String.raw`(thousand|million|billion|trillion|mn|bn) (${SPACED_UNIT})`;
+/** A decimal without its leading zero: a `.` no letter, digit, `.` or `,` comes before, digits, maybe a unit. */
+const DOT_NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`, 'gi');
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
 
 const PATTERNS: readonly Pattern[] = [
@@ -1142,7 +1147,8 @@ const PATTERNS: readonly Pattern[] = [
       }
       return out;
     },
-  },
+  },  // A decimal written without its leading zero (`.5%`, `.45 in`): the figure with it, after every other kind.
+  { kind: 'number', find: byRegex(DOT_NUMBER, (m) => numberKey(`0.${m[1]}`, m[2] ?? m[3] ?? null)), needs: ['.'] },
 ];
 
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */

@@ -214,6 +214,15 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('The fee was 0.5%. 5% later.', 'The fee is 5%.')).toEqual([]);
   });
 
+  it('reads a decimal written without its leading zero (.5%) as the figure (.6% passed against 0.5%: it was no fact)', () => {
+    expect(facts('The fee is .5%, a .45 in bore, at .5 million.')).toEqual(['number:.5%', 'number:.45', 'number:.5 million']);
+    expect(against('The fee is 0.5%.', 'The fee is .5%.')).toEqual([]);
+    expect(against('The fee is .5%.', 'The fee is 0.5%.')).toEqual([]);
+    expect(against('The fee is 0.5%.', 'The fee is .6%.')).toEqual(['number:.6%']);
+    // Not after a letter, a digit or another point: `x.5`, `v.5.3` and `wait...5` are no such figure.
+    expect(facts('See x.5 and wait...5 min.')).toEqual(['identifier:x.5']);
+  });
+
   it('reads Unicode hyphens and the minus sign as -, so a date or identifier written with them is checked', () => {
     expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201106, order INV\u20102232.')).toEqual(['date:2024-03-06', 'identifier:INV-2232']);
     expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201105, order INV\u20102231.')).toEqual([]);

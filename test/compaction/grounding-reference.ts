@@ -699,6 +699,8 @@ const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x
 
 /** A scale word followed by a unit (`4.5 billion years`, `225 million km`): both read, the figure multiplied out. */
 const SCALE_THEN = String.raw`(thousand|million|billion|trillion|mn|bn) (${SPACED_UNIT})`;
+/** A decimal without its leading zero: a `.` no letter, digit, `.` or `,` comes before, digits, maybe a unit. */
+const DOT_NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`, 'gi');
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'gi');
 
 const PATTERNS: readonly Pattern[] = [
@@ -788,7 +790,8 @@ const PATTERNS: readonly Pattern[] = [
         yield { index: m.index, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) };
       }
     },
-  },
+  },  // A decimal written without its leading zero (`.5%`, `.45 in`): the figure with it, after every other kind.
+  { kind: 'number', find: byRegex(DOT_NUMBER, (m) => numberKey(`0.${m[1]}`, m[2] ?? m[3] ?? null)), needs: ['.'] },
 ];
 
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
