@@ -811,7 +811,7 @@ function byStart(regex: RegExp, start: number, key: (m: RegExpExecArray) => stri
       const d = starts[i]!;
       const at = start === S_MONTH ? monthStart(input, d)
         : start === S_MONEY_CODE ? (isSpaceAt(input, d - 1) ? d - 4 : d - 3)
-          : start === S_VERSION && (input.charCodeAt(d - 1) | 0x20) === 0x76 ? d - 1 : d;
+          : start === S_VERSION && (input.charCodeAt(d - 1) | 0x20) === 0x76 ? d - 1 : start === S_DOT ? d - 1 : d;
       if (at < next) continue;
       regex.lastIndex = at;
       const m = regex.exec(input);
@@ -845,6 +845,7 @@ const S_MONEY_CODE = 1 << 6;
 const S_VERSION = 1 << 7;
 const S_NUMBER = 1 << 8;
 const S_YEAR_FIRST = 1 << 9;
+const S_DOT = 1 << 10;
 
 /** The runs of digits of `text` (a regex scan: a loop over the characters costs three times as much). */
 function runsOf(text: string): Runs {
@@ -890,6 +891,11 @@ function kindsOf(text: string, starts: readonly number[]): number[] {
       if (after === 0x2e && before !== 0x2e) k |= S_VERSION;
       // (?<![A-Za-z0-9./]) \d{4} (/ | \.\s)
       if (e - d === 4 && before !== 0x2e && before !== 0x2f && (after === 0x2f || (after === 0x2e && isSpaceAt(text, e + 1)))) k |= S_YEAR_FIRST;
+      // (?<![A-Za-z0-9.,]) \. \d+: a decimal without its leading zero (DOT_NUMBER), starting at its point.
+      if (before === 0x2e) {
+        const b = text.charCodeAt(d - 2);
+        if (!isAsciiAlnum(b) && b !== 0x2e && b !== 0x2c) k |= S_DOT;
+      }
     } else {
       // (?<![A-Za-z0-9.]) [vV] \d+ \.  (the look-behind is the regex's to check)
       if ((before | 0x20) === 0x76 && after === 0x2e) k |= S_VERSION;
@@ -1049,7 +1055,7 @@ const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월]
 /** A scale word followed by a unit (`4.5 billion years`, `225 million km`): both read, the figure multiplied out. */
 const SCALE_THEN = String.raw`(thousand|million|billion|trillion|mn|bn) (${SPACED_UNIT})`;
 /** A decimal without its leading zero: a `.` no letter, digit, `.` or `,` comes before, digits, maybe a unit. */
-const DOT_NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`, 'gi');
+const DOT_NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`, 'iy');
 const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
 
 const PATTERNS: readonly Pattern[] = [
@@ -1148,7 +1154,7 @@ const PATTERNS: readonly Pattern[] = [
       return out;
     },
   },  // A decimal written without its leading zero (`.5%`, `.45 in`): the figure with it, after every other kind.
-  { kind: 'number', find: byRegex(DOT_NUMBER, (m) => numberKey(`0.${m[1]}`, m[2] ?? m[3] ?? null)), needs: ['.'] },
+  { kind: 'number', find: byStart(DOT_NUMBER, S_DOT, (m) => numberKey(`0.${m[1]}`, m[2] ?? m[3] ?? null)) },
 ];
 
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
