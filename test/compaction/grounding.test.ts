@@ -53,6 +53,30 @@ describe('grounding at commit', () => {
     expect(attempt!.groundingChecked).toHaveLength(11);
   });
 
+  it('accepts the rewrites a model makes of figures written other ways (units in words, 10k, points as separators, short hashes, JSON fields)', async () => {
+    const c = await createConversation(db.pool);
+    const material = 'It weighs 12 kilograms, serves 10k users and costs 2.500.000 €; fixed in commit a1b2c3d4e5f6a7b8c9d0 '
+      + 'on 03/05/2024 in src/app/main.ts with Python 3.11. {"size_bytes": 1048576, "amount": 1250.5, "currency": "USD"}';
+    await addPairs(db.pool, c, 30, (i) => ({ user: `question ${i}`, assistant: i === 3 ? material : reply(i) }));
+    server.enqueue(behaviours.text('It weighs 12 kg, serves 10,000 users and costs €2,500,000; fixed in a1b2c3d on March 5, 2024 '
+      + 'in ./src/app/main.ts with Python3.11; 1,048,576 bytes, $1,250.50.'));
+    const report = await compactConversation(ctx(), c);
+    expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
+    const [attempt] = await attemptsOfConversationRead(db.pool, c);
+    expect(attempt).toMatchObject({ outcome: 'ok', groundingUngrounded: [] });
+    expect(attempt!.groundingChecked).toEqual(['number:12 kg', 'number:10000', 'money:€2500000', 'identifier:a1b2c3d', 'date:March 5, 2024',
+      'path:./src/app/main.ts', 'identifier:Python3.11', 'number:1048576 bytes', 'money:$1250.50']);
+  });
+
+  it('rejects a figure made of another one\'s decimal part (5% against 0.5%), spending one attempt', async () => {
+    const c = await conversation();
+    server.enqueue(behaviours.text('Reply 3 says the fee is 5%.'));
+    const report = await compactConversation(ctx(), c);
+    expect(report.ranges.map((r) => r.result)).toEqual(['attempt_spent']);
+    const [attempt] = await attemptsOfConversationRead(db.pool, c);
+    expect(attempt).toMatchObject({ outcome: 'invalid', spent: true, groundingUngrounded: ['number:5%'] });
+  });
+
   describe('policy reject (default)', () => {
     it.each(Object.entries(WRONG) as [FactKind, [string, string]][])('an invented %s makes the answer invalid and spends exactly one attempt', async (_kind, [text, fact]) => {
       const c = await conversation();
