@@ -46,7 +46,7 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    (`1.234.567,89` = `1234567.89`).
  * 3. Percent: `50 %`, `50%`, `50 percent` and `50 per cent` are one key.
  *    A unit may stand with or without a space (`12kg` = `12 kg`), any case;
- *    `degrees Celsius` is `°C`, `degrees Fahrenheit` `°F`, `percentage
+ *    `degrees Celsius` and `degrees C` are `°C`, `degrees Fahrenheit` `°F`, `percentage
  *    points` `pp`.
  *    Trailing zeros of a decimal part are dropped (`1.50` = `1.5`); signs are
  *    not compared. Scale words are multiplied out: `1.5 thousand` = `1500`,
@@ -690,7 +690,7 @@ const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   in: ['in', 'inch', 'inches'], ft: ['ft', 'feet', 'foot'], yd: ['yd', 'yards', 'yard'], mi: ['mi', 'miles', 'mile'],
   mg: ['mg', 'milligrams', 'milligram'], g: ['g'], kg: ['kg', 'kilograms', 'kilogram', 'kilos'], lb: ['lb', 'lbs'], oz: ['oz', 'ounces', 'ounce'], t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
   ml: ['ml', 'milliliters', 'millilitres', 'milliliter', 'millilitre'], l: ['l', 'liters', 'litres', 'liter', 'litre'], gal: ['gal', 'gallons', 'gallon'], cup: ['cups', 'cup'], tbsp: ['tbsp'], tsp: ['tsp'],
-  '°c': ['°c', 'degrees celsius', 'degree celsius'], '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
+  '°c': ['°c', 'degrees celsius', 'degree celsius', 'degrees c', 'degree c'], '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit', 'degrees f', 'degree f'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
   w: ['w'], kw: ['kw', 'kilowatts', 'kilowatt'], mw: ['mw', 'megawatts', 'megawatt'], kwh: ['kwh', 'kilowatt-hours', 'kilowatt hours', 'kilowatt-hour', 'kilowatt hour'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
   j: ['j'], kj: ['kj', 'kilojoules', 'kilojoule'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
   x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn', 'mln'], billion: ['billion', 'bn'], trillion: ['trillion'],
