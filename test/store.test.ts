@@ -56,6 +56,29 @@ describe('the conversation store', () => {
   });
 });
 
+describe('edits (messages.edited_at, 0037)', () => {
+  it('records when the content of a completed message changes, and only then', async () => {
+    const c = await createConversation(db.pool);
+    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
+    const { rows: [u] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q') returning id`, [c, r.id]);
+    const { rows: [a] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`, [c, r.id]);
+    const editedAt = async (id: string) => (await db.pool.query(`select edited_at from sourcebound.messages where id = $1`, [id])).rows[0].edited_at as Date | null;
+    // Streaming, then completing: no edit.
+    await db.pool.query(`update sourcebound.messages set content = 'ans' where id = $1`, [a.id]);
+    await db.pool.query(`update sourcebound.messages set content = 'answer', status = 'completed' where id = $1`, [a.id]);
+    expect(await editedAt(a.id)).toBeNull();
+    // The same text written again, or another column: no edit.
+    await db.pool.query(`update sourcebound.messages set content = 'q' where id = $1`, [u.id]);
+    await db.pool.query(`update sourcebound.messages set status = 'completed' where id = $1`, [u.id]);
+    expect(await editedAt(u.id)).toBeNull();
+    // Another text in a completed message: an edit, on the user's message and on the assistant's.
+    await db.pool.query(`update sourcebound.messages set content = 'q, edited' where id = $1`, [u.id]);
+    await db.pool.query(`update sourcebound.messages set content = 'answer, edited' where id = $1`, [a.id]);
+    expect(await editedAt(u.id)).toBeInstanceOf(Date);
+    expect(await editedAt(a.id)).toBeInstanceOf(Date);
+  });
+});
+
 describe('eligibility', () => {
   async function singleRun(c: string, runStatus: string, user: string, assistant: string, assistantStatus: string) {
     const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, $2) returning id`, [c, runStatus]);

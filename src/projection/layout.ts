@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import {
-  completedSummariesBeforeRead, pairsPageRead, projectionHistoryBytesRead, projectionLayoutNearRead, projectionLayoutRead, summariesForRangesRead,
+  completedSummariesBeforeRead, pairsPageRead, projectionEditsRead, projectionHistoryBytesRead, projectionLayoutNearRead, projectionLayoutRead,
+  summariesForRangesRead,
   type ProjectionLayoutRow, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../plan.ts';
@@ -111,10 +112,10 @@ export async function stableProjection(db: Queryable, args: StableArgs): Promise
       storedAt = budgetBytes;
     }
   }
-  return { ...await kept(db, args, stored), replaces: stored, storedAt };
+  return { ...await kept(db, args, stored, storedAt), replaces: stored, storedAt };
 }
 
-async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow | null): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
+async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow | null, storedAt: number): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
   const { count, budgetBytes } = args;
   if (stored === null) return rewrite(db, args, 'first', null, null);
   const ledger: CacheLedger = { savedCost: stored.savedCost, savesBytes: stored.savesBytes, endPair: stored.endPair };
@@ -125,7 +126,7 @@ async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   if (stored.startPair === stored.endPair) return rewrite(db, args, 'budget', null, ledger);
   const laidOut = count - stored.startPair - stored.gaps.reduce((n, g) => n + g.toPair - g.fromPair + 1, 0);
   if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', null, ledger);
-  const result = await keep(db, args, stored, ledger);
+  const result = await keep(db, args, stored, ledger, storedAt);
   if (result.kind === 'kept') return result.result;
   return rewrite(db, args, result.kind, result.kind === 'budget' ? result.previous : null, ledger);
 }
@@ -159,7 +160,7 @@ interface PreviousLayout {
 }
 
 /** The stored layout with the new pairs appended, if it still holds and fits; maybe with ready summaries swapped in. */
-async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow, ledger: CacheLedger): Promise<Kept> {
+async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow, ledger: CacheLedger, storedAt: number): Promise<Kept> {
   const { conversationId, scope, count, budgetBytes, onRead } = args;
   const { startPair, endPair, gaps } = stored;
   // The laid-out spans (gaps skipped) and the pairs added since.
@@ -207,23 +208,38 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   const omitted = spansOf(startPair, gaps);
   if (layoutHash(items, omitted) !== stored.prefixSha256) return { kind: 'changed' };
 
-  // The pairs added since, raw at the end.
+  // The pairs added since, raw at the end. Each request since put a cache entry at its end; but a
+  // message among them edited since (0037) changed the requests from its pair on, up to those made
+  // after the edit: the entries of requests that may hold the old text are not counted as cached
+  // (projection_edits: from the edited pair to the first pair created after the last edit). Read
+  // only where a price depends on it (a budget rewrite, a swap), not on every extension.
+  let stale: { firstEdit: number; cleanFrom: number | null } | null = null;
+  const readEdits = async (): Promise<void> => {
+    if (count > endPair) stale = await projectionEditsRead(db, { conversationId, scope, budgetBytes: storedAt, fromPair: endPair }, onRead);
+  };
+  const cachedEnd = (j: number): boolean => stale === null || j < stale.firstEdit || (stale.cleanFrom !== null && j >= stale.cleanFrom);
   const previous = (extendedBytes: number | null = null): PreviousLayout => ({
     head: items.filter((it) => gaps.length === 0 || firstPairOf(it) < gaps[0]!.fromPair),
     cachedEnds: new Set([
       ...gaps.slice(0, 1).map((g) => g.fromPair),
-      ...Array.from({ length: count - endPair }, (_, j) => endPair + j),
+      ...Array.from({ length: count - endPair }, (_, j) => endPair + j).filter(cachedEnd),
       ...[newestSummaryMark(items)].flatMap((at) => (at === null ? [] : [endOf(items[at]!)])),
     ]),
     extendedBytes,
   });
   for (let i = endPair; i < count; i++) {
     const row = rows.get(i)!;
-    if (!hasTexts(row)) return { kind: 'budget', previous: previous() };
+    if (!hasTexts(row)) {
+      await readEdits();
+      return { kind: 'budget', previous: previous() };
+    }
     items.push(pairItem(row));
   }
   const bytes = messagesBytes(toAnthropicMessages({ items, omitted }));
-  if (bytes > budgetBytes) return { kind: 'budget', previous: previous(bytes) };
+  if (bytes > budgetBytes) {
+    await readEdits();
+    return { kind: 'budget', previous: previous(bytes) };
+  }
 
   // Ranges shown raw after the last gap: why, and the summaries that became usable since the layout was made.
   const notUsed: SummaryNotUsed[] = [];
@@ -265,6 +281,7 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   // What the swapped history reads from the cache: its unchanged start only up to where an earlier
   // request put a breakpoint (the head's end before a gap, the end of a request since the rewrite).
   const headEnd = gaps.length > 0 ? gaps[0]!.fromPair : Number.POSITIVE_INFINITY;
+  if (swaps.size > 0) await readEdits();
   const unchangedBytes = swaps.size === 0 ? 0 : cachedBytes(
     swapped.filter((it) => firstPairOf(it) < headEnd), swapped.filter((it) => firstPairOf(it) >= headEnd), previous());
   if (swaps.size > 0 && rewritePays({

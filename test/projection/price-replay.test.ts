@@ -54,6 +54,21 @@ describe('the projection never costs more than sending the whole history (real t
     expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
   }, 60_000);
 
+  // A user message edited among the pairs appended since the stored layout (before the conversation
+  // first reached the budget, most of it is such pairs): the requests since ended there held the old
+  // text, yet at the next budget rewrite the price model counted them as cached, kept a head it
+  // believed read and wrote it whole (1.072x, 1.104x and 1.025x with the edit ten pairs back; 1.162x
+  // at 16 KiB three pairs back). The edit is now known (messages.edited_at, projection_edits()).
+  const editedSince: [string, number, number][] = [
+    ['oasst1-en-medium-047', 32 * 1024, 10], ['oasst1-en-medium-022', 32 * 1024, 10], ['oasst1-en-medium-006', 32 * 1024, 10], ['oasst1-en-medium-004', 16 * 1024, 3],
+  ];
+  it.each(editedSince.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes, a user message edited %i pairs back among the pairs added since the layout', async (id, budget, back) => {
+    const thread = shared.find((t) => t.id === id)!;
+    const at = Math.floor(thread.pairs.length * 0.7);
+    const costs = await replayThread(db.pool, thread, { budgets: [budget], layouts: ['stable'], lag: 3, edits: [{ turn: at, pair: at - back }] });
+    expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
+  }, 60_000);
+
   it.each(readThreads(DEMO_DATA).filter((t) => t.pairs.length >= 40).map((t) => [t.id, t] as const))('%s at 8, 16, 32 and 64 KiB', async (_, thread) => {
     const budgets = [8, 16, 32, 64].map((k) => k * 1024);
     const costs = await replayThread(db.pool, thread, { budgets, layouts: ['stable'], lag: 3 });

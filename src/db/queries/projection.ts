@@ -14,7 +14,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
   query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'completedSummariesBeforeRead' | 'projectionLayoutRead'
-    | 'projectionLayoutNearRead' | 'projectionHistoryBytesRead';
+    | 'projectionLayoutNearRead' | 'projectionHistoryBytesRead' | 'projectionEditsRead';
   /** Rows returned. */
   rows: number;
   /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
@@ -178,6 +178,23 @@ export async function projectionLayoutRead(
     'select * from sourcebound.projection_layout($1, $2, $3)', [args.conversationId, args.scope, args.budgetBytes]);
   observe?.({ query: 'projectionLayoutRead', rows: rows.length });
   return rows[0] ?? null;
+}
+
+/**
+ * The pairs from `fromPair` on whose cache entries an edit made after the
+ * layout stored under `budgetBytes` was written may have changed
+ * (messages.edited_at, 0037): from `firstEdit` up to `cleanFrom` (the first
+ * pair created after the last such edit; null: none since); null when there
+ * is no such edit.
+ */
+export async function projectionEditsRead(
+  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number; fromPair: number }, observe?: ReadObserver,
+): Promise<{ firstEdit: number; cleanFrom: number | null } | null> {
+  const { rows } = await db.query<{ firstEdit: number | null; cleanFrom: number | null }>(
+    'select * from sourcebound.projection_edits($1, $2, $3, $4)', [args.conversationId, args.scope, args.budgetBytes, args.fromPair]);
+  observe?.({ query: 'projectionEditsRead', rows: rows.length, fromPair: args.fromPair });
+  const row = rows[0];
+  return row === undefined || row.firstEdit === null ? null : { firstEdit: row.firstEdit, cleanFrom: row.cleanFrom };
 }
 
 /** The whole history before `beforePair`: its pairs, their texts' UTF-8 bytes, and the newest pair's (the ledger's lower bound). */

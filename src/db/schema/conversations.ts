@@ -79,6 +79,8 @@ export const messages = sourcebound.table('messages', {
   content: text('content').notNull().default(''),
   status: text('status').notNull().default('completed'),
   createdAt: createdAt(),
+  // When the content of the completed message last changed (an edit), set by a trigger (0037); null if never.
+  editedAt: timestamp('edited_at', { withTimezone: true }),
 }, (t) => [
   check('messages_role_known', inList('role', MESSAGE_ROLES)),
   check('messages_status_known', inList('status', MESSAGE_STATUSES)),
