@@ -16,7 +16,15 @@
 -- layout whose cache entries an edit may have changed; the projection reads
 -- it only when it prices a rewrite against them (a budget rewrite, a swap of
 -- summaries).
-ALTER TABLE "sourcebound"."messages" ADD COLUMN "edited_at" timestamp with time zone;
+-- And an edit inside the stored layout after its first gap (in the tail it
+-- laid out, or the pairs after it) leaves its head as it was: the head is in
+-- the cache up to the breakpoint at its end, which an edit after it does not
+-- touch. The layout stores the head's own SHA-256 (head_sha256, null when the
+-- layout has no gap), so that such a rewrite ('changed') reads the head
+-- instead of writing everything again; projection_layout() returns it.
+ALTER TABLE "sourcebound"."messages" ADD COLUMN "edited_at" timestamp with time zone;--> statement-breakpoint
+ALTER TABLE "sourcebound"."projection_layouts" ADD COLUMN "head_sha256" text;--> statement-breakpoint
+ALTER TABLE "sourcebound"."projection_layouts" ADD CONSTRAINT "projection_layouts_head_hash_hex" CHECK ("sourcebound"."projection_layouts"."head_sha256" is null or "sourcebound"."projection_layouts"."head_sha256" ~ '^[0-9a-f]{64}$');
 --> statement-breakpoint
 CREATE FUNCTION sourcebound.messages_note_edit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -54,4 +62,20 @@ LANGUAGE sql STABLE AS $$
           WHERE p.conversation_id = p_conversation_id
             AND p.pair_index > (SELECT min(e.pair_index) FROM edits e)
             AND a.created_at > (SELECT max(e.edited_at) FROM edits e))
+$$;
+--> statement-breakpoint
+DROP FUNCTION sourcebound.projection_layout(uuid, text, integer);
+--> statement-breakpoint
+CREATE FUNCTION sourcebound.projection_layout(p_conversation_id uuid, p_scope text, p_budget_bytes integer)
+RETURNS TABLE ("startPair" integer, "endPair" integer, summaries jsonb, gaps jsonb, "prefixSha256" text, "prefixBytes" integer,
+               "savedCost" double precision, "savesBytes" double precision, "headSha256" text)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY
+  SELECT l.start_pair, l.end_pair, l.summaries, l.gaps, l.prefix_sha256, l.prefix_bytes, l.saved_cost, l.saves_bytes::float8, l.head_sha256
+  FROM sourcebound.projection_layouts l
+  JOIN sourcebound.conversations c ON c.id = l.conversation_id AND c.scope = p_scope
+  WHERE l.conversation_id = p_conversation_id AND l.budget_bytes = p_budget_bytes;
+END
 $$;

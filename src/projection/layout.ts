@@ -128,7 +128,7 @@ async function kept(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   if (laidOut * MIN_BYTES_PER_PAIR > budgetBytes) return rewrite(db, args, 'budget', null, ledger);
   const result = await keep(db, args, stored, ledger, storedAt);
   if (result.kind === 'kept') return result.result;
-  return rewrite(db, args, result.kind, result.kind === 'budget' ? result.previous : null, ledger);
+  return rewrite(db, args, result.kind, result.previous ?? null, ledger);
 }
 
 function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
@@ -142,7 +142,8 @@ function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
 }
 
 /** The layout kept; or why not, with the verified items of its head (up to its first gap) when only the budget is why. */
-type Kept = { kind: 'kept'; result: Omit<StableResult, 'replaces' | 'storedAt'> } | { kind: 'budget'; previous: PreviousLayout } | { kind: 'changed' };
+type Kept = { kind: 'kept'; result: Omit<StableResult, 'replaces' | 'storedAt'> } | { kind: 'budget'; previous: PreviousLayout }
+  | { kind: 'changed'; previous?: PreviousLayout };
 
 /** What a budget rewrite knows of the layout it replaces. */
 interface PreviousLayout {
@@ -184,29 +185,52 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   // The prefix, rebuilt from the current rows exactly as the layout says.
   const summaryAt = new Map(stored.summaries.map((s) => [s.fromPair, s.recordId]));
   const gapAt = new Map(gaps.map((g) => [g.fromPair, g.toPair]));
-  const items: ProjectionItem[] = [];
-  for (let i = startPair; i < endPair;) {
-    const gapEnd = gapAt.get(i);
-    if (gapEnd !== undefined) {
-      i = gapEnd + 1;
-      continue;
+  // Its items before `upTo`; null when one no longer holds (a summary no longer usable, a pair too large).
+  const build = async (upTo: number): Promise<ProjectionItem[] | null> => {
+    const built: ProjectionItem[] = [];
+    for (let i = startPair; i < upTo;) {
+      const gapEnd = gapAt.get(i);
+      if (gapEnd !== undefined) {
+        i = gapEnd + 1;
+        continue;
+      }
+      const recordId = summaryAt.get(i);
+      if (recordId !== undefined) {
+        const record = records.find((r) => r.id === recordId && r.fromPair === i && r.status === 'completed');
+        const item = record === undefined ? null : await usableSummary(record, i, count, texts);
+        if (item === null) return null;
+        built.push(item);
+        i += RANGE_SIZE;
+        continue;
+      }
+      const row = rows.get(i)!;
+      if (!hasTexts(row)) return null;
+      built.push(pairItem(row));
+      i += 1;
     }
-    const recordId = summaryAt.get(i);
-    if (recordId !== undefined) {
-      const record = records.find((r) => r.id === recordId && r.fromPair === i && r.status === 'completed');
-      const item = record === undefined ? null : await usableSummary(record, i, count, texts);
-      if (item === null) return { kind: 'changed' };
-      items.push(item);
-      i += RANGE_SIZE;
-      continue;
-    }
-    const row = rows.get(i)!;
-    if (!hasTexts(row)) return { kind: 'changed' };
-    items.push(pairItem(row));
-    i += 1;
-  }
+    return built;
+  };
+  const items = await build(endPair);
   const omitted = spansOf(startPair, gaps);
-  if (layoutHash(items, omitted) !== stored.prefixSha256) return { kind: 'changed' };
+  if (items === null || layoutHash(items, omitted) !== stored.prefixSha256) return changedAfterHead();
+
+  /**
+   * Something in the prefix changed. When it lies after the head (the items before the first gap:
+   * in the tail the layout laid out), the head is still what the requests put in the cache up to the
+   * breakpoint at its end (and at its newest summary's, when the layout's newest summary is in it):
+   * the rewrite reads it, as at a budget rewrite. Else nothing of the layout is known to be cached.
+   */
+  async function changedAfterHead(): Promise<Kept> {
+    const gap = gaps[0];
+    if (stored.headSha256 === null || gap === undefined) return { kind: 'changed' };
+    const head = await build(gap.fromPair);
+    if (head === null || head.length === 0 || layoutHash(head, spansOf(startPair, [])) !== stored.headSha256) return { kind: 'changed' };
+    const summaryEnd = stored.summaries.length === 0 ? null : Math.max(...stored.summaries.map((x) => x.fromPair)) + RANGE_SIZE;
+    return {
+      kind: 'changed',
+      previous: { head, cachedEnds: new Set([gap.fromPair, ...(summaryEnd !== null && summaryEnd < gap.fromPair ? [summaryEnd] : [])]), extendedBytes: null },
+    };
+  }
 
   // The pairs added since, raw at the end. Each request since put a cache entry at its end; but a
   // message among them edited since (0037) changed the requests from its pair on, up to those made
@@ -217,7 +241,9 @@ async function keep(db: Queryable, args: StableArgs, stored: ProjectionLayoutRow
   const readEdits = async (): Promise<void> => {
     if (count > endPair) stale = await projectionEditsRead(db, { conversationId, scope, budgetBytes: storedAt, fromPair: endPair }, onRead);
   };
-  const cachedEnd = (j: number): boolean => stale === null || j < stale.firstEdit || (stale.cleanFrom !== null && j >= stale.cleanFrom);
+  // A request's end is the pair after its last one: it holds the edited pair when past it. The request that
+  // asked for pair cleanFrom (its end) came after the edits when, as usual, the app edits before it asks.
+  const cachedEnd = (j: number): boolean => stale === null || j <= stale.firstEdit || (stale.cleanFrom !== null && j >= stale.cleanFrom);
   const previous = (extendedBytes: number | null = null): PreviousLayout => ({
     head: items.filter((it) => gaps.length === 0 || firstPairOf(it) < gaps[0]!.fromPair),
     cachedEnds: new Set([
@@ -352,7 +378,7 @@ async function rewrite(
   // After an edit in the prefix ('changed', with a ledger) nothing of the old layout is known to be
   // in the cache: every shape is written whole, and the whole conversation is one of them, taken as
   // any other: only when the ledger can pay for writing it all again.
-  const wholeIsShape = why === 'changed' && ledger !== null && previous === null;
+  const wholeIsShape = why === 'changed' && ledger !== null;
   const wholeFits = whole.omitted.length === 0 && !wholeIsShape
     && (why !== 'budget' || (previous === null && messagesBytes(toAnthropicMessages(whole)) <= low));
   if (wholeFits || whole.problems.length > 0 || whole.items.length === 0) {
@@ -411,7 +437,8 @@ async function rewrite(
   shapes.push(fillTail('newest', [], whole.items, low, budgetBytes, previous));
   if (wholeIsShape && whole.omitted.length === 0) {
     const bytes = messagesBytes(toAnthropicMessages(whole));
-    shapes.push({ kind: 'newest', head: [], tail: whole.items, bytes, cost: requestCost({ read: 0, written: bytes, uncached: 0 }), users: userMessages(whole.items) });
+    const read = cachedBytes(whole.items, [], previous);
+    shapes.push({ kind: 'newest', head: [], tail: whole.items, bytes, cost: requestCost({ read, written: bytes - read, uncached: 0 }), users: userMessages(whole.items) });
   }
 
   // The cheapest shape that carries as many of the user's messages as today's projection; if none
@@ -705,6 +732,10 @@ function layoutOf(result: WalkResult, count: number, ledger: Pick<ProjectionLayo
     gaps: result.items.length === 0 ? [] : gaps,
     prefixSha256: createHash('sha256').update(plain).digest('hex'),
     prefixBytes: Buffer.byteLength(plain, 'utf8'),
+    // The head alone (before the first gap), with the note about what precedes it: what keep() checks
+    // when something after it changed.
+    headSha256: gaps.length === 0 || result.items.length === 0
+      ? null : layoutHash(result.items.filter((it) => firstPairOf(it) < gaps[0]!.fromPair), spansOf(startPair, [])),
     ...ledger,
   };
 }

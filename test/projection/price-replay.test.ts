@@ -69,6 +69,24 @@ describe('the projection never costs more than sending the whole history (real t
     expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
   }, 60_000);
 
+  // A user message edited in the tail a rewrite just laid out, after the head's gap: the head was still
+  // in the cache up to the breakpoint at its end, yet nothing of the layout was known to be, and the
+  // rewrite ('changed') wrote it all again (1.065x, 1.038x and 1.014x three pairs back, 1.022x two
+  // back). The layout now keeps its head's own hash, and such a rewrite reads the head.
+  const editedInTail: [string, number, number][] = [
+    ['oasst1-en-long-041', 32 * 1024, 3], ['oasst1-en-long-044', 32 * 1024, 3], ['oasst1-en-long-040', 32 * 1024, 3], ['oasst1-en-long-023', 32 * 1024, 2],
+  ];
+  it.each(editedInTail.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes, a user message edited %i pairs back in the tail after the head', async (id, budget, back) => {
+    const thread = shared.find((t) => t.id === id)!;
+    const at = Math.floor(thread.pairs.length * 0.7);
+    const costs = await replayThread(db.pool, thread, { budgets: [budget], layouts: ['stable'], lag: 3, edits: [{ turn: at, pair: at - back }] });
+    expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
+    // Every stored layout with a gap keeps its head's hash; one without a gap has none.
+    const { rows: [mismatch] } = await db.pool.query(
+      `select count(*)::int as n from sourcebound.projection_layouts where (jsonb_array_length(gaps) > 0) <> (head_sha256 is not null)`);
+    expect(mismatch.n).toBe(0);
+  }, 60_000);
+
   it.each(readThreads(DEMO_DATA).filter((t) => t.pairs.length >= 40).map((t) => [t.id, t] as const))('%s at 8, 16, 32 and 64 KiB', async (_, thread) => {
     const budgets = [8, 16, 32, 64].map((k) => k * 1024);
     const costs = await replayThread(db.pool, thread, { budgets, layouts: ['stable'], lag: 3 });

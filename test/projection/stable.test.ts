@@ -425,7 +425,7 @@ describe('cache-stable projection (default layout)', () => {
     await addPairs(db.pool, id, 40, reply);
     const budget = 8192;
     // What a call that started before the current layout was stored would write.
-    const stale = { startPair: 0, endPair: 1, summaries: [], gaps: [], prefixSha256: 'a'.repeat(64), prefixBytes: 10, savedCost: 0, savesBytes: 0 };
+    const stale = { startPair: 0, endPair: 1, summaries: [], gaps: [], prefixSha256: 'a'.repeat(64), prefixBytes: 10, savedCost: 0, savesBytes: 0, headSha256: null };
     const first = await project(id, budget);
     expect(first.cache.layoutSaved).toBe(true);
     const read = async () => (await db.pool.query('select start_pair, end_pair, prefix_sha256 from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2', [id, budget])).rows[0];
@@ -436,7 +436,7 @@ describe('cache-stable projection (default layout)', () => {
     expect(await projectionLayoutWrite(db.pool, { ...args, replaces: { ...stale, prefixSha256: 'b'.repeat(64) } })).toBe(false);
     expect(await read()).toEqual(stored);
     // It read the stored one: written, even with fewer pairs.
-    const current = { startPair: stored.start_pair, endPair: stored.end_pair, summaries: [], gaps: [], prefixSha256: stored.prefix_sha256, prefixBytes: 0, savedCost: 0, savesBytes: 0 };
+    const current = { startPair: stored.start_pair, endPair: stored.end_pair, summaries: [], gaps: [], prefixSha256: stored.prefix_sha256, prefixBytes: 0, savedCost: 0, savesBytes: 0, headSha256: null };
     expect(await projectionLayoutWrite(db.pool, { ...args, replaces: current })).toBe(true);
     expect(await read()).toEqual({ start_pair: 0, end_pair: 1, prefix_sha256: 'a'.repeat(64) });
     // The projection finds it stale and lays out anew.

@@ -137,6 +137,8 @@ export interface ProjectionLayoutRow {
   gaps: { fromPair: number; toPair: number }[];
   prefixSha256: string;
   prefixBytes: number;
+  /** SHA-256 of the items before the first gap alone (the head, cached up to its breakpoint); null without a gap. */
+  headSha256: string | null;
   /** The ledger (src/projection/cache.ts): saved against the whole history up to the request that made the layout, in uncached-byte prices. */
   savedCost: number;
   /** A lower bound on the bytes of the whole history the layout leaves out (each request that extends it saves reading them). */
@@ -230,7 +232,7 @@ export async function projectionLayoutNearRead(
   const { rows } = await db.query<ProjectionLayoutRow & { budgetBytes: number }>(
     `select l.budget_bytes as "budgetBytes", l.start_pair as "startPair", l.end_pair as "endPair", l.summaries, l.gaps,
             l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes",
-            l.saved_cost as "savedCost", l.saves_bytes::float8 as "savesBytes"
+            l.saved_cost as "savedCost", l.saves_bytes::float8 as "savesBytes", l.head_sha256 as "headSha256"
      from sourcebound.projection_layouts l
      join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
      where l.conversation_id = $1 and l.budget_bytes between $5 and $4 and l.budget_bytes <> $3
@@ -258,18 +260,18 @@ export async function projectionLayoutWrite(
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return false;
   const { rowCount } = await db.query(
     `insert into sourcebound.projection_layouts as l
-       (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes, saved_cost, saves_bytes)
-     select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8, $14, $15
+       (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes, saved_cost, saves_bytes, head_sha256)
+     select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8, $14, $15, $16
      from sourcebound.conversations c where c.id = $1 and c.scope = $2
      on conflict (conversation_id, budget_bytes) do update
        set start_pair = excluded.start_pair, end_pair = excluded.end_pair, summaries = excluded.summaries, gaps = excluded.gaps,
-           prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes,
+           prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes, head_sha256 = excluded.head_sha256,
            saved_cost = excluded.saved_cost, saves_bytes = excluded.saves_bytes, rewritten_at = now()
        where $10::boolean and l.start_pair = $11 and l.end_pair = $12 and l.prefix_sha256 = $13`,
     [args.conversationId, args.scope, args.budgetBytes, layout.startPair, layout.endPair,
       JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes, JSON.stringify(layout.gaps),
       replaces !== null, replaces?.startPair ?? null, replaces?.endPair ?? null, replaces?.prefixSha256 ?? null,
-      layout.savedCost, Math.round(layout.savesBytes)],
+      layout.savedCost, Math.round(layout.savesBytes), layout.headSha256],
   );
   return (rowCount ?? 0) > 0;
 }

@@ -223,6 +223,8 @@ export const projectionLayouts = sourcebound.table('projection_layouts', {
   gaps: jsonb('gaps').notNull().default([]),
   prefixSha256: text('prefix_sha256').notNull(),
   prefixBytes: integer('prefix_bytes').notNull(),
+  // SHA-256 of the items before the first gap alone (the head, cached up to its breakpoint); null without a gap.
+  headSha256: text('head_sha256'),
   // Saved against the whole history, cached, in uncached-byte prices, up to and with the request that made this layout.
   savedCost: doublePrecision('saved_cost').notNull().default(0),
   // A lower bound on the whole history's bytes less this layout's, when it was made.
@@ -232,6 +234,7 @@ export const projectionLayouts = sourcebound.table('projection_layouts', {
   primaryKey({ name: 'projection_layouts_pkey', columns: [t.conversationId, t.budgetBytes] }),
   check('projection_layouts_span', sql`${t.budgetBytes} >= 0 and 0 <= ${t.startPair} and ${t.startPair} <= ${t.endPair}`),
   check('projection_layouts_hash_hex', sql`${t.prefixSha256} ~ '^[0-9a-f]{64}$'`),
+  check('projection_layouts_head_hash_hex', sql`${t.headSha256} is null or ${t.headSha256} ~ '^[0-9a-f]{64}$'`),
   // Finite (PostgreSQL orders NaN above Infinity), and no layout saves a negative number of bytes.
   check('projection_layouts_ledger', sql`${t.savedCost} > '-Infinity' and ${t.savedCost} < 'Infinity' and ${t.savesBytes} >= 0`),
 ]);
