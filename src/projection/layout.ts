@@ -141,7 +141,10 @@ function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
   return true;
 }
 
-/** The layout kept; or why not, with the verified items of its head (up to its first gap) when only the budget is why. */
+/**
+ * The layout kept; or why not, with the verified items of its head (up to its first gap) when only the
+ * budget is why, or when what changed lies after that head (it is still in the cache up to its end).
+ */
 type Kept = { kind: 'kept'; result: Omit<StableResult, 'replaces' | 'storedAt'> } | { kind: 'budget'; previous: PreviousLayout }
   | { kind: 'changed'; previous?: PreviousLayout };
 
@@ -376,8 +379,8 @@ async function rewrite(
   // there it is one of the shapes (the newest items down to the low-water mark are all of them), and
   // writing it all again (summaries swapped in at its start) must pay like any other shape.
   // After an edit in the prefix ('changed', with a ledger) nothing of the old layout is known to be
-  // in the cache: every shape is written whole, and the whole conversation is one of them, taken as
-  // any other: only when the ledger can pay for writing it all again.
+  // in the cache but its head when the edit lies after it (previous): every shape is priced so, and
+  // the whole conversation is one of them, taken as any other: only when the ledger can pay for it.
   const wholeIsShape = why === 'changed' && ledger !== null;
   const wholeFits = whole.omitted.length === 0 && !wholeIsShape
     && (why !== 'budget' || (previous === null && messagesBytes(toAnthropicMessages(whole)) <= low));
