@@ -17,7 +17,7 @@
 -- it only when it prices a rewrite against them (a budget rewrite, a swap of
 -- summaries).
 -- And an edit inside the stored layout after its first gap (in the tail it
--- laid out, or the pairs after it) leaves its head as it was: the head is in
+-- laid out) leaves its head as it was: the head is in
 -- the cache up to the breakpoint at its end, which an edit after it does not
 -- touch. The layout stores the head's own SHA-256 (head_sha256, null when the
 -- layout has no gap), so that such a rewrite ('changed') reads the head
