@@ -22,9 +22,8 @@ import { addPairs, createConversation } from '../support/fixtures.ts';
 const db = await createTestDatabase();
 
 /** A claim whose worker is gone; leaseMs 0: its lease is over once its statement is (no clock to wait for). */
-async function deadClaim(c: string, workerId: string, leaseMs = 0) {
-  const { summarizer } = offlineContext(db.pool);
-  const claim = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: summarizer.model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId, leaseMs });
+async function deadClaim(c: string, workerId: string, leaseMs = 0, model = offlineContext(db.pool).summarizer.model) {
+  const claim = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId, leaseMs });
   if (claim.kind !== 'claimed') throw new Error(`claim: ${claim.kind}`);
   return claim;
 }
@@ -33,6 +32,14 @@ async function editReply(c: string, pairIndex: number, suffix: string) {
   await db.pool.query(
     `update sourcebound.messages set content = content || $3
      where id = (select assistant_message_id from sourcebound.pairs where conversation_id = $1 and pair_index = $2)`, [c, pairIndex, suffix]);
+}
+
+/** Removes the conversation's newest pairs (their messages), so that range 0 lies in the newest 20 again. */
+async function removeNewest(c: string, pairs: number) {
+  await db.pool.query(
+    `delete from sourcebound.messages where id in (
+       select unnest(array[user_message_id, assistant_message_id]) from sourcebound.pairs
+       where conversation_id = $1 and pair_index >= (select max(pair_index) + 1 from sourcebound.pairs where conversation_id = $1) - $2)`, [c, pairs]);
 }
 
 const shape = async (c: string) => (await summariesOfConversationRead(db.pool, c)).map((r) => [r.status, r.attemptsSpent, r.leaseOwner]);
@@ -91,14 +98,6 @@ describe('a dead claim whose source changed', () => {
 });
 
 describe('a dead claim no claim will come for, its source unchanged (0035)', () => {
-  /** Removes the conversation's newest pairs (their messages), so that range 0 lies in the newest 20 again. */
-  async function removeNewest(c: string, pairs: number) {
-    await db.pool.query(
-      `delete from sourcebound.messages where id in (
-         select unnest(array[user_message_id, assistant_message_id]) from sourcebound.pairs
-         where conversation_id = $1 and pair_index >= (select max(pair_index) + 1 from sourcebound.pairs where conversation_id = $1) - $2)`, [c, pairs]);
-  }
-
   it('is settled stale by the sweep, and its dead attempt counts once the range is plannable again', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 30);
@@ -170,11 +169,7 @@ describe('a dead claim no claim will come for, its source unchanged (0035)', () 
 describe('a pending record no claim will come for (0036)', () => {
   /** A record left pending by an invalid answer (one attempt spent), its retry due after `afterSpentMs`. */
   async function pendingRecord(c: string, afterSpentMs = 0, model?: string) {
-    const { summarizer } = offlineContext(db.pool);
-    const claim = await claimRange(db.pool, {
-      conversationId: c, range: rangeAt(0), model: model ?? summarizer.model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'w', leaseMs: 60_000,
-    });
-    if (claim.kind !== 'claimed') throw new Error(`claim: ${claim.kind}`);
+    const claim = await deadClaim(c, 'w', 60_000, model);
     const committed = await commitOutcome(db.pool, { record: claim.record, attemptId: claim.attemptId, workerId: 'w' },
       { kind: 'invalid', reason: 'empty summary', model: claim.record.model, usage: null, requestId: null }, { deferMs: 0, afterSpentMs });
     expect(committed.kind).toBe('spent');
@@ -207,9 +202,7 @@ describe('a pending record no claim will come for (0036)', () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 30);
     const pending = await pendingRecord(c);
-    await db.pool.query(
-      `delete from sourcebound.messages where id in (
-         select unnest(array[user_message_id, assistant_message_id]) from sourcebound.pairs where conversation_id = $1 and pair_index >= 25)`, [c]);
+    await removeNewest(c, 5);
     await compactionSweepRun(db.pool);
     expect(await shape(c)).toEqual([['stale', 1, null]]);
     expect((await summariesOfConversationRead(db.pool, c))[0]!.failureReason).toBe('pending, and the range is no longer plannable');

@@ -42,41 +42,24 @@ describe('the projection never costs more than sending the whole history (real t
     expect(costs.get(`${window} stable`)).toBeLessThanOrEqual(1);
   }, 60_000);
 
-  // A user message three pairs back edited in place at 70% of the thread, right after a rewrite: the
-  // edit is inside the stored layout, so nothing of it is known to be in the cache, and the rewrite
-  // ('changed') took the whole conversation, written again, whatever the ledger held (1.153x and
-  // 1.053x). It is now one of the shapes, taken only when the ledger pays for it.
-  const edited: [string, number][] = [['oasst1-en-long-039', 32 * 1024], ['oasst1-en-long-013', 32 * 1024]];
-  it.each(edited.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes, a user message edited three pairs back', async (id, budget) => {
-    const thread = shared.find((t) => t.id === id)!;
-    const at = Math.floor(thread.pairs.length * 0.7);
-    const costs = await replayThread(db.pool, thread, { budgets: [budget], layouts: ['stable'], lag: 3, edits: [{ turn: at, pair: at - 3 }] });
-    expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
-  }, 60_000);
-
-  // A user message edited among the pairs appended since the stored layout (before the conversation
-  // first reached the budget, most of it is such pairs): the requests since ended there held the old
-  // text, yet at the next budget rewrite the price model counted them as cached, kept a head it
-  // believed read and wrote it whole (1.072x, 1.104x and 1.025x with the edit ten pairs back; 1.162x
-  // at 16 KiB three pairs back). The edit is now known (messages.edited_at, projection_edits()).
-  const editedSince: [string, number, number][] = [
-    ['oasst1-en-medium-047', 32 * 1024, 10], ['oasst1-en-medium-022', 32 * 1024, 10], ['oasst1-en-medium-006', 32 * 1024, 10], ['oasst1-en-medium-004', 16 * 1024, 3],
+  // One user message edited in place N pairs back at 70% of the thread; each of these cost more than the
+  // whole history before the fix its label names.
+  // - inside the layout: the rewrite ('changed') took the whole conversation, written again, whatever
+  //   the ledger held (1.153x, 1.053x); it is now one of the shapes, taken only when the ledger pays.
+  // - among the pairs added since the layout (before the conversation first reached the budget, most of
+  //   it is such pairs): the requests since held the old text, yet the next budget rewrite counted them
+  //   as cached and wrote a head it believed read (1.025-1.162x); the edit is now known
+  //   (messages.edited_at, projection_edits()).
+  // - in the tail after the head's gap: the head was still in the cache up to its breakpoint, yet the
+  //   rewrite wrote it all again (1.014-1.065x); the layout now keeps its head's own hash.
+  const edited: [string, number, number, string][] = [
+    ['oasst1-en-long-039', 32 * 1024, 3, 'inside the layout'], ['oasst1-en-long-013', 32 * 1024, 3, 'inside the layout'],
+    ['oasst1-en-medium-047', 32 * 1024, 10, 'among the pairs added since the layout'], ['oasst1-en-medium-022', 32 * 1024, 10, 'among the pairs added since the layout'],
+    ['oasst1-en-medium-006', 32 * 1024, 10, 'among the pairs added since the layout'], ['oasst1-en-medium-004', 16 * 1024, 3, 'among the pairs added since the layout'],
+    ['oasst1-en-long-041', 32 * 1024, 3, 'in the tail after the head'], ['oasst1-en-long-044', 32 * 1024, 3, 'in the tail after the head'],
+    ['oasst1-en-long-040', 32 * 1024, 3, 'in the tail after the head'], ['oasst1-en-long-023', 32 * 1024, 2, 'in the tail after the head'],
   ];
-  it.each(editedSince.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes, a user message edited %i pairs back among the pairs added since the layout', async (id, budget, back) => {
-    const thread = shared.find((t) => t.id === id)!;
-    const at = Math.floor(thread.pairs.length * 0.7);
-    const costs = await replayThread(db.pool, thread, { budgets: [budget], layouts: ['stable'], lag: 3, edits: [{ turn: at, pair: at - back }] });
-    expect(costs.get(`${budget} stable`)).toBeLessThanOrEqual(1);
-  }, 60_000);
-
-  // A user message edited in the tail a rewrite just laid out, after the head's gap: the head was still
-  // in the cache up to the breakpoint at its end, yet nothing of the layout was known to be, and the
-  // rewrite ('changed') wrote it all again (1.065x, 1.038x and 1.014x three pairs back, 1.022x two
-  // back). The layout now keeps its head's own hash, and such a rewrite reads the head.
-  const editedInTail: [string, number, number][] = [
-    ['oasst1-en-long-041', 32 * 1024, 3], ['oasst1-en-long-044', 32 * 1024, 3], ['oasst1-en-long-040', 32 * 1024, 3], ['oasst1-en-long-023', 32 * 1024, 2],
-  ];
-  it.each(editedInTail.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes, a user message edited %i pairs back in the tail after the head', async (id, budget, back) => {
+  it.each(edited.filter(([id]) => shared.some((t) => t.id === id)))('%s at %i bytes, a user message edited %i pairs back %s', async (id, budget, back) => {
     const thread = shared.find((t) => t.id === id)!;
     const at = Math.floor(thread.pairs.length * 0.7);
     const costs = await replayThread(db.pool, thread, { budgets: [budget], layouts: ['stable'], lag: 3, edits: [{ turn: at, pair: at - back }] });
