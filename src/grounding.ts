@@ -57,8 +57,9 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    is read both ways, as its unit (the kelvin, metres, bytes) and as its
  *    scale: `10k users` = `10,000 users`, `7B` = `7 billion`. Units written
  *    out are their symbols (`12 kilograms` = `12 kg`, `250 milliseconds` =
- *    `250 ms`, `60 miles per hour` = `60 mph`; for units of one letter,
- *    which count only attached, the word is not read: `3 metres` is 3).
+ *    `250 ms`, `60 miles per hour` = `60 mph`, `100 Mbit/s` = `100 Mbps`;
+ *    for units of one letter, which count only attached, the word is not
+ *    read: `3 metres` is 3).
  *    An amount followed by what is no scale is no amount (`$1.99xy`). The
  *    Chinese and Japanese scales 万, 亿 (億) and 兆 attached to a figure are
  *    multiplied out too (`3.5亿` = `350000000`; a compound such as `1万2000`
@@ -79,7 +80,8 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    before or after the amount (`€50` = `50 €`; not after a figure and a
  *    plain space: `1 000 €` is no amount) or a code or word after it are one
  *    key; `US dollars` are dollars; `円`, `元` and `원` after a figure are yen,
- *    yuan and won (`1,200円` = `¥1,200`).
+ *    yuan and won (`1,200円` = `¥1,200`). `150 pounds` is money or a weight:
+ *    it grounds `150 lb`, and `150 lb` or `150 lbs` grounds it.
  * 6. Versions: a leading `v` is dropped (`v1.2.3` = `1.2.3`).
  * 7. Letter case is ignored everywhere except in quoted code and file paths
  *    (identifiers, hex digests, e-mail addresses, URLs, units and month names
@@ -104,7 +106,15 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    doubled, as JSON writes them.
  * 10. A path's leading `./` may be dropped (`./src/a.ts` = `src/a.ts`); a
  *    version with a zero patch number grounds the figure of its first two
- *    parts (`18.17.0` grounds `18.17`).
+ *    parts (`18.17.0` grounds `18.17`), and one of two parts its figure
+ *    (`v18.2` grounds `18.2`).
+ * 11. A range in the material that writes its unit or currency once grounds
+ *    each end written with it: `10-20%` (or `10–20%`, `10 to 20%`, `between
+ *    10 and 20%`) grounds `10%` and `20%`, `1-2 million dollars` grounds `$1
+ *    million`, `$10-20` grounds `$20`. A figure between the ends is not
+ *    grounded (`15%`), nor a summary's own second end after a bare first
+ *    one by another range's end (`4 minutes` of `2-4 minutes` by `4-5
+ *    minutes`): it must be an end the material writes with its unit.
  *
  * A decimal written without its leading zero (`.5%`, `.45`) is that figure
  * (`0.5%`, `0.45`) where no letter, digit, `.` or `,` comes before its point.
@@ -165,18 +175,18 @@ export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[
 
 /** Checks every fact of `summary` against `material`. */
 export function groundSummary(summary: string, material: readonly MaterialItem[]): Grounding {
-  const facts = extractFacts(summary);
+  const { prepared, facts } = locatedFacts(summary);
   const checked: string[] = [];
   const ungrounded: string[] = [];
   if (facts.length === 0) return { checked, ungrounded };
   const index = materialIndex(material);
   const seen = new Set<string>();
-  for (const fact of facts) {
+  for (const { at, fact } of facts) {
     const label = `${fact.kind}:${fact.text}`;
     if (seen.has(label)) continue;
     seen.add(label);
     checked.push(label);
-    if (!isGrounded(fact, index)) ungrounded.push(label);
+    if (!isGrounded(fact, index, prepared, at)) ungrounded.push(label);
   }
   return { checked, ungrounded };
 }
@@ -259,11 +269,82 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
         // they may be (`50,000` in a summary); the summary's own spaces stay no separator.
         SPACED_GROUPS.lastIndex = 0;
         for (let m = SPACED_GROUPS.exec(exact); m !== null; m = SPACED_GROUPS.exec(exact)) keys.add(`n:${canonicalNumber(m[0].replace(/ /g, ''))}`);
+        for (const key of rangeKeys(exact)) keys.add(key);
       }
       return keys;
     },
   };
 }
+
+/**
+ * A range that writes its unit or currency once (`10-20%`, `3 to 4 days`,
+ * `10–20 million dollars`, `$10-20`, `between 10 and 20 kg`): the keys of
+ * each end written with it (`10%`, `3 days`, `10 million dollars`, `$20`),
+ * as `range:` keys (rule 11). The first end takes what follows the second;
+ * the second end takes the currency symbol before the first.
+ */
+function rangeKeys(exact: string): string[] {
+  // Each end written with the unit or currency is a text of its own; all are read in one extraction
+  // (one per range cost 14 us each, 3 times the whole material's on a text of ranges only), joined
+  // so that no pattern reads from one into the next: `<` (BARRIER) on a line of its own. A text with
+  // a backtick is left out (a fenced block could span texts).
+  const texts = new Set<string>();
+  const add = (text: string) => {
+    if (!text.includes('`')) texts.add(text);
+  };
+  RANGE_UNIT.lastIndex = 0;
+  for (let m = RANGE_UNIT.exec(exact); m !== null; m = RANGE_UNIT.exec(exact)) {
+    const end = m.index + m[0].length;
+    add(m[1]! + exact.slice(end, tailEnd(exact, end)));
+  }
+  RANGE_MONEY.lastIndex = 0;
+  for (let m = RANGE_MONEY.exec(exact); m !== null; m = RANGE_MONEY.exec(exact)) {
+    const from = m.index + m[0].length - m[2]!.length;
+    add(m[1]! + exact.slice(from, tailEnd(exact, from + m[2]!.length)));
+  }
+  if (texts.size === 0) return [];
+  const joined = [...texts].join(RANGE_JOIN);
+  // `exact` is normalized, so prepare leaves it as it is and the facts' places are the joined text's;
+  // where it would not, no key (never a wrong one).
+  if (prepare(joined) !== joined) return [];
+  const starts = new Set<number>();
+  let start = 0;
+  for (const text of texts) {
+    starts.add(start);
+    start += text.length + RANGE_JOIN.length;
+  }
+  const keys: string[] = [];
+  for (const { at, fact } of locatedFacts(joined).facts) {
+    // The fact that starts a text: the end with its unit (a figure with a unit, or money).
+    if (starts.has(at) && (fact.kind === 'money' || (fact.kind === 'number' && /\D$/.test(fact.key)))) keys.push(`range:${fact.kind}:${fact.key}`);
+  }
+  return keys;
+}
+/** Between two texts of rangeKeys: BARRIER on a line of its own. */
+const RANGE_JOIN = '\n<\n';
+/** Whether the text before `at` ends with a bare figure and a range's join (`2-`, `2 to `): `at` starts a range's second end. */
+function afterRangeStart(text: string, at: number): boolean {
+  return RANGE_START.test(text.slice(Math.max(0, at - 40), at));
+}
+const RANGE_START = /(?<![A-Za-z0-9.,$€£¥₹])\d+(?:\.\d+)?(?: ?[-–—] ?| to | and )$/;
+/**
+ * A bare first end, `-` `–` `—` or `to` (`and` after `between`), a second end directly followed by
+ * what can be a unit or currency.
+ */
+const RANGE_UNIT = /(?<![A-Za-z0-9.,$€£¥₹])(\d+(?:\.\d+)?)(?: ?[-–—] ?| to | and (?<=[Bb]etween \d+(?:\.\d+)? and ))(\d+(?:[.,]\d+)*)(?= ?[%‰°A-Za-zµμ€£¥₹$円元원万亿億兆])/g;
+/** A currency symbol and an amount, `-` `–` `—` or `to` (`and` after `between`), a second amount without one. */
+const RANGE_MONEY = /([$€£¥₹])\d+(?:[.,]\d+)*(?: ?[-–—] ?| to | and (?<=[Bb]etween [$€£¥₹]\d+(?:[.,]\d+)* and ))(\d+(?:[.,]\d+)*)/g;
+/**
+ * Where the text of a range's end ends: after what its unit, scale or
+ * currency can be made of (letters, spaces, `%`, `°`, `/`, `-`, currency
+ * symbols; at most 30 characters: `million kilometres per hour`) from `i`,
+ * and one character more, which a pattern's look-ahead reads.
+ */
+function tailEnd(exact: string, i: number): number {
+  RANGE_TAIL.lastIndex = i;
+  return i + RANGE_TAIL.exec(exact)![0].length + 1;
+}
+const RANGE_TAIL = /[\p{L}\p{M} \t%‰°\/$€£¥₹-]{0,30}/uy;
 
 /** One to three digits, then groups of three after single spaces, no other digit or decimal part around (`50 000`, `1 234 567`). */
 const SPACED_GROUPS = /(?<![\d.,])\d{1,3}(?: \d{3})+(?!\d|[.,]\d)/g;
@@ -275,7 +356,8 @@ function identifierKey(token: string): string {
   return token.toLowerCase().replace(/[-_]/g, '');
 }
 
-function isGrounded(fact: Fact, index: MaterialIndex): boolean {
+/** Whether `fact`, found at `at` of the (prepared) summary `summary`, is in the material. */
+function isGrounded(fact: Fact, index: MaterialIndex, summary: string, at: number): boolean {
   if (occursUnchanged(fact, index.raw, index.ids)) return true;
   const ungrouped = /\d/.test(fact.text) ? index.ungrouped() : null;
   if (ungrouped !== null && occursUnchanged(fact, ungrouped, NO_IDS)) return true;
@@ -288,11 +370,18 @@ function isGrounded(fact: Fact, index: MaterialIndex): boolean {
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
   const keys = normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
+  // An end of a material range written with the unit or currency the range writes once (`10%` of
+  // `10-20%`); not the second end of the summary's own range after a bare first one (`4 minutes` of
+  // `2-4 minutes`, which `4-5 minutes` does not ground): that end is checked as the material writes its ends.
+  if (keys.has(`range:${fact.kind}:${fact.key}`) && !afterRangeStart(summary, at)) return true;
   // An ambiguous slashed or dotted date (`03/05/2024`, `5.3.2024`): by a material date under either reading.
   if (fact.kind === 'date') return dateReadings(fact.key).some((iso) => keys.has(`date:${iso}`));
   // A figure and its unit or currency written apart, as structured data has them (`"size_bytes": 1048576`,
   // `{"amount": 1250.5, "currency": "USD"}`): the bare figure, and the unit or currency named in the material.
   if ((fact.kind === 'number' || fact.kind === 'money') && namedApart(fact, keys, normalized.folded)) return true;
+  // `150 pounds` (money by its word) is also a weight: `150 lb` grounds it.
+  const pounds = poundsWeight(fact);
+  if (pounds !== null && keys.has(`number:${pounds}`)) return true;
   if (fact.kind !== 'number') return false;
   // A bare number is grounded by the same number anywhere: in a figure, a date, an amount.
   if (!/\D$/.test(fact.key)) return keys.has(`n:${fact.key}`);
@@ -334,6 +423,11 @@ function namedApart(fact: Fact, keys: Set<string>, folded: string): boolean {
   const m = /^(\d+(?:\.\d+)?)(\D.*)$/.exec(fact.key);
   if (m === null || SCALE_ZEROS[m[2]!] !== undefined || !keys.has(`number:${m[1]}`)) return false;
   return (UNIT_ALIASES[m[2]!] ?? []).some((s) => s.length >= 2 && occurs(folded, s, false));
+}
+
+/** An amount of pounds written with the word (`150 pounds`): the key of that many pounds of weight (`150lb`); else null. */
+function poundsWeight(fact: Fact): string | null {
+  return fact.kind === 'money' && fact.key.startsWith('GBP:') && /pounds?$/i.test(fact.text) ? `${fact.key.slice(4)}lb` : null;
 }
 
 /** The two ISO dates an ambiguous slashed date's key (`03/05/2024`: day or month first) can be; none for any other key. */
@@ -497,6 +591,11 @@ function materialKeys(fact: Fact): string[] {
   if (fact.kind === 'money') keys.push(`n:${fact.key.replace(/^[^:]*:/, '').replace(/[^\d.]+$/, '')}`);
   // An ambiguous slashed or dotted date (`03/05/2024`): both of its readings.
   if (fact.kind === 'date') for (const iso of dateReadings(fact.key)) keys.push(`date:${iso}`, `date:${iso.slice(0, 7)}`, `date:--${iso.slice(5)}`);
+  // `v18.2`: also the figure `18.2`, as `18.2` written without its `v` is (`v1.10` the figure 1.1, as `1.10` is).
+  if (fact.kind === 'version' && /^\d+\.\d+$/.test(fact.key)) keys.push(`n:${canonicalNumber(fact.key)}`);
+  // `150 pounds` is money or a weight: also `150 lb`.
+  const pounds = poundsWeight(fact);
+  if (pounds !== null) keys.push(`number:${pounds}`);
   // `18.17.0`: also the figure `18.17`.
   const zeroPatch = fact.kind === 'version' ? /^(\d+\.\d+)\.0$/.exec(fact.key) : null;
   if (zeroPatch !== null) keys.push(`n:${canonicalNumber(zeroPatch[1]!)}`);
@@ -682,7 +781,7 @@ const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
   min: ['min', 'mins', 'minutes', 'minute'], h: ['h', 'hr', 'hrs', 'hours', 'hour'],
   day: ['days', 'day'], week: ['weeks', 'week'], month: ['months', 'month'], year: ['years', 'year', 'yrs', 'yr'],
   byte: ['bytes', 'byte'], bit: ['bits', 'bit'], kb: ['kb', 'kilobytes', 'kilobyte'], mb: ['mb', 'megabytes', 'megabyte'], gb: ['gb', 'gigabytes', 'gigabyte'], tb: ['tb', 'terabytes', 'terabyte'], pb: ['pb', 'petabytes', 'petabyte'],
-  kib: ['kib'], mib: ['mib'], gib: ['gib'], tib: ['tib'], kbps: ['kbps'], mbps: ['mbps'], gbps: ['gbps'], b: ['b'],
+  kib: ['kib'], mib: ['mib'], gib: ['gib'], tib: ['tib'], kbps: ['kbps', 'kbit/s'], mbps: ['mbps', 'mbit/s'], gbps: ['gbps', 'gbit/s'], b: ['b'],
   hz: ['hz', 'hertz'], khz: ['khz', 'kilohertz'], mhz: ['mhz', 'megahertz'], ghz: ['ghz', 'gigahertz'], rpm: ['rpm'], fps: ['fps'], dpi: ['dpi'], px: ['px'], pt: ['pt'], em: ['em'], rem: ['rem'],
   nm: ['nm', 'nanometers', 'nanometres', 'nanometer', 'nanometre'], mm: ['mm', 'millimeters', 'millimetres', 'millimeter', 'millimetre'],
   cm: ['cm', 'centimeters', 'centimetres', 'centimeter', 'centimetre'], m: ['m'], km: ['km', 'kilometers', 'kilometres', 'kilometer', 'kilometre'],
@@ -1159,11 +1258,17 @@ const PATTERNS: readonly Pattern[] = [
 
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
 export function extractFacts(text: string): Fact[] {
+  return locatedFacts(text).facts.map((f) => f.fact);
+}
+
+/** The facts of `text` with where each starts in `prepared` (`prepare(text)`), in order. */
+function locatedFacts(text: string): { prepared: string; facts: { at: number; fact: Fact }[] } {
   // Thousands separators and no-break spaces are handled before anything is matched.
   const found: { at: number; fact: Fact }[] = [];
   // Quoted code first, over the whole text (a fenced block spans lines); then every other
   // kind only in the windows that can hold one.
-  const rest = matchAll(prepare(text), (i) => i, CODE, found, NO_RUNS);
+  const prepared = prepare(text);
+  const rest = matchAll(prepared, (i) => i, CODE, found, NO_RUNS);
   const windows = factWindows(rest);
   if (windows.length > 0) {
     // All windows in one text, each pattern run once over it (not once per window).
@@ -1188,7 +1293,7 @@ export function extractFacts(text: string): Fact[] {
     const joined = parts.join(BARRIER);
     matchAll(joined, at, IN_WINDOWS, found, runsOf(joined));
   }
-  return found.sort((a, b) => a.at - b.at).map((f) => f.fact);
+  return { prepared, facts: found.sort((a, b) => a.at - b.at) };
 }
 
 /**

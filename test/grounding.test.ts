@@ -223,6 +223,37 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(facts('See x.5 and wait...5 min.')).toEqual(['identifier:x.5']);
   });
 
+  // Round 2, session 15: each was a false flag against a faithful rewrite.
+  it('reads a range that writes its unit or currency once (10-20%, $10-20) as each end with it', () => {
+    expect(against('Expect 10-20% growth.', 'Expect 10% to 20% growth.')).toEqual([]);
+    expect(against('Expect 10\u201320% growth.', 'Expect between 10% and 20% growth.')).toEqual([]);
+    expect(against('Between 100 and 200 ms.', 'Between 100 ms and 200 ms.')).toEqual([]);
+    expect(against('It costs $10-20.', 'It costs $10 to $20.')).toEqual([]);
+    expect(against('It costs 1-2 million dollars.', 'It costs $1 million to $2 million.')).toEqual([]);
+    expect(against('Lasts 3 to 4 days.', 'Lasts 3 days, at most 4 days.')).toEqual([]);
+    // Only the ends: neither a figure between them nor another end is grounded.
+    expect(against('Expect 10-20% growth.', 'Expect 15% growth.')).toEqual(['number:15%']);
+    expect(against('It costs $10-20.', 'It costs $10 to $30.')).toEqual(['money:$30']);
+    // A summary's own range is checked by its ends as the material writes them: `4 minutes` of
+    // `2-4 minutes` is not grounded by the start of `4-5 minutes` (P9's tampered summaries found this).
+    expect(against('Cook 4-5 minutes, then 2-3 minutes.', 'Cook 2-4 minutes.')).toEqual(['number:4 minutes']);
+    expect(against('Cook 4-5 minutes, then 2-3 minutes.', 'Cook 4 minutes, then 2-3 minutes.')).toEqual([]);
+    // `and` joins a range only after `between`; an ISO date is no range.
+    expect(against('Rates of 3-5 and 10%.', 'Rates of 5%.')).toEqual(['number:5%']);
+    expect(against('Due 2024-03-05.', 'Due 3% or 2024%.')).toEqual(['number:3%', 'number:2024%']);
+  });
+
+  it('reads v18.2 as the figure 18.2, 150 pounds as money or a weight, Mbit/s as Mbps', () => {
+    expect(against('Use React v18.2.', 'Use React 18.2.')).toEqual([]);
+    expect(against('Use React v18.2.', 'Use React 18.3.')).toEqual(['number:18.3']);
+    expect(against('Weighs 150 pounds.', 'Weighs 150 lb.')).toEqual([]);
+    expect(against('Weighs 150 lbs.', 'Weighs 150 pounds.')).toEqual([]);
+    expect(against('Weighs 150 lbs.', 'Costs £150.')).toEqual(['money:£150']);
+    expect(against('Weighs 150 pounds.', 'Weighs 151 lb.')).toEqual(['number:151 lb']);
+    expect(against('A 100 Mbit/s link.', 'A 100 Mbps link.')).toEqual([]);
+    expect(against('A 100 Mbit/s link.', 'A 1000 Mbps link.')).toEqual(['number:1000 Mbps']);
+  });
+
   it('reads Unicode hyphens and the minus sign as -, so a date or identifier written with them is checked', () => {
     expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201106, order INV\u20102232.')).toEqual(['date:2024-03-06', 'identifier:INV-2232']);
     expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201105, order INV\u20102231.')).toEqual([]);
@@ -411,6 +442,11 @@ describe('hostile text', () => {
     same(keys(`see http://x.example/a${run('/')} now`), ['url:x.example/a']);
     same(keys(`it is 1.${run('0')}1 now`), [`number:1.${run('0')}1`]);
     same(keys(`it is 1.5${run('0')} now`), ['number:1.5']);
+  }, 10_000);
+
+  it('ranges in the material: long runs of digits at their ends (a look-behind for `between` once read them back from every digit)', () => {
+    const text = `${run('1')} between ${run('2')} and 2 kg, ${run('3')} to 3 kg, $${run('4')} and 4`;
+    same(groundSummary('It read 1234.5 rows.', [{ id: 'm', text }]).ungrounded, ['number:1234.5']);
   }, 10_000);
 
   it('in the material, where only a fact not found as written makes the check read all of it', () => {
