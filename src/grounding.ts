@@ -108,13 +108,15 @@ import type { MaterialItem, Outcome } from './gateway/types.ts';
  *    version with a zero patch number grounds the figure of its first two
  *    parts (`18.17.0` grounds `18.17`), and one of two parts its figure
  *    (`v18.2` grounds `18.2`).
- * 11. A range in the material that writes its unit or currency once grounds
- *    each end written with it: `10-20%` (or `10–20%`, `10 to 20%`, `between
- *    10 and 20%`) grounds `10%` and `20%`, `1-2 million dollars` grounds `$1
- *    million`, `$10-20` grounds `$20`. A figure between the ends is not
- *    grounded (`15%`), nor a summary's own second end after a bare first
- *    one by another range's end (`4 minutes` of `2-4 minutes` by `4-5
- *    minutes`): it must be an end the material writes with its unit.
+ * 11. A range in the material that writes its unit, currency, scale, month
+ *    or half of the day once grounds each end written with it: `10-20%` (or
+ *    `10–20%`, `10 to 20%`, `between 10 and 20%`) grounds `10%` and `20%`,
+ *    `1-2 million dollars` grounds `$1 million`, `$10-20` grounds `$20`,
+ *    `$1.5-2M` grounds `$1.5M`, `2-4pm` grounds `2pm`, `March 5-7, 2024`
+ *    and `5-7 March 2024` ground `2024-03-07`. A figure between the ends is
+ *    not grounded (`15%`, `March 6`), nor a summary's own second end after a
+ *    bare first one by another range's end (`4 minutes` of `2-4 minutes` by
+ *    `4-5 minutes`): it must be an end the material writes with its unit.
  *
  * A decimal written without its leading zero (`.5%`, `.45`) is that figure
  * (`0.5%`, `0.45`) where no letter, digit, `.` or `,` comes before its point.
@@ -280,8 +282,9 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
  * A range that writes its unit or currency once (`10-20%`, `3 to 4 days`,
  * `10–20 million dollars`, `$10-20`, `between 10 and 20 kg`): the keys of
  * each end written with it (`10%`, `3 days`, `10 million dollars`, `$20`),
- * as `range:` keys (rule 11). The first end takes what follows the second;
- * the second end takes the currency symbol before the first.
+ * as `range:` keys (rule 11). The first end takes what follows the second
+ * (`2pm` of `2-4pm`, `$1.5M` of `$1.5-2M`); the second end takes the
+ * currency symbol before the first.
  */
 function rangeKeys(exact: string): string[] {
   // Each end written with the unit or currency is a text of its own; all are read in one extraction
@@ -299,41 +302,71 @@ function rangeKeys(exact: string): string[] {
   }
   RANGE_MONEY.lastIndex = 0;
   for (let m = RANGE_MONEY.exec(exact); m !== null; m = RANGE_MONEY.exec(exact)) {
-    const from = m.index + m[0].length - m[2]!.length;
-    add(m[1]! + exact.slice(from, tailEnd(exact, from + m[2]!.length)));
+    const from = m.index + m[0].length - m[3]!.length;
+    const tail = exact.slice(from + m[3]!.length, tailEnd(exact, from + m[3]!.length));
+    // The second end with the symbol (`$20` of `$10-20`), the first with the scale (`$1.5M` of `$1.5-2M`).
+    add(m[1]! + m[3]! + tail);
+    add(m[1]! + m[2]! + tail);
   }
-  if (texts.size === 0) return [];
+  const keys = dateRangeKeys(exact);
+  if (texts.size === 0) return keys;
   const joined = [...texts].join(RANGE_JOIN);
   // `exact` is normalized, so prepare leaves it as it is and the facts' places are the joined text's;
   // where it would not, no key (never a wrong one).
-  if (prepare(joined) !== joined) return [];
+  if (prepare(joined) !== joined) return keys;
   const starts = new Set<number>();
   let start = 0;
   for (const text of texts) {
     starts.add(start);
     start += text.length + RANGE_JOIN.length;
   }
-  const keys: string[] = [];
   for (const { at, fact } of locatedFacts(joined).facts) {
-    // The fact that starts a text: the end with its unit (a figure with a unit, or money).
-    if (starts.has(at) && (fact.kind === 'money' || (fact.kind === 'number' && /\D$/.test(fact.key)))) keys.push(`range:${fact.kind}:${fact.key}`);
+    // The fact that starts a text: the end with its unit (a figure with a unit, money, or a time: `2pm` of `2-4pm`).
+    if (starts.has(at) && (fact.kind === 'money' || fact.kind === 'time' || (fact.kind === 'number' && /\D$/.test(fact.key)))) keys.push(`range:${fact.kind}:${fact.key}`);
+  }
+  return keys;
+}
+
+/**
+ * A range of days that writes its month and year once (`March 5-7, 2024`,
+ * `5–7 March 2024`, `March 5 to 7`): each day as a date of its own
+ * (`2024-03-05`, `2024-03-07`; without a year, `--03-05`), as `range:`
+ * keys. The second day of such a range is otherwise a small bare number.
+ */
+function dateRangeKeys(exact: string): string[] {
+  const keys: string[] = [];
+  for (const [regex, month, first, second, year] of [[MONTH_DAYS, 1, 2, 3, 4], [DAYS_MONTH, 3, 1, 2, 4]] as const) {
+    regex.lastIndex = 0;
+    for (let m = regex.exec(exact); m !== null; m = regex.exec(exact)) {
+      for (const day of [m[first]!, m[second]!]) {
+        const iso = isoKey(m[year] ?? null, monthNumber(m[month]!), day);
+        if (iso === null) continue;
+        keys.push(`range:date:${iso}`);
+        if (!iso.startsWith('--')) keys.push(`range:date:--${iso.slice(5)}`);
+      }
+    }
   }
   return keys;
 }
 /** Between two texts of rangeKeys: BARRIER on a line of its own. */
 const RANGE_JOIN = '\n<\n';
-/** Whether the text before `at` ends with a bare figure and a range's join (`2-`, `2 to `): `at` starts a range's second end. */
+/**
+ * Whether the text before `at` ends with a bare figure and a range's join
+ * (`2-`, `2 to `): a figure at `at` is a range's second end. Not after a
+ * figure that is part of a date, a time or an amount (`2024-03-05 to `,
+ * `$10-`).
+ */
 function afterRangeStart(text: string, at: number): boolean {
   return RANGE_START.test(text.slice(Math.max(0, at - 40), at));
 }
-const RANGE_START = /(?<![A-Za-z0-9.,$€£¥₹])\d+(?:\.\d+)?(?: ?[-–—] ?| to | and )$/;
+const RANGE_START = /(?<![A-Za-z0-9.,$€£¥₹\/:\-–—])\d+(?:\.\d+)?(?: ?[-–—] ?| to | and )$/;
 /**
  * A bare first end, `-` `–` `—` or `to` (`and` after `between`), a second end directly followed by
  * what can be a unit or currency.
  */
 const RANGE_UNIT = /(?<![A-Za-z0-9.,$€£¥₹])(\d+(?:\.\d+)?)(?: ?[-–—] ?| to | and (?<=[Bb]etween \d+(?:\.\d+)? and ))(\d+(?:[.,]\d+)*)(?= ?[%‰°A-Za-zµμ€£¥₹$円元원万亿億兆])/g;
 /** A currency symbol and an amount, `-` `–` `—` or `to` (`and` after `between`), a second amount without one. */
-const RANGE_MONEY = /([$€£¥₹])\d+(?:[.,]\d+)*(?: ?[-–—] ?| to | and (?<=[Bb]etween [$€£¥₹]\d+(?:[.,]\d+)* and ))(\d+(?:[.,]\d+)*)/g;
+const RANGE_MONEY = /([$€£¥₹])(\d+(?:[.,]\d+)*)(?: ?[-–—] ?| to | and (?<=[Bb]etween [$€£¥₹]\d+(?:[.,]\d+)* and ))(\d+(?:[.,]\d+)*)/g;
 /**
  * Where the text of a range's end ends: after what its unit, scale or
  * currency can be made of (letters, spaces, `%`, `°`, `/`, `-`, currency
@@ -373,7 +406,7 @@ function isGrounded(fact: Fact, index: MaterialIndex, summary: string, at: numbe
   // An end of a material range written with the unit or currency the range writes once (`10%` of
   // `10-20%`); not the second end of the summary's own range after a bare first one (`4 minutes` of
   // `2-4 minutes`, which `4-5 minutes` does not ground): that end is checked as the material writes its ends.
-  if (keys.has(`range:${fact.kind}:${fact.key}`) && !afterRangeStart(summary, at)) return true;
+  if (keys.has(`range:${fact.kind}:${fact.key}`) && !(isAsciiDigit(fact.text.charCodeAt(0)) && afterRangeStart(summary, at))) return true;
   // An ambiguous slashed or dotted date (`03/05/2024`, `5.3.2024`): by a material date under either reading.
   if (fact.kind === 'date') return dateReadings(fact.key).some((iso) => keys.has(`date:${iso}`));
   // A figure and its unit or currency written apart, as structured data has them (`"size_bytes": 1048576`,
@@ -768,6 +801,12 @@ const MONTHS = ['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', '
 const MONTH = String.raw`(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?`;
 const DAY = String.raw`(\d{1,2})(?:st|nd|rd|th)?`;
 const YEAR = String.raw`(\d{4})`;
+/** A range's join between two days: `-` `–` `—` or `to`. */
+const DAY_JOIN = String.raw`(?:\s?[-–—]\s?|\s+to\s+)`;
+/** `March 5-7, 2024`: the month, the days, the year (rangeKeys). */
+const MONTH_DAYS = new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}${DAY_JOIN}${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi');
+/** `5-7 March 2024`: the days, the month, the year (rangeKeys). */
+const DAYS_MONTH = new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}${DAY_JOIN}${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'gi');
 
 /**
  * Units a figure may carry, each with its canonical name (plural and singular

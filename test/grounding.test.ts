@@ -238,6 +238,13 @@ describe('reformattings a model makes of dates, times and money', () => {
     // `2-4 minutes` is not grounded by the start of `4-5 minutes` (P9's tampered summaries found this).
     expect(against('Cook 4-5 minutes, then 2-3 minutes.', 'Cook 2-4 minutes.')).toEqual(['number:4 minutes']);
     expect(against('Cook 4-5 minutes, then 2-3 minutes.', 'Cook 4 minutes, then 2-3 minutes.')).toEqual([]);
+    // Days, times and scales written once.
+    expect(against('Held March 5-7, 2024.', 'Held March 7, 2024, from 2024-03-05.')).toEqual([]);
+    expect(against('Held 5-7 March 2024.', 'Held 5 March 2024 to 7 March 2024.')).toEqual([]);
+    expect(against('Held March 5-7, 2024.', 'Held March 6, 2024.')).toEqual(['date:March 6, 2024']);
+    expect(against('Open 2-4pm.', 'Open 2pm to 4pm.')).toEqual([]);
+    expect(against('Cost: $1.5-2M.', 'Cost: $1.5M to $2M.')).toEqual([]);
+    expect(against('Cost: $1.5-2M.', 'Cost: $1.6M.')).toEqual(['money:$1.6M']);
     // `and` joins a range only after `between`; an ISO date is no range.
     expect(against('Rates of 3-5 and 10%.', 'Rates of 5%.')).toEqual(['number:5%']);
     expect(against('Due 2024-03-05.', 'Due 3% or 2024%.')).toEqual(['number:3%', 'number:2024%']);

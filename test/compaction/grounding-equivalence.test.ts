@@ -62,7 +62,7 @@ describe('grounding equals the reference implementation', () => {
     'T', 't', 'Z', 'z', 'T10:00', '2023-12-25T10:00:00Z', '2024-03-05t9:05', '10:00:00', '10:00:00Z', '12:30:00+02:00', '50 €', '50€', '1.234,56 €', '20$', '1 000 €',
     '12/25/2023', '25.12.2023', '13/01/2023', '31/31/2023', 'US dollars', 'us dollar', 'US', 'degrees Celsius', 'degree fahrenheit', 'celsius', 'GPT-4', 'gpt4', 'SHA-256', 'x86-64', 'ISO 8601', 'RFC', 'B_12', 'UTF-8', 'million km', ' billion years', 'thousand', ' tons', 'Million Miles', 'percentage points', ' pp',
     ' kilograms', 'milliseconds', ' gigabytes', 'miles per hour', 'kilowatt hours', '2.500.000', '1.234.567,89', '10k', '10K', '7B', '2.5M', 'Python', 'Python3.11', ' 3.11', 'ISO8601', '50 000', '1 234 567', ' 000', 'mln', '5/3/2024', '05.03.2024', '0.5%', '.5', '\u2010', '\u2011', '\u2012', '\u2212', '\u2013', '\u2014', 'INV\u20102231', '2024\u201103\u201105', './src/a.ts', 'a1b2c3d', 'a1b2c3d4e5f6a7b8c9d0', 'A1B2C3D4E5F6', '18.17.0', '18.17', '円', '元', '원', '1,200円', 'KRW', 'krw', '{"amount": 1250.5, ', '"currency": "USD"}', 'size_bytes', ' bytes', '.5', ' .6%', '.45 in', '...5', '"C:\\\\dir\\\\f.txt"',
-    '10-20%', '10\u201320', ' to ', ' and ', 'between ', 'Between 100', '$10-20', '$10-$20', '1-2 million', 'Mbit/s', 'gbit/s', ' pounds', ' lbs', 'v18.2', 'v1.10',
+    '10-20%', '10\u201320', ' to ', ' and ', 'between ', 'Between 100', '$10-20', '$10-$20', '1-2 million', 'Mbit/s', 'gbit/s', ' pounds', ' lbs', 'v18.2', 'v1.10', 'March 5-7', '5-7 March', ' 5 to 7', '2-4pm', '$1.5-2M', '-2 million', '20-25°C', 'Jan 30-Feb 2',
     'é', 'É', 'ﬁ', 'ß', 'İ', 'ǅ', '\u0301', 'Ω', 'Å', 'Ⅻ', '①', '½', '²', 'µ', 'μ', 'K', 'ſ', '日本', '😀', 'ю', 'a', 'Z', 'the', 'cost', 'is', 'ok',
   ];
 
