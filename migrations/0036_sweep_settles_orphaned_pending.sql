@@ -18,33 +18,7 @@
 -- marked and unchanged is left to its claim; one a claim holds is skipped
 -- (SKIP LOCKED), and one a claim took meanwhile is no longer 'pending' when
 -- locked, so it is left alone. Read: the pending records past their
--- not_before (the open-records index), a few. Both cases are judged by one
--- function, sourcebound.no_claim_will_come().
-
--- Why no claim will come for a record of this range and source, or NULL when
--- one will: its source changed (a claim binds a new record), its range is no
--- longer plannable (pairs removed: no mark is kept, a claim answers 'gone'),
--- or its range has no mark (a completed or failed record of another
--- summarizer identity binds the source, by the marks' invariant: no job
--- comes). In that order: the first that holds is the reason.
-CREATE OR REPLACE FUNCTION sourcebound.no_claim_will_come(p_conversation_id uuid, p_from_pair integer, p_source_hash text, p_source_message_ids uuid[])
- RETURNS text
- LANGUAGE sql
- STABLE
-AS $function$
-  SELECT CASE
-    WHEN NOT EXISTS (
-      SELECT 1 FROM sourcebound.range_source(p_conversation_id, p_from_pair) src
-      WHERE src.pairs = 10 AND src.source_hash = p_source_hash AND src.source_message_ids = p_source_message_ids)
-      THEN 'the source changed since'
-    WHEN p_from_pair + 9 >= 10 * sourcebound.plannable_range_count(
-      (SELECT coalesce(max(p.pair_index) + 1, 0) FROM sourcebound.pairs p WHERE p.conversation_id = p_conversation_id))
-      THEN 'the range is no longer plannable'
-    WHEN NOT EXISTS (SELECT 1 FROM sourcebound.compaction_marks m WHERE m.conversation_id = p_conversation_id AND m.from_pair = p_from_pair)
-      THEN 'its range is no longer marked (a record of another model or prompt version binds its source)'
-  END
-$function$;
---> statement-breakpoint
+-- not_before (the open-records index), a few.
 CREATE OR REPLACE FUNCTION sourcebound.sweep_compaction(p_limit integer DEFAULT 1000)
  RETURNS integer
  LANGUAGE plpgsql
@@ -58,18 +32,33 @@ DECLARE
 BEGIN
   -- Dead claims no claim will come for (0032, 0035): lease over, and the
   -- range's source is not theirs now, or the range is no longer plannable,
-  -- or it has no mark (no_claim_will_come).
+  -- or it has no mark.
   -- Looked for in the claims in flight only; a few at a time; one that a
   -- claim or a commit holds is skipped.
   IF EXISTS (SELECT 1 FROM sourcebound.conversation_summaries s WHERE s.status = 'running' AND s.lease_expires_at <= now()) THEN
-    WITH judged AS (
-      SELECT s.id, sourcebound.no_claim_will_come(s.conversation_id, s.from_pair, s.source_hash, s.source_message_ids) AS why
+    WITH expired AS (
+      SELECT s.id, s.conversation_id, s.from_pair, s.source_hash, s.source_message_ids, s.attempts_spent
       FROM sourcebound.conversation_summaries s
       WHERE s.status = 'running' AND s.lease_expires_at <= now()
+    ), judged AS (
+      SELECT e.id, e.attempts_spent,
+             -- The range lies in the newest pairs again (pairs removed since): no mark, no claim comes.
+             e.from_pair + 9 >= 10 * sourcebound.plannable_range_count(
+               (SELECT coalesce(max(p.pair_index) + 1, 0) FROM sourcebound.pairs p WHERE p.conversation_id = e.conversation_id)) AS unplannable,
+             NOT EXISTS (
+               SELECT 1 FROM sourcebound.range_source(e.conversation_id, e.from_pair) src
+               WHERE src.pairs = 10 AND src.source_hash = e.source_hash AND src.source_message_ids = e.source_message_ids) AS changed,
+             -- No mark: no job comes for the range (a completed or failed record of another
+             -- summarizer identity binds its source, by the marks' invariant).
+             NOT EXISTS (
+               SELECT 1 FROM sourcebound.compaction_marks m WHERE m.conversation_id = e.conversation_id AND m.from_pair = e.from_pair) AS unmarked
+      FROM expired e
     ), dead AS (
-      SELECT s.id, j.why
+      SELECT s.id, CASE WHEN j.changed THEN 'the source changed since'
+                        WHEN j.unplannable THEN 'the range is no longer plannable'
+                        ELSE 'its range is no longer marked (a record of another model or prompt version binds its source)' END AS why
       FROM judged j JOIN sourcebound.conversation_summaries s ON s.id = j.id
-      WHERE j.why IS NOT NULL AND s.status = 'running' AND s.lease_expires_at <= now()
+      WHERE (j.changed OR j.unplannable OR j.unmarked) AND s.status = 'running' AND s.lease_expires_at <= now()
       LIMIT p_limit
       FOR UPDATE OF s SKIP LOCKED
     ), settled AS (
@@ -89,14 +78,26 @@ BEGIN
 
   -- Pending records no claim will come for (0036): the same three cases, past their not_before.
   IF EXISTS (SELECT 1 FROM sourcebound.conversation_summaries s WHERE s.status = 'pending' AND (s.not_before IS NULL OR s.not_before <= now())) THEN
-    WITH judged AS (
-      SELECT s.id, sourcebound.no_claim_will_come(s.conversation_id, s.from_pair, s.source_hash, s.source_message_ids) AS why
+    WITH waiting AS (
+      SELECT s.id, s.conversation_id, s.from_pair, s.source_hash, s.source_message_ids
       FROM sourcebound.conversation_summaries s
       WHERE s.status = 'pending' AND (s.not_before IS NULL OR s.not_before <= now())
+    ), judged AS (
+      SELECT w.id,
+             w.from_pair + 9 >= 10 * sourcebound.plannable_range_count(
+               (SELECT coalesce(max(p.pair_index) + 1, 0) FROM sourcebound.pairs p WHERE p.conversation_id = w.conversation_id)) AS unplannable,
+             NOT EXISTS (
+               SELECT 1 FROM sourcebound.range_source(w.conversation_id, w.from_pair) src
+               WHERE src.pairs = 10 AND src.source_hash = w.source_hash AND src.source_message_ids = w.source_message_ids) AS changed,
+             NOT EXISTS (
+               SELECT 1 FROM sourcebound.compaction_marks m WHERE m.conversation_id = w.conversation_id AND m.from_pair = w.from_pair) AS unmarked
+      FROM waiting w
     ), orphaned AS (
-      SELECT s.id, j.why
+      SELECT s.id, CASE WHEN j.changed THEN 'the source changed since'
+                        WHEN j.unplannable THEN 'the range is no longer plannable'
+                        ELSE 'its range is no longer marked (a record of another model or prompt version binds its source)' END AS why
       FROM judged j JOIN sourcebound.conversation_summaries s ON s.id = j.id
-      WHERE j.why IS NOT NULL AND s.status = 'pending' AND (s.not_before IS NULL OR s.not_before <= now())
+      WHERE (j.changed OR j.unplannable OR j.unmarked) AND s.status = 'pending' AND (s.not_before IS NULL OR s.not_before <= now())
       LIMIT p_limit
       FOR UPDATE OF s SKIP LOCKED
     )
