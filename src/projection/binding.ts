@@ -19,14 +19,25 @@ import type { SummaryNotUsedReason } from './types.ts';
  * (a hash version this build cannot compute: not usable).
  */
 
-/** When a range has several usable records: the current prompt version first, then the newest. */
+/**
+ * When a range has several usable records: the current prompt version first,
+ * then the newer prompt version (`@3` before `@2`, whenever each completed),
+ * then the newer completion.
+ */
 export function byPreference(records: readonly ProjectionSummaryRow[]): ProjectionSummaryRow[] {
   const time = (d: Date | null) => (d === null ? -Infinity : d.getTime());
   return [...records].sort((a, b) =>
     Number(b.promptVersion === CONVERSATION_PROMPT_VERSION) - Number(a.promptVersion === CONVERSATION_PROMPT_VERSION)
+    || versionNumber(b.promptVersion) - versionNumber(a.promptVersion)
     || time(b.completedAt) - time(a.completedAt)
     || time(b.createdAt) - time(a.createdAt)
     || a.id.localeCompare(b.id));
+}
+
+/** The n of `name@n` (-1 when there is none): versions of one prompt compare by it, never as text (`@10` after `@9`). */
+function versionNumber(version: string): number {
+  const n = /@(\d+)$/.exec(version);
+  return n === null ? -1 : Number(n[1]);
 }
 
 /**
