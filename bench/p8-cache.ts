@@ -2,7 +2,7 @@ import { sourceHash, sourceMessageIds, type SourcePair } from '../src/hash.ts';
 import { createOfflineSummarizer } from '../src/gateway/offline.ts';
 import type { Outcome, Summarizer, SummaryRequest } from '../src/gateway/types.ts';
 import {
-  CACHE_PRICES, ROOM_MAX_RATIO, ROOM_MIN_RATIO, ROOM_TURNS, projectConversationHistory, toAnthropicMessages,
+  CACHE_PRICES, FILL_RATIO, projectConversationHistory, toAnthropicMessages,
   type ConversationProjection, type MessageParam, type PairItem,
 } from '../src/projection/index.ts';
 import type { Thread } from '../src/demo.ts';
@@ -93,7 +93,7 @@ export async function benchCache(ctx: BenchContext): Promise<BenchResult> {
     id: 'P8', title: 'cache economics (prompt caching on)', status: 'ok', seconds: 0,
     params: {
       budgets: BUDGETS, turnMs, standInModelMs: MODEL_MS, standInChars: STANDIN_CHARS,
-      prices: CACHE_PRICES, room: { turns: ROOM_TURNS, min: ROOM_MIN_RATIO, max: ROOM_MAX_RATIO }, conversations: threads.map((t) => `${t.id} (${t.pairs.length} pairs)`),
+      prices: CACHE_PRICES, fillRatio: FILL_RATIO, conversations: threads.map((t) => `${t.id} (${t.pairs.length} pairs)`),
     },
     figures: [], headlines: [], notes: [],
   };

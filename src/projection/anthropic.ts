@@ -1,5 +1,5 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import type { ConversationProjection, ProjectionItem } from './types.ts';
+import type { ConversationProjection, OmittedReason, OmittedSpan, ProjectionItem } from './types.ts';
 import { gapNote, omittedNote } from './wording.ts';
 
 /**
@@ -94,14 +94,14 @@ export function omittedPairCount(projection: Pick<ConversationProjection, 'omitt
   return projection.omitted.reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
 }
 
-/** The note block about pairs from..to left out between two items. */
-export function gapNoteBlock(fromPair: number, toPair: number): TextBlockParam {
-  return textBlock(gapNote(fromPair, toPair));
+/** The note block about pairs from..to left out between two items (why, when it is one pair too large for the request). */
+export function gapNoteBlock(fromPair: number, toPair: number, reason: OmittedReason = 'budget'): TextBlockParam {
+  return textBlock(gapNote(fromPair, toPair, reason));
 }
 
 /** Bytes a gap note adds inside the user turn after the gap: its block and one comma. */
-export function gapNoteBytes(fromPair: number, toPair: number): number {
-  return jsonBytes(gapNoteBlock(fromPair, toPair)) + 1;
+export function gapNoteBytes(fromPair: number, toPair: number, reason: OmittedReason = 'budget'): number {
+  return jsonBytes(gapNoteBlock(fromPair, toPair, reason)) + 1;
 }
 
 /** The pair an item starts with. */
@@ -118,6 +118,32 @@ export function newestSummaryMark(items: readonly ProjectionItem[]): number | nu
 /** Most breakpoints a request may carry (Anthropic: 4); one is the caller's to place (system or tools). */
 const MAX_BREAKPOINTS = 3;
 
+/** Where the adapter puts its notes and breakpoints: one rule for the messages and for their bytes. */
+interface Placement {
+  /** The note in front of item `at`'s user turn. */
+  notes: { at: number; block: TextBlockParam }[];
+  /** Messages (2 per item) whose last block carries a breakpoint. */
+  marks: number[];
+}
+
+function placement(items: readonly ProjectionItem[], omitted: readonly OmittedSpan[], breakpoints: boolean): Placement {
+  const startsAt = new Map(items.map((item, i) => [firstPairOf(item), i]));
+  const notes: Placement['notes'] = [];
+  const before: number[] = [];
+  for (const span of omitted) {
+    const at = startsAt.get(span.toPair + 1);
+    if (at === undefined) continue;
+    const block = span.fromPair === 0 && at === 0 ? noteBlock(span.toPair + 1) : gapNoteBlock(span.fromPair, span.toPair, span.reason);
+    notes.push({ at, block });
+    if (at > 0) before.push(2 * at - 1);
+  }
+  const summaryAt = newestSummaryMark(items);
+  if (summaryAt !== null) before.push(2 * summaryAt + 1);
+  const marks = !breakpoints || items.length === 0
+    ? [] : [...new Set([2 * items.length - 1, ...before.sort((x, y) => y - x)])].slice(0, MAX_BREAKPOINTS);
+  return { notes, marks };
+}
+
 /**
  * The projection as Messages API turns: starts with a user turn, alternates,
  * ends with an assistant turn; empty when no item fitted (then nothing about
@@ -126,14 +152,13 @@ const MAX_BREAKPOINTS = 3;
  *
  * Every omitted span is stated where it is: pairs left out before the first
  * item in a note at the start of the first user turn, pairs left out between
- * two items in a note at the start of the user turn after them. Breakpoints
- * (unless turned off): the end of the history, the end of the item before
- * each gap (the cache-stable layout keeps its summaries there, so a rewrite
- * of the newer part still reads them from the cache), and the end of the
- * newest summary when items follow it (a prompt cache holds a prefix only
- * where a request put a breakpoint: so a rewrite that keeps the summaries, or
- * swaps in the next one after them, reads them from the cache), newest
- * first, at most MAX_BREAKPOINTS (one a place).
+ * two items (a gap after the summaries, a pair too large for the request) in
+ * a note at the start of the user turn after them. Breakpoints (unless turned
+ * off): the end of the history, the end of the item before each gap, and the
+ * end of the newest summary when items follow it (a prompt cache holds a
+ * prefix only where a request put a breakpoint: so a rewrite that keeps the
+ * summaries reads them from the cache), newest first, at most
+ * MAX_BREAKPOINTS (one a place).
  */
 export function toAnthropicMessages(
   projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: AdapterOptions = {},
@@ -141,27 +166,34 @@ export function toAnthropicMessages(
   const { items } = projection;
   const messages = items.flatMap((item) => itemMessages(item));
   if (messages.length === 0) return messages;
-  const startsAt = new Map(items.map((item, i) => [firstPairOf(item), i]));
-  const marks: number[] = [];
-  for (const span of projection.omitted) {
-    const at = startsAt.get(span.toPair + 1);
-    if (at === undefined) continue;
-    const note = span.fromPair === 0 && at === 0 ? noteBlock(span.toPair + 1) : gapNoteBlock(span.fromPair, span.toPair);
+  const { notes, marks } = placement(items, projection.omitted, options.cacheBreakpoint ?? true);
+  for (const { at, block } of notes) {
     const user = messages[2 * at]!;
-    messages[2 * at] = { role: 'user', content: [note, ...(user.content as TextBlockParam[])] };
-    if (at > 0) marks.push(2 * at - 1);
+    messages[2 * at] = { role: 'user', content: [block, ...(user.content as TextBlockParam[])] };
   }
-  const summaryAt = newestSummaryMark(items);
-  if (summaryAt !== null) marks.push(2 * summaryAt + 1);
-  if (options.cacheBreakpoint ?? true) {
-    const points = [...new Set([messages.length - 1, ...marks.sort((x, y) => y - x)])].slice(0, MAX_BREAKPOINTS);
-    for (const m of points) {
-      const message = messages[m]!;
-      const blocks = message.content as TextBlockParam[];
-      messages[m] = { role: message.role, content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: BREAKPOINT }] };
-    }
+  for (const m of marks) {
+    const message = messages[m]!;
+    const blocks = message.content as TextBlockParam[];
+    messages[m] = { role: message.role, content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: BREAKPOINT }] };
   }
   return messages;
+}
+
+/**
+ * `messagesBytes(toAnthropicMessages({ items, omitted }))` without building
+ * the messages: the items' bytes (`sizeOf`, e.g. a memo of itemBytes), the
+ * notes and the breakpoints, by the same placement. The layout sizes its
+ * candidates with it; the projection checks it against the real JSON.
+ */
+export function projectedBytes(
+  items: readonly ProjectionItem[], omitted: readonly OmittedSpan[], sizeOf: (item: ProjectionItem) => number = itemBytes,
+): number {
+  if (items.length === 0) return 0;
+  const { notes, marks } = placement(items, omitted, true);
+  let bytes = 1;
+  for (const item of items) bytes += sizeOf(item);
+  for (const { block } of notes) bytes += jsonBytes(block) + 1;
+  return bytes + marks.length * BREAKPOINT_BYTES;
 }
 
 function jsonBytes(value: unknown): number {

@@ -1,7 +1,8 @@
 /** The read projection: a conversation's history for the next model request, within a byte budget. */
-export { projectConversationHistory, MAX_PAGE_RANGES, type ProjectArgs } from './project.ts';
-export { toAnthropicMessages, messagesBytes, itemBytes, noteBytes, BREAKPOINT_BYTES, type AdapterOptions, type MessageParam } from './anthropic.ts';
-export { CACHE_LOOKBACK_BLOCKS, CACHE_PRICES, ROOM_MAX_RATIO, ROOM_MIN_RATIO, ROOM_TURNS, expectedTurns, ledgerAllows, lowWaterBytes, requestCost, rewritePays, roomBytes, savedBefore, wholeHistoryCost, type CacheLedger } from './cache.ts';
+export { projectConversationHistory, MAX_PAGE_PAIRS, type ProjectArgs } from './project.ts';
+export { toAnthropicMessages, messagesBytes, itemBytes, noteBytes, projectedBytes, BREAKPOINT_BYTES, type AdapterOptions, type MessageParam } from './anthropic.ts';
+export { CACHE_LOOKBACK_BLOCKS, CACHE_PRICES, DEFAULT_CACHE_TTL_SECONDS, lowWaterBytes, requestCost, roomBytes } from './cache.ts';
+export { FILL_RATIO, HEAD_MAX_RATIO, MAX_GAP_PAIRS, TAIL_PAIRS } from './fidelity.ts';
 export { ConversationNotFoundError } from './errors.ts';
 export { summaryLabel, omittedNote } from './wording.ts';
 export type {

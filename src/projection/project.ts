@@ -1,27 +1,30 @@
 import type pg from 'pg';
 import {
-  conversationPairCountRead, projectionLayoutWrite, snapshotBegin, snapshotEnd,
+  conversationPairCountRead, projectionLayoutTouch, projectionLayoutWrite, snapshotBegin, snapshotEnd,
   type ProjectionLayoutRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { messagesBytes, toAnthropicMessages } from './anthropic.ts';
-import { lowWaterBytes } from './cache.ts';
+import { DEFAULT_CACHE_TTL_SECONDS } from './cache.ts';
 import { ConversationNotFoundError } from './errors.ts';
+import { planLayout } from './fidelity.ts';
 import { stableProjection } from './layout.ts';
+import { ConversationReader } from './reader.ts';
 import type { ConversationProjection, ProjectionCacheInfo } from './types.ts';
-import { walk, type WalkResult } from './walk.ts';
 
-export { MAX_PAGE_RANGES } from './walk.ts';
+export { MAX_PAGE_PAIRS } from './reader.ts';
 
 /**
  * projectConversationHistory: the history for the next request, within a
- * byte budget (DESIGN.md "Projection (the read module)").
+ * byte budget (README "Projection").
  *
- * Two layouts, one walk (walk.ts):
- * - `stable` (default, layout.ts): the history keeps its start and its
- *   summaries between calls and only grows at its end, so every request
- *   reads the previous one's history from the prompt cache; when it must
- *   change it is rewritten at once, down to a low-water mark.
- * - `newest-first`: the walk fills the whole budget anew on every call.
+ * Fidelity first (fidelity.ts): the newest pairs raw, older material left out
+ * first, summaries only for what raw pairs cannot reach, the budget used.
+ * Two layouts:
+ * - `stable` (default, layout.ts): the layout is kept between calls while the
+ *   prompt cache holds it, so every request reads the previous one's history
+ *   from the cache and only grows at its end; when it must change (the budget
+ *   reached, a change, the cache expired) it is laid out anew.
+ * - `newest-first`: laid out anew on every call, filling the whole budget.
  * Both never exceed the budget, never cut an item, report every omission and
  * use a summary only while its binding holds now.
  *
@@ -47,6 +50,15 @@ export interface ProjectArgs {
   budgetBytes: number;
   /** `stable` keeps the history's prefix between calls for prompt caching; `newest-first` fills the budget anew (Default: 'stable'). */
   layout?: 'stable' | 'newest-first';
+  /**
+   * How long the model provider's prompt cache keeps a prefix after its last
+   * use: a stored layout not sent for longer is laid out afresh for fidelity,
+   * since its next request pays a write anyway. 3,600 for Anthropic's
+   * one-hour cache. (Default: 300)
+   */
+  cacheTtlSeconds?: number;
+  /** The clock, in milliseconds since the epoch (tests, replays). (Default: Date.now) */
+  now?: () => number;
   /** Store the layout a stable rewrite makes (Default: true). Off: nothing is written (e.g. `sourcebound project`). */
   persistLayout?: boolean;
   /** Told what each query read (cost accounting in tests and diagnostics). */
@@ -64,7 +76,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /**
  * Builds the history for the next request of a conversation.
  * @throws ConversationNotFoundError when no conversation has this id in this scope.
- * @throws RangeError when budgetBytes is not a non-negative safe integer, or layout is unknown.
+ * @throws RangeError when budgetBytes is not a non-negative safe integer, layout is unknown, or cacheTtlSeconds is not positive.
  */
 export async function projectConversationHistory(args: ProjectArgs): Promise<ConversationProjection> {
   const { budgetBytes, scope } = args;
@@ -73,38 +85,42 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   }
   const mode = args.layout ?? 'stable';
   if (mode !== 'stable' && mode !== 'newest-first') throw new RangeError(`layout must be 'stable' or 'newest-first', got ${String(mode)}`);
+  const cacheTtlSeconds = args.cacheTtlSeconds ?? DEFAULT_CACHE_TTL_SECONDS;
+  if (!(Number.isFinite(cacheTtlSeconds) && cacheTtlSeconds > 0)) {
+    throw new RangeError(`cacheTtlSeconds must be a positive number of seconds (300, or 3600 for a one-hour cache), got ${String(cacheTtlSeconds)}`);
+  }
   if (!UUID.test(args.conversationId)) throw new ConversationNotFoundError(args.conversationId, scope);
   const conversationId = args.conversationId.toLowerCase();
   const persist = mode === 'stable' && (args.persistLayout ?? true);
+  const now = (args.now ?? Date.now)();
 
-  let save: { layout: ProjectionLayoutRow; replaces: ProjectionLayoutRow | null; storedAt: number } | null = null;
+  let after: ((db: Queryable) => Promise<boolean>) | null = null;
   let saved = false;
   const projection = await withSnapshot(args.pool, async (db) => {
     const count = await conversationPairCountRead(db, conversationId, scope, args.onRead);
     if (count === null) throw new ConversationNotFoundError(conversationId, scope);
-    const base = { conversationId, scope, count, budgetBytes, onRead: args.onRead };
-    let result: WalkResult;
-    let rewrite: ProjectionCacheInfo['rewrite'] = 'first';
-    let low = lowWaterBytes(budgetBytes);
-    if (mode === 'stable') {
-      const stable = await stableProjection(db, { ...base, persist });
-      result = stable.walk;
-      rewrite = stable.rewrite;
-      if (stable.save !== null) save = { layout: stable.save, replaces: stable.replaces, storedAt: stable.storedAt };
-      low = stable.lowWater ?? low;
-    } else {
-      result = await walk(db, { ...base, fillTo: budgetBytes });
+    const reader = new ConversationReader(db, { conversationId, scope, count, budgetBytes, onRead: args.onRead });
+    const at = { conversationId, scope, budgetBytes, count };
+    if (mode === 'newest-first') {
+      const plan = await planLayout(reader, { budgetBytes, fillBytes: budgetBytes });
+      return assemble({ ...plan, problems: reader.problems }, at, { mode, rewrite: 'first', lowWaterBytes: budgetBytes, layoutSaved: false });
     }
-    return assemble(result, { conversationId, scope, budgetBytes, count }, {
-      mode, rewrite: mode === 'stable' ? rewrite : 'first', lowWaterBytes: mode === 'stable' ? low : budgetBytes, layoutSaved: false,
+    const stable = await stableProjection(db, reader, { conversationId, scope, count, budgetBytes, now, cacheTtlSeconds, onRead: args.onRead });
+    if (persist && stable.save !== null) {
+      const write = { conversationId, scope, budgetBytes: stable.storedAt, layout: stable.save, replaces: stable.replaces };
+      after = (db) => saveLayout(db, () => projectionLayoutWrite(db, write));
+    } else if (persist && stable.touch && stable.replaces !== null) {
+      const touch = { conversationId, scope, budgetBytes: stable.storedAt, prefixSha256: stable.replaces.prefixSha256, usedAt: new Date(now) };
+      after = (db) => saveLayout(db, () => projectionLayoutTouch(db, touch));
+    }
+    return assemble({ ...stable.plan, problems: reader.problems }, at, {
+      mode, rewrite: stable.rewrite, lowWaterBytes: stable.lowWater, layoutSaved: false,
     });
   }, async (db) => {
-    if (!persist || save === null) return;
-    // In place of the layout read, under the budget it is stored under (a near budget's, or this one).
-    const { storedAt, ...write } = save;
-    saved = await saveLayout(db, { conversationId, scope, budgetBytes: storedAt, ...write });
+    if (after !== null) saved = await after(db);
   });
-  projection.cache.layoutSaved = saved;
+  // A kept layout is already stored: only a rewrite reports a save.
+  projection.cache.layoutSaved = projection.cache.rewrite !== null && saved;
   if (projection.problems.length > 0) {
     args.logger?.warn({ conversationId, scope, problems: projection.problems }, 'projection degraded: the stored pair index is inconsistent');
   }
@@ -112,7 +128,8 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
 }
 
 function assemble(
-  w: WalkResult, at: { conversationId: string; scope: string; budgetBytes: number; count: number }, cache: ProjectionCacheInfo,
+  w: Pick<ConversationProjection, 'items' | 'omitted' | 'summaryNotUsed' | 'problems'>,
+  at: { conversationId: string; scope: string; budgetBytes: number; count: number }, cache: ProjectionCacheInfo,
 ): ConversationProjection {
   const result: ConversationProjection = {
     conversationId: at.conversationId,
@@ -133,8 +150,8 @@ function assemble(
   return result;
 }
 
-/** Writes a layout; false when another call replaced the one read meanwhile, or the database refused (read-only); never throws for that. */
-async function saveLayout(db: Queryable, args: Parameters<typeof projectionLayoutWrite>[1]): Promise<boolean> {
+/** Writes a layout (or its use); false when another call replaced the one read meanwhile, or the database refused (read-only); never throws for that. */
+async function saveLayout(db: Queryable, write: () => Promise<boolean>): Promise<boolean> {
   let savepoint = false;
   try {
     await db.query('savepoint sourcebound_layout');
@@ -143,7 +160,7 @@ async function saveLayout(db: Queryable, args: Parameters<typeof projectionLayou
     // Not in a transaction block (autocommit): nothing to protect.
   }
   try {
-    const written = await projectionLayoutWrite(db, args);
+    const written = await write();
     if (savepoint) await db.query('release savepoint sourcebound_layout');
     return written;
   } catch {

@@ -14,10 +14,15 @@
  *   binding (the 20 message ids and the source hash) all hold now.
  * - Budget: the UTF-8 bytes of the JSON the adapter produces
  *   (`messagesBytes(toAnthropicMessages(projection))`), never exceeded.
- * - Layout: where the history starts and which ranges it shows as summaries.
- *   In the default `stable` mode it is kept between calls, so each request's
- *   history extends the previous one's (prompt caching), and laid out anew
- *   (a rewrite) only when it must change or a change pays for itself.
+ * - Tail: the newest pairs, raw. Head: summaries (each beside its ten user
+ *   messages) of older ranges, before the tail. Gap: the pairs between head
+ *   and tail left out, stated and bounded (MAX_GAP_PAIRS).
+ * - Layout: where the history starts, which ranges it shows as summaries and
+ *   what it leaves out. Fidelity comes first (fidelity.ts: the newest pairs
+ *   raw, older material left out first, the budget used); in the default
+ *   `stable` mode the layout is kept between calls while the prompt cache
+ *   holds it, so each request's history extends the previous one's, and laid
+ *   out anew (a rewrite) when it no longer fits, changed, or its cache expired.
  */
 
 /** One pair, carried verbatim. */
@@ -64,8 +69,10 @@ export type ProjectionItem = PairItem | SummaryItem;
 
 /** Why pairs are not in the request. */
 export type OmittedReason =
-  /** The budget was spent before the walk reached them (or, in stable mode, the layout starts after them). */
+  /** Older material left out for the budget: before the first item, or the stated gap between the summaries and the newest pairs. */
   | 'budget'
+  /** One exchange larger than the room the request had for it: left out alone, with a note where it was, so older items that fit still come. */
+  | 'too_large'
   /** The stored pair index could not be proven consistent from here on (see `problems`). */
   | 'inconsistent';
 
@@ -100,8 +107,10 @@ export type SummaryNotUsedReason =
   | 'does_not_fit'
   /** A usable summary whose candidate is not smaller than the range's ten original pairs: the originals say more for less. */
   | 'larger_than_original'
-  /** A usable summary of a range the layout shows raw (it became ready after the layout was made, or the kept head holds the range raw): the raw pairs stay, read from the prompt cache, until a rewrite that pays for itself. */
+  /** A usable summary of a range the kept layout shows raw (it became ready after the layout was made): the raw pairs stay, read from the prompt cache, until the next rewrite. */
   | 'kept_raw_for_cache'
+  /** A usable summary of a range the layout shows raw: its original pairs fit, and they say more. */
+  | 'shown_raw'
   /** The range is not plannable for the current pair count (inside the newest 20 again): its summary may not be used. */
   | 'not_plannable';
 
@@ -131,11 +140,12 @@ export interface ProjectionCacheInfo {
    * pairs after it are their current rows (a pair edited after an earlier
    * request sent it changes the request from that pair on). Otherwise why it
    * was laid out anew: no layout yet, the budget was reached (or the stored
-   * layout held nothing), something in the prefix changed, or usable
-   * summaries made a rewrite pay for itself.
+   * layout held nothing), something in the prefix changed, or the stored
+   * layout was last used longer ago than the prompt cache keeps it
+   * (`cacheTtlSeconds`), so it is laid out afresh for fidelity.
    */
-  rewrite: null | 'first' | 'budget' | 'changed' | 'summaries';
-  /** Where a rewrite lays the history out (bytes): the next rewrite is about budget - lowWater bytes of new exchanges away. */
+  rewrite: null | 'first' | 'budget' | 'changed' | 'expired';
+  /** What a rewrite fills at least, when the history is larger (bytes): the next rewrite is about budget - lowWater bytes of new exchanges away. */
   lowWaterBytes: number;
   /**
    * Whether the layout was written (false in newest-first mode, with

@@ -49,9 +49,14 @@ export function omittedNote(omittedPairs: number): string {
   return `[sourcebound note: ${what} left out of this request.]`;
 }
 
-/** The note in the user turn after pairs fromPair..toPair were left out between two items. */
-export function gapNote(fromPair: number, toPair: number): string {
+/**
+ * The note in the user turn after pairs fromPair..toPair were left out between
+ * two items: after the summaries (the budget), or one exchange too large for
+ * the request (`too_large`), so older ones that fit still come.
+ */
+export function gapNote(fromPair: number, toPair: number, reason: 'budget' | 'too_large' | 'inconsistent' = 'budget'): string {
   const n = toPair - fromPair + 1;
   const what = n === 1 ? `1 exchange (pair ${fromPair}) was` : `${n} exchanges (pairs ${fromPair}-${toPair}) were`;
-  return `[sourcebound note: ${what} left out of this request here, between the turn above and this one.]`;
+  const why = reason === 'too_large' ? ', too large for it,' : '';
+  return `[sourcebound note: ${what} left out of this request${why} here, between the turn above and this one.]`;
 }

@@ -28,6 +28,20 @@ async function conversation() {
 }
 
 /** A faithful summary whose one fact of `kind` is replaced by an invented one. */
+/**
+ * The projection at the largest budget (in 10% steps below the whole history) that shows a summary:
+ * a history that fits is sent raw, so a summary shows only when the budget needs it.
+ */
+async function projectNeedingSummary(c: string) {
+  const at = (budgetBytes: number) => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first' });
+  let budget = (await at(1 << 20)).bytes;
+  for (let i = 0; i < 30; i++, budget = Math.floor(budget * 0.9)) {
+    const p = await at(budget);
+    if (p.items.some((it) => it.kind === 'summary')) return p;
+  }
+  return at(budget);
+}
+
 const WRONG: Record<FactKind, [string, string]> = {
   number: ['The fee is 0.9%.', 'number:0.9%'],
   money: ['The order costs $1,260.00.', 'money:$1260.00'],
@@ -129,7 +143,7 @@ describe('grounding at commit', () => {
       expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
       const [attempt] = await attemptsOfConversationRead(db.pool, c);
       expect(attempt).toMatchObject({ outcome: 'ok', spent: true, groundingUngrounded: [fact] });
-      const projection = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 1 << 20 });
+      const projection = await projectNeedingSummary(c);
       const [summary] = projection.items.filter((i): i is SummaryItem => i.kind === 'summary');
       expect(summary).toMatchObject({ fromPair: 0, ungrounded: [fact] });
       expect(summary!.label).toContain(`Warning: this figure is not in the replies it summarizes and may be wrong: ${fact.slice(fact.indexOf(':') + 1)}.`);
@@ -139,7 +153,7 @@ describe('grounding at commit', () => {
       const c = await conversation();
       server.enqueue(behaviours.text('Reply 3: the fee is 0.5% on 2024-03-05.'));
       await compactConversation(ctx({ grounding: 'flag' }), c);
-      const projection = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 1 << 20 });
+      const projection = await projectNeedingSummary(c);
       const [summary] = projection.items.filter((i): i is SummaryItem => i.kind === 'summary');
       expect(summary).toMatchObject({ ungrounded: [] });
       expect(summary!.label).not.toContain('Warning');

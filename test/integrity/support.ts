@@ -2,7 +2,9 @@ import type pg from 'pg';
 import { compactConversation, type CompactionContext, type CompactionReport } from '../../src/compaction/compact.ts';
 import { createGateway, createOfflineSummarizer } from '../../src/gateway/index.ts';
 import { silentLogger } from '../../src/logger.ts';
+import { conversationPairCountRead } from '../../src/db/queries/projection.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
+import { ConversationReader } from '../../src/projection/reader.ts';
 import type { ConversationProjection } from '../../src/projection/types.ts';
 
 /**
@@ -46,4 +48,23 @@ export function shape(p: ConversationProjection): { summaries: number[]; raw: nu
     summaries: p.items.flatMap((i) => (i.kind === 'summary' ? [i.fromPair] : [])),
     raw: p.items.flatMap((i) => (i.kind === 'pair' ? [i.pairIndex] : [])),
   };
+}
+
+/**
+ * Per range, the projection's verdict on its summary now (binding, version, plannable, smaller than its
+ * originals): which ranges may show one, and why each other may not. What a layout then shows of them
+ * depends on the budget (a history that fits is sent raw).
+ */
+export async function summaryVerdicts(pool: pg.Pool, conversationId: string, scope = 'tenant-a'): Promise<{ usable: number[]; reasons: Map<number, string> }> {
+  const count = (await conversationPairCountRead(pool, conversationId, scope)) ?? 0;
+  const reader = new ConversationReader(pool, { conversationId, scope, count, budgetBytes: 100_000_000, onRead: undefined });
+  const usable: number[] = [];
+  const reasons = new Map<number, string>();
+  for (let k = 0; k * 10 < count; k++) {
+    const v = await reader.summary(k);
+    if (v === 'changed') throw new Error('pairs changed during the read');
+    if (v.kind === 'usable') usable.push(k * 10);
+    else reasons.set(k * 10, v.reason);
+  }
+  return { usable, reasons };
 }

@@ -1,7 +1,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
-  BREAKPOINT_BYTES, itemBytes, messagesBytes, noteBytes, projectConversationHistory, toAnthropicMessages,
+  BREAKPOINT_BYTES, itemBytes, messagesBytes, noteBytes, projectConversationHistory, projectedBytes, toAnthropicMessages,
   type ConversationProjection, type MessageParam,
 } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -13,16 +13,17 @@ const db = await createTestDatabase();
 const server = await startMessagesServer();
 afterAll(() => server.close());
 
-/** 35 pairs, a usable summary of 0-9 and 10-19, and a budget that leaves the oldest range out. */
+/** 45 pairs, a usable summary of 10-19, and a budget of exactly: a note for 0-9, that summary, pairs 20-44 raw. */
 async function projectionWithEverything(): Promise<ConversationProjection> {
   const id = await createConversation(db.pool);
   await addPairs(db.pool, id, 45, (i) => ({ user: `Frage ${i}: 数据? 🚀`, assistant: `Antwort ${i} ${'…'.repeat(20)}` }));
-  await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Summary of replies 0-9.' });
   await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: 'Summary of replies 10-19.' });
   const full = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 1_000_000, layout: 'newest-first' });
-  const first = full.items[0]!;
-  // Just too small for the oldest summary item: everything from range 10-19 on fits.
-  const budget = full.bytes - itemBytes(first) + noteBytes(10);
+  // The whole history fits raw: all of it, no summary.
+  expect(full.items.map((i) => i.kind)).toEqual(Array(45).fill('pair'));
+  const half = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: Math.floor(full.bytes / 2), layout: 'newest-first' });
+  const summary = half.items.find((i) => i.kind === 'summary')!;
+  const budget = projectedBytes([summary, ...full.items.slice(20)], [{ fromPair: 0, toPair: 9, reason: 'budget' }]);
   const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: budget, layout: 'newest-first' });
   expect(p.items.map((i) => i.kind)).toEqual(['summary', ...Array(25).fill('pair')]);
   expect(p.omitted).toEqual([{ fromPair: 0, toPair: 9, reason: 'budget' }]);

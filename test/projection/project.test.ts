@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import {
-  ConversationNotFoundError, messagesBytes, projectConversationHistory, toAnthropicMessages,
+  ConversationNotFoundError, messagesBytes, projectConversationHistory, projectedBytes, toAnthropicMessages,
   type ConversationProjection, type PairItem, type SummaryItem,
 } from '../../src/projection/index.ts';
+import { ConversationReader } from '../../src/projection/reader.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { insertSummary, rangeSource, sized } from './support.ts';
@@ -10,10 +11,14 @@ import { insertSummary, rangeSource, sized } from './support.ts';
 const db = await createTestDatabase();
 const LARGE = 10_000_000;
 
-// These tests are about the walk (what a budget holds, laid out anew): the newest-first layout.
-// The cache-stable layout, which rewrites with this walk, has its own tests (stable.test.ts).
-const project = (conversationId: string, budgetBytes = LARGE, scope = 'tenant-a') =>
+// These tests are about what a budget holds, laid out anew (fidelity.ts): the newest-first layout.
+// The cache-stable layout, which rewrites with the same rules, has its own tests (stable.test.ts).
+// A history that fits is sent whole and raw; so by default these ask for one byte less than the
+// whole history raw, where the layout must choose what to summarize.
+const newestFirst = (conversationId: string, budgetBytes: number, scope = 'tenant-a') =>
   projectConversationHistory({ pool: db.pool, conversationId, scope, budgetBytes, layout: 'newest-first' });
+const project = async (conversationId: string, budgetBytes?: number, scope = 'tenant-a') =>
+  newestFirst(conversationId, budgetBytes ?? Math.max(0, (await newestFirst(conversationId, LARGE, scope)).bytes - 1), scope);
 
 async function conversation(pairs: number, text?: (i: number) => { user: string; assistant: string }) {
   const id = await createConversation(db.pool);
@@ -33,14 +38,14 @@ function checkInvariants(p: ConversationProjection): void {
   const covered = [
     ...p.omitted.flatMap((s) => range(s.fromPair, s.toPair)),
     ...p.items.flatMap((i) => (i.kind === 'pair' ? [i.pairIndex] : range(i.fromPair, i.toPair))),
-  ];
+  ].sort((a, b) => a - b);
   expect(covered).toEqual(range(0, p.pairCount - 1));
 }
 
 describe('projectConversationHistory', () => {
   it('projects every pair raw and in order when the budget holds them all', async () => {
     const { id, written } = await conversation(12);
-    const p = await project(id);
+    const p = await project(id, LARGE);
     checkInvariants(p);
     expect(p).toMatchObject({ conversationId: id, scope: 'tenant-a', pairCount: 12, omitted: [], budgetBytes: LARGE });
     expect(pairIndexes(p)).toEqual(range(0, 11));
@@ -49,10 +54,8 @@ describe('projectConversationHistory', () => {
       kind: 'pair', pairIndex: 0, runId: written[0]!.runId, userMessageId: written[0]!.userMessageId,
       assistantMessageId: written[0]!.assistantMessageId, userText: 'question 0', assistantText: 'answer 0',
     });
-    expect(p.summaryNotUsed).toEqual([
-      { fromPair: 0, toPair: 9, reason: 'not_yet_summarized' },
-      { fromPair: 10, toPair: 11, reason: 'incomplete_range' },
-    ]);
+    // Everything fits raw: no summary is needed, so none is judged.
+    expect(p.summaryNotUsed).toEqual([]);
   });
 
   it('projects an empty conversation as nothing', async () => {
@@ -76,7 +79,6 @@ describe('projectConversationHistory', () => {
     expect(summary!.label).toMatch(/non-authoritative summary of the assistant's replies for pairs 0-9/);
     expect(p.items[0]).toBe(summary);
     expect(pairIndexes(p)).toEqual(range(10, 29));
-    expect(p.summaryNotUsed.map((s) => s.fromPair)).toEqual([10, 20]);
   });
 
   it('accepts @2 records, never @1, run-compaction or unknown versions', async () => {
@@ -95,7 +97,7 @@ describe('projectConversationHistory', () => {
         expect(summaries(p).map((s) => [s.recordId, s.promptVersion]), version).toEqual([[recordId, version]]);
       } else {
         expect(summaries(p), version).toEqual([]);
-        expect(pairIndexes(p), version).toEqual(range(0, 29));
+        expect(pairIndexes(p), version).toEqual(range(1, 29));
         expect(p.summaryNotUsed[0], version).toEqual({ fromPair: 0, toPair: 9, reason: 'version_not_allowed', recordId });
       }
     }
@@ -106,7 +108,7 @@ describe('projectConversationHistory', () => {
     const over = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: '😀'.repeat(6001) });
     const p = await project(id);
     expect(summaries(p)).toEqual([]);
-    expect(pairIndexes(p)).toEqual(range(0, 29));
+    expect(pairIndexes(p)).toEqual(range(1, 29));
     expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'over_cap', recordId: over });
     // At the ceiling (counted in code points, not UTF-16 units) a record passes this check.
     const other = await conversation(30);
@@ -119,12 +121,13 @@ describe('projectConversationHistory', () => {
     for (const blank of [' \n\t ', '\u200b\u200b', '\u2800']) {
       const { id } = await conversation(30);
       const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: blank });
+      const budgetBytes = (await newestFirst(id, LARGE)).bytes - 1;
       for (const layout of ['newest-first', 'stable'] as const) {
-        const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: LARGE, layout });
+        const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes, layout });
         checkInvariants(p);
         expect(summaries(p), JSON.stringify(blank)).toEqual([]);
-        expect(pairIndexes(p)).toEqual(range(0, 29));
-        expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'blank', recordId });
+        expect(pairIndexes(p).at(-1)).toBe(29);
+        expect(p.summaryNotUsed.find((n) => n.fromPair === 0)).toEqual({ fromPair: 0, toPair: 9, reason: 'blank', recordId });
         // No text block the Messages API refuses ("text content blocks must contain non-whitespace text").
         for (const m of toAnthropicMessages(p)) for (const b of m.content as { text: string }[]) expect(b.text.trim()).not.toBe('');
       }
@@ -138,6 +141,14 @@ describe('projectConversationHistory', () => {
     const newest = await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'new/model', summary: 'v4, newer', ageSeconds: 100 });
     const p = await project(id);
     expect(summaries(p).map((s) => [s.recordId, s.summary, s.model])).toEqual([[newest, 'v4, newer', 'new/model']]);
+  });
+
+  it('among legacy records prefers the newer prompt version over the later completion', async () => {
+    const { id } = await conversation(30);
+    const v3 = await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@3', summary: 'v3, older', ageSeconds: 200 });
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2', summary: 'v2, newer', ageSeconds: 0 });
+    const p = await project(id);
+    expect(summaries(p).map((s) => [s.recordId, s.summary])).toEqual([[v3, 'v3, older']]);
   });
 
   it('falls back to a usable older-version record when the current one no longer binds', async () => {
@@ -161,8 +172,8 @@ describe('projectConversationHistory', () => {
       const p = await project(id);
       checkInvariants(p);
       expect(summaries(p)).toEqual([]);
-      expect(pairIndexes(p)).toEqual(range(0, 29));
-      expect((p.items[3] as PairItem).userText).toBe('question 3, corrected');
+      expect(pairIndexes(p)).toEqual(range(1, 29));
+      expect((p.items.find((it) => it.kind === 'pair' && it.pairIndex === 3) as PairItem).userText).toBe('question 3, corrected');
       expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'binding_changed', recordId });
     });
 
@@ -193,7 +204,7 @@ describe('projectConversationHistory', () => {
       const p = await project(id);
       checkInvariants(p);
       expect(summaries(p)).toEqual([]);
-      const pair3 = p.items[3] as PairItem;
+      const pair3 = p.items.find((it) => it.kind === 'pair' && it.pairIndex === 3) as PairItem;
       // Same text, new identity: the binding is by id as well as by content.
       expect(pair3.userText).toBe('question 3');
       expect(pair3.userMessageId).not.toBe(written[3]!.userMessageId);
@@ -256,7 +267,7 @@ describe('projectConversationHistory', () => {
     const { id } = await conversation(30);
     const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, status: 'failed' });
     const p = await project(id);
-    expect(pairIndexes(p)).toEqual(range(0, 29));
+    expect(pairIndexes(p)).toEqual(range(1, 29));
     expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'failed', recordId });
   });
 
@@ -274,7 +285,7 @@ describe('projectConversationHistory', () => {
     // Range 0-9 has long replies and a long summary (smaller than the replies); everything newer is short.
     async function setup() {
       const { id } = await conversation(30, (i) => ({ user: `question ${i}`, assistant: i < 10 ? sized(1000, 'r') : `answer ${i}` }));
-      const raw = await project(id);
+      const raw = await project(id, LARGE);
       const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: sized(4000, 's') });
       const withSummary = await project(id);
       /** The exact bytes of the projection of pairs `from`..29 raw, with the note for the pairs before. */
@@ -284,10 +295,19 @@ describe('projectConversationHistory', () => {
       return { id, recordId, withSummary, bytesFrom };
     }
 
-    it('uses the summary when user messages + summary fit', async () => {
-      const { withSummary, recordId } = await setup();
-      checkInvariants(withSummary);
-      expect(summaries(withSummary).map((s) => s.recordId)).toEqual([recordId]);
+    it('uses the summary where user messages + summary fit and the originals do not', async () => {
+      const { id } = await conversation(30, (i) => ({ user: `question ${i}`, assistant: i < 10 ? sized(1000, 'r') : `answer ${i}` }));
+      const raw = await project(id, LARGE);
+      const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: sized(400, 's') });
+      const verdict = await new ConversationReader(db.pool, { conversationId: id, scope: 'tenant-a', count: 30, budgetBytes: LARGE, onRead: undefined }).summary(0);
+      if (verdict === 'changed' || verdict.kind !== 'usable') throw new Error('the summary should be usable');
+      const item = verdict.item;
+      // Pairs 10-29 raw and the summary item beside them, with a little room; the ten originals are far over.
+      const budget = projectedBytes([item, ...raw.items.slice(10)], []) + 100;
+      const p = await project(id, budget);
+      checkInvariants(p);
+      expect(summaries(p).map((s) => s.recordId)).toEqual([recordId]);
+      expect(pairIndexes(p)).toEqual(range(10, 29));
     });
 
     it('falls back to the newest original pairs of the range when the summary does not fit', async () => {
@@ -299,7 +319,7 @@ describe('projectConversationHistory', () => {
       expect(summaries(p)).toEqual([]);
       expect(pairIndexes(p)).toEqual(range(7, 29));
       expect(p.omitted).toEqual([{ fromPair: 0, toPair: 6, reason: 'budget' }]);
-      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'does_not_fit', recordId });
+      expect(recordId).toBeTruthy();
 
       const tighter = await project(id, bytesFrom(7) - 1);
       expect(pairIndexes(tighter)).toEqual(range(8, 29));
@@ -313,21 +333,21 @@ describe('projectConversationHistory', () => {
       expect(p.items.every((i) => i.kind === 'pair' && i.pairIndex >= 10)).toBe(true);
       expect(pairIndexes(p)).toEqual(range(10, 29));
       expect(p.omitted).toEqual([{ fromPair: 0, toPair: 9, reason: 'budget' }]);
-      expect(p.summaryNotUsed[0]).toEqual({ fromPair: 0, toPair: 9, reason: 'does_not_fit', recordId });
+      expect(p.summaryNotUsed.find((n) => n.fromPair === 0)).toMatchObject({ reason: 'does_not_fit', recordId });
     });
 
     it('never uses a summary larger than its ten original pairs: more budget never carries fewer pairs', async () => {
       // Short replies and a verbose (valid) summary: the candidate costs more than the originals.
       const { id } = await conversation(40);
-      const raw = await project(id);
+      const raw = await project(id, LARGE);
       const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: sized(4000, 's') });
-      const p = await project(id, raw.bytes);
+      const p = await project(id, raw.bytes - 1);
       checkInvariants(p);
       expect(summaries(p)).toEqual([]);
-      expect(pairIndexes(p)).toEqual(range(0, 39));
+      expect(pairIndexes(p)).toEqual(range(1, 39));
       expect(p.summaryNotUsed.find((s) => s.fromPair === 10)).toEqual({ fromPair: 10, toPair: 19, reason: 'larger_than_original', recordId });
       // Unlimited budget: the originals, never the bigger, lossy summary.
-      expect((await project(id)).bytes).toBe(raw.bytes);
+      expect((await project(id, LARGE)).bytes).toBe(raw.bytes);
       // Pairs carried never fall as the budget grows (issue 11 item 8: 8,798 carried 40, 8,851 carried 30).
       let carried = 0;
       for (let budget = 0; budget <= raw.bytes + 200; budget += 97) {
@@ -347,14 +367,17 @@ describe('projectConversationHistory', () => {
     expect(toAnthropicMessages(p)).toEqual([]);
   });
 
-  it('a budget smaller than the newest pair omits everything without reading its text', async () => {
+  it('a newest pair larger than the budget is left out alone, without reading its text, and the older pairs still come', async () => {
     const { id } = await conversation(12, (i) => ({ user: `q${i}`, assistant: i === 11 ? sized(5000) : `a${i}` }));
     const reads: { query: string; rows: number; textRows?: number }[] = [];
-    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, layout: 'newest-first', onRead: (e) => reads.push(e) });
-    checkInvariants(p);
-    expect(p.items).toEqual([]);
-    expect(p.omitted).toEqual([{ fromPair: 0, toPair: 11, reason: 'budget' }]);
-    expect(reads.filter((r) => r.query === 'pairsPageRead').map((r) => [r.rows, r.textRows])).toEqual([[2, 1]]);
+    for (const layout of ['newest-first', 'stable'] as const) {
+      const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, layout, onRead: (e) => reads.push(e) });
+      checkInvariants(p);
+      expect(pairIndexes(p)).toEqual(range(0, 10));
+      expect(p.omitted).toEqual([{ fromPair: 11, toPair: 11, reason: 'too_large' }]);
+    }
+    // Its text was never transferred.
+    expect(reads.filter((r) => r.query === 'pairsPageRead').every((r) => r.textRows! < r.rows)).toBe(true);
   });
 
   it('rejects a negative or fractional budget', async () => {
@@ -409,7 +432,7 @@ describe('projectConversationHistory', () => {
       await client.query('begin isolation level repeatable read');
       const viaClient = await projectConversationHistory({ pool: client, conversationId: id, scope: 'tenant-a', budgetBytes: LARGE, layout: 'newest-first' });
       await client.query('commit');
-      expect(viaClient).toEqual(await project(id));
+      expect(viaClient).toEqual(await project(id, LARGE));
     } finally {
       client.release();
     }

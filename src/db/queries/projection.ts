@@ -133,12 +133,14 @@ export interface ProjectionLayoutRow {
   startPair: number;
   endPair: number;
   summaries: { fromPair: number; recordId: string }[];
-  /** Spans left out between startPair and endPair. */
-  gaps: { fromPair: number; toPair: number }[];
+  /** Spans left out between startPair and endPair: the gap after the summaries, and pairs left out alone as too large. */
+  gaps: { fromPair: number; toPair: number; reason?: 'too_large' }[];
   prefixSha256: string;
   prefixBytes: number;
-  /** SHA-256 of the items before the first gap alone (the head, cached up to its breakpoint); null without a gap. */
+  /** SHA-256 of the summaries at its start alone (the head, cached up to its breakpoint); null without one. */
   headSha256: string | null;
+  /** When a request last sent it (the app's clock). */
+  usedAt: Date;
   /** The ledger (src/projection/cache.ts): saved against the whole history up to the request that made the layout, in uncached-byte prices. */
   savedCost: number;
   /** A lower bound on the bytes of the whole history the layout leaves out (each request that extends it saves reading them). */
@@ -232,7 +234,7 @@ export async function projectionLayoutNearRead(
   const { rows } = await db.query<ProjectionLayoutRow & { budgetBytes: number }>(
     `select l.budget_bytes as "budgetBytes", l.start_pair as "startPair", l.end_pair as "endPair", l.summaries, l.gaps,
             l.prefix_sha256 as "prefixSha256", l.prefix_bytes as "prefixBytes",
-            l.saved_cost as "savedCost", l.saves_bytes::float8 as "savesBytes", l.head_sha256 as "headSha256"
+            l.saved_cost as "savedCost", l.saves_bytes::float8 as "savesBytes", l.head_sha256 as "headSha256", l.used_at as "usedAt"
      from sourcebound.projection_layouts l
      join sourcebound.conversations c on c.id = l.conversation_id and c.scope = $2
      where l.conversation_id = $1 and l.budget_bytes between $5 and $4 and l.budget_bytes <> $3
@@ -260,18 +262,38 @@ export async function projectionLayoutWrite(
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return false;
   const { rowCount } = await db.query(
     `insert into sourcebound.projection_layouts as l
-       (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes, saved_cost, saves_bytes, head_sha256)
-     select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8, $14, $15, $16
+       (conversation_id, budget_bytes, start_pair, end_pair, summaries, gaps, prefix_sha256, prefix_bytes, saved_cost, saves_bytes, head_sha256,
+        used_at)
+     select c.id, $3, $4, $5, $6::jsonb, $9::jsonb, $7, $8, $14, $15, $16, $17
      from sourcebound.conversations c where c.id = $1 and c.scope = $2
      on conflict (conversation_id, budget_bytes) do update
        set start_pair = excluded.start_pair, end_pair = excluded.end_pair, summaries = excluded.summaries, gaps = excluded.gaps,
            prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes, head_sha256 = excluded.head_sha256,
-           saved_cost = excluded.saved_cost, saves_bytes = excluded.saves_bytes, rewritten_at = now()
+           saved_cost = excluded.saved_cost, saves_bytes = excluded.saves_bytes, rewritten_at = now(), used_at = excluded.used_at
        where $10::boolean and l.start_pair = $11 and l.end_pair = $12 and l.prefix_sha256 = $13`,
     [args.conversationId, args.scope, args.budgetBytes, layout.startPair, layout.endPair,
       JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes, JSON.stringify(layout.gaps),
       replaces !== null, replaces?.startPair ?? null, replaces?.endPair ?? null, replaces?.prefixSha256 ?? null,
-      layout.savedCost, Math.round(layout.savesBytes), layout.headSha256],
+      layout.savedCost, Math.round(layout.savesBytes), layout.headSha256, layout.usedAt],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
+/**
+ * Records that a request sent the stored layout at `usedAt` (a kept layout:
+ * the prompt cache's lifetime starts again with each use). Only when the
+ * layout is still the one read, and only forward in time.
+ */
+export async function projectionLayoutTouch(
+  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number; prefixSha256: string; usedAt: Date },
+): Promise<boolean> {
+  if (args.budgetBytes > MAX_LAYOUT_BUDGET) return false;
+  const { rowCount } = await db.query(
+    `update sourcebound.projection_layouts l set used_at = $5
+     from sourcebound.conversations c
+     where l.conversation_id = $1 and l.budget_bytes = $3 and c.id = l.conversation_id and c.scope = $2
+       and l.prefix_sha256 = $4 and l.used_at < $5`,
+    [args.conversationId, args.scope, args.budgetBytes, args.prefixSha256, args.usedAt],
   );
   return (rowCount ?? 0) > 0;
 }

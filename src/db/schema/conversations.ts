@@ -219,17 +219,20 @@ export const projectionLayouts = sourcebound.table('projection_layouts', {
   endPair: integer('end_pair').notNull(),
   // [{ fromPair, recordId }] of the summarized ranges, oldest first.
   summaries: jsonb('summaries').notNull(),
-  // [{ fromPair, toPair }] spans left out between startPair and endPair; every other laid-out pair is raw.
+  // [{ fromPair, toPair, reason? }] spans left out between startPair and endPair (reason 'too_large' for a pair left
+  // out alone; else the gap after the summaries); every other laid-out pair is raw.
   gaps: jsonb('gaps').notNull().default([]),
   prefixSha256: text('prefix_sha256').notNull(),
   prefixBytes: integer('prefix_bytes').notNull(),
-  // SHA-256 of the items before the first gap alone (the head, cached up to its breakpoint); null without a gap.
+  // SHA-256 of the summaries at the start alone (the head, cached up to its breakpoint); null without one.
   headSha256: text('head_sha256'),
   // Saved against the whole history, cached, in uncached-byte prices, up to and with the request that made this layout.
   savedCost: doublePrecision('saved_cost').notNull().default(0),
   // A lower bound on the whole history's bytes less this layout's, when it was made.
   savesBytes: bigint('saves_bytes', { mode: 'number' }).notNull().default(0),
   rewrittenAt: timestamp('rewritten_at', { withTimezone: true }).notNull().defaultNow(),
+  // When a request last sent this layout (the app's clock): past the prompt cache's lifetime it is laid out afresh.
+  usedAt: timestamp('used_at', { withTimezone: true }).notNull().defaultNow(),
 }, (t) => [
   primaryKey({ name: 'projection_layouts_pkey', columns: [t.conversationId, t.budgetBytes] }),
   check('projection_layouts_span', sql`${t.budgetBytes} >= 0 and 0 <= ${t.startPair} and ${t.startPair} <= ${t.endPair}`),

@@ -1,0 +1,192 @@
+import {
+  pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
+} from '../db/queries/projection.ts';
+import { RANGE_SIZE } from '../plan.ts';
+import { itemBytes } from './anthropic.ts';
+import type { PairItem, ProjectionItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
+import {
+  contiguous, hasTexts, judgeRange, pairItem, smallerThanOriginal, summaryItem, type TextPair,
+} from './walk.ts';
+
+/**
+ * What a layout reads of a conversation, read once and only as far as the
+ * layout asks (one snapshot: project.ts): pairs by index, newest pages first,
+ * each pair's texts only when they could fit the budget; and per range, the
+ * summary it may show now (binding.ts through judgeRange) or why not. The
+ * layout (fidelity.ts, layout.ts) only decides; this object only reads.
+ *
+ * A stored inconsistency (a gap in the pair index, pairs that changed between
+ * two reads) is never thrown: the pair or range reads as missing and the
+ * problem is kept, with the repair it needs.
+ */
+
+/** A pair as the layout sees it: raw and whole, too large for the budget (its text was not read), or not provably there. */
+export type PairSlot = { kind: 'pair'; item: PairItem } | { kind: 'too_large' } | { kind: 'missing' };
+
+/** A range's summary now: usable (and smaller than its originals), or why not. */
+export type RangeSummary = { kind: 'usable'; item: SummaryItem } | { kind: 'not_used'; reason: SummaryNotUsedReason; recordId?: string };
+
+/** The most pairs one page reads (a bound on what a call reads beyond what it shows). */
+export const MAX_PAGE_PAIRS = 100;
+const FIRST_PAGE_PAIRS = 20;
+
+// Items are immutable once made: their bytes are computed once.
+const sizes = new WeakMap<ProjectionItem, number>();
+/** itemBytes, memoized per item. */
+export function sizeOf(item: ProjectionItem): number {
+  let bytes = sizes.get(item);
+  if (bytes === undefined) sizes.set(item, bytes = itemBytes(item));
+  return bytes;
+}
+
+export interface ReaderArgs {
+  conversationId: string;
+  scope: string;
+  /** Eligible pairs now. */
+  count: number;
+  budgetBytes: number;
+  onRead: ReadObserver | undefined;
+}
+
+export class ConversationReader {
+  readonly count: number;
+  readonly problems: ProjectionProblem[] = [];
+  private readonly rows = new Map<number, ProjectionPairRow>();
+  /** Pairs from here up to count-1 have been read (as pages). */
+  private readFrom: number;
+  private pageSize = FIRST_PAGE_PAIRS;
+  private readonly items = new Map<number, PairItem>();
+  private readonly records = new Map<number, ProjectionSummaryRow[]>();
+  /** Ranges from here up have their records read. */
+  private recordsFrom: number;
+  private readonly summaries = new Map<string, Promise<RangeSummary | 'changed'>>();
+  private readonly texts = new Map<number, Promise<TextPair[] | null>>();
+  private brokenAt: number | null = null;
+
+  constructor(private readonly db: Queryable, private readonly args: ReaderArgs) {
+    this.count = args.count;
+    this.readFrom = args.count;
+    this.recordsFrom = Math.ceil(args.count / RANGE_SIZE);
+  }
+
+  /** Pair i, read with its page when first asked for. */
+  async pair(i: number): Promise<PairSlot> {
+    if (i < 0 || i >= this.count) return { kind: 'missing' };
+    if (this.brokenAt !== null && i <= this.brokenAt) return { kind: 'missing' };
+    while (i < this.readFrom) await this.readPage();
+    if (this.brokenAt !== null && i <= this.brokenAt) return { kind: 'missing' };
+    const row = this.rows.get(i)!;
+    if (!hasTexts(row)) return { kind: 'too_large' };
+    let item = this.items.get(i);
+    if (item === undefined) this.items.set(i, item = pairItem(row));
+    return { kind: 'pair', item };
+  }
+
+  /** Reads pairs fromPair..count-1 in one page (a kept layout's span), when they are not read yet. */
+  async preload(fromPair: number): Promise<void> {
+    if (fromPair >= this.readFrom || this.brokenAt !== null) return;
+    this.pageSize = this.readFrom - Math.max(0, fromPair);
+    await this.readPage();
+  }
+
+  /**
+   * The summary range k may show now (the preferred usable record, binding.ts
+   * byPreference; or only `recordId`, the one a stored layout shows), or why
+   * not; 'changed' when its pairs changed while being read.
+   */
+  summary(k: number, recordId?: string): Promise<RangeSummary | 'changed'> {
+    const key = `${k}:${recordId ?? ''}`;
+    let found = this.summaries.get(key);
+    if (found === undefined) this.summaries.set(key, found = this.judge(k, recordId));
+    return found;
+  }
+
+  /** Pairs below this one cannot be shown: the index is broken there (null: it is not). */
+  get broken(): number | null {
+    return this.brokenAt;
+  }
+
+  /** Marks the pairs changed during the read at a range: nothing at or below it is shown. */
+  changedAt(pairIndex: number): void {
+    if (this.brokenAt === null || pairIndex > this.brokenAt) this.brokenAt = pairIndex;
+    this.problems.push({
+      kind: 'pairs_changed_during_read', atPair: pairIndex,
+      message: 'the pairs changed while the projection read them; pass a pg.Pool (one REPEATABLE READ snapshot) or retry',
+    });
+  }
+
+  private async readPage(): Promise<void> {
+    const toPair = this.readFrom - 1;
+    const fromPair = Math.max(0, toPair - this.pageSize + 1);
+    this.pageSize = Math.min(MAX_PAGE_PAIRS, Math.max(this.pageSize, FIRST_PAGE_PAIRS) * 2);
+    const { conversationId, scope, budgetBytes, onRead } = this.args;
+    // A pair whose texts alone exceed the budget cannot fit: its JSON is longer than its texts.
+    const page = await pairsPageRead(this.db, { conversationId, scope, fromPair, toPair, maxTextBytes: budgetBytes }, onRead);
+    this.readFrom = fromPair;
+    if (contiguous(page, fromPair, toPair)) {
+      for (const row of page) this.rows.set(row.pairIndex, row);
+      return;
+    }
+    // Keep the newest pairs still in order; below them nothing can be placed.
+    const byIndex = new Map<number, ProjectionPairRow[]>();
+    for (const p of page) byIndex.set(p.pairIndex, [...(byIndex.get(p.pairIndex) ?? []), p]);
+    let i = toPair;
+    for (; byIndex.get(i)?.length === 1; i--) this.rows.set(i, byIndex.get(i)![0]!);
+    this.brokenAt = i;
+    this.readFrom = 0;
+    this.problems.push({
+      kind: 'pair_index_gap', atPair: i,
+      message: `the pair index of conversation ${conversationId} has a gap at or before pair ${i} ` +
+        `(pairs_drift() reports the rows); run \`sourcebound repair ${conversationId} --scope ${scope}\``,
+    });
+  }
+
+  private async judge(k: number, recordId: string | undefined): Promise<RangeSummary | 'changed'> {
+    const fromPair = k * RANGE_SIZE;
+    const toPair = Math.min(fromPair + RANGE_SIZE - 1, this.count - 1);
+    for (let i = toPair; i >= fromPair; i--) {
+      if ((await this.pair(i)).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
+    }
+    const pairs = Array.from({ length: toPair - fromPair + 1 }, (_, j) => this.rows.get(fromPair + j)!);
+    while (k < this.recordsFrom) await this.readRecords(k);
+    const records = (this.records.get(k) ?? []).filter((r) => recordId === undefined || r.id === recordId);
+    const v = await judgeRange({ fromPair, pairs, records, count: this.count, texts: () => this.rangeTexts(k, pairs) });
+    if (v === 'changed') return 'changed';
+    if (!v.usable) return { kind: 'not_used', reason: v.reason, ...(v.recordId === undefined ? {} : { recordId: v.recordId }) };
+    const item = summaryItem(v.record, v.pairs);
+    if (!smallerThanOriginal(sizeOf(item), v.pairs)) return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
+    return { kind: 'usable', item };
+  }
+
+  /** Records of ranges from k down, a page of ranges at a time (those of the same pages of pairs). */
+  private async readRecords(k: number): Promise<void> {
+    const kHi = this.recordsFrom - 1;
+    const kLo = Math.max(0, Math.min(k, kHi - MAX_PAGE_PAIRS / RANGE_SIZE + 1));
+    const { conversationId, scope, onRead } = this.args;
+    const rows = await summariesForRangesRead(this.db, {
+      conversationId, scope, fromPair: kLo * RANGE_SIZE, toPair: kHi * RANGE_SIZE + RANGE_SIZE - 1,
+    }, onRead);
+    for (let j = kLo; j <= kHi; j++) this.records.set(j, []);
+    for (const r of rows) this.records.get(Math.floor(r.fromPair / RANGE_SIZE))?.push(r);
+    this.recordsFrom = kLo;
+  }
+
+  /** The range's pairs with every text (read again without the size limit if some were left out); null if they changed. */
+  private rangeTexts(k: number, pairs: readonly ProjectionPairRow[]): Promise<TextPair[] | null> {
+    let found = this.texts.get(k);
+    if (found === undefined) {
+      found = (async () => {
+        if (pairs.every(hasTexts)) return pairs as TextPair[];
+        const fromPair = k * RANGE_SIZE;
+        const toPair = fromPair + pairs.length - 1;
+        const { conversationId, scope, onRead } = this.args;
+        const all = await pairsPageRead(this.db, { conversationId, scope, fromPair, toPair, maxTextBytes: null }, onRead);
+        const same = contiguous(all, fromPair, toPair) && all.every((p, j) => p.userMessageId === pairs[j]!.userMessageId
+          && p.assistantMessageId === pairs[j]!.assistantMessageId);
+        return same && all.every(hasTexts) ? all as TextPair[] : null;
+      })();
+      this.texts.set(k, found);
+    }
+    return found;
+  }
+}
