@@ -42,6 +42,8 @@ export interface RecallReplayArgs {
 export interface Tally {
   /** The last request's (its history is the whole conversation). */
   final: Recall;
+  /** Whether the whole conversation exceeds the budget at the last request (else every layout may carry it all). */
+  finalOver: boolean;
   /** Pooled over the sampled requests whose history exceeds the budget. */
   sampled: Recall;
   /** History bytes / budget of every request whose whole history exceeds the budget. */
@@ -65,7 +67,7 @@ export interface RecallReplay {
   tallies: Map<string, Tally>;
 }
 
-const newTally = (): Tally => ({ final: emptyRecall(), sampled: emptyRecall(), fills: [], cost: 0, hits: 0, hitTurns: 0, finalUserMessages: 0, overBudget: 0 });
+const newTally = (): Tally => ({ final: emptyRecall(), finalOver: false, sampled: emptyRecall(), fills: [], cost: 0, hits: 0, hitTurns: 0, finalUserMessages: 0, overBudget: 0 });
 
 /** Simulated time starts here (any fixed instant: the replay must not depend on the wall clock). */
 const EPOCH_MS = Date.UTC(2025, 0, 1);
@@ -113,6 +115,7 @@ export async function replayForRecall(pool: pg.Pool, thread: Thread, scope: stri
       if (wholeBytes > budget) tally.fills.push(bytes / budget);
       if (last) {
         tally.final = recallOf(history, items);
+        tally.finalOver = wholeBytes > budget;
         tally.finalUserMessages = items.reduce((k, it) => k + (it.kind === 'pair' ? 1 : it.userMessages.length), 0);
       } else if (sampled && wholeBytes > budget) {
         addRecall(tally.sampled, recallOf(history, items));
