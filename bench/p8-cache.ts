@@ -74,7 +74,8 @@ function standInSummarizer(): Summarizer {
   };
 }
 
-function conversations(): Thread[] {
+/** The 3 longest real threads and one ~150 pairs joined from the next ones in order of length (P12 replays the same). */
+export function conversations(): Thread[] {
   const { threads } = dataset();
   const byLength = [...threads].sort((a, b) => b.pairs.length - a.pairs.length || a.id.localeCompare(b.id));
   const longest = byLength.slice(0, 3);

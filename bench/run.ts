@@ -29,6 +29,7 @@ import { benchCache } from './p8-cache.ts';
 import { benchGrounding } from './p9-grounding.ts';
 import { benchRunSoak } from './p10-run-soak.ts';
 import { benchPooledPickup } from './p11-pooled-pickup.ts';
+import { benchRecall } from './p12-recall.ts';
 
 const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promise<BenchResult> }[] = [
   { id: 'P1', title: 'write overhead of the triggers', run: benchWrite },
@@ -42,6 +43,7 @@ const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promi
   { id: 'P9', title: 'grounding check on real ranges', run: benchGrounding },
   { id: 'P10', title: 'run-compaction soak (README agent loop)', run: benchRunSoak },
   { id: 'P11', title: 'new-job pickup through PgBouncer versus direct', run: benchPooledPickup },
+  { id: 'P12', title: 'recall: facts the history carries, budget fill, and P8 with pauses', run: benchRecall },
 ];
 
 const RESULTS_DIR = fileURLToPath(new URL('./results', import.meta.url));

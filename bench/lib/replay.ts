@@ -1,7 +1,9 @@
 import type pg from 'pg';
 import type { Thread } from '../../src/demo.ts';
-import { extractiveSummary } from '../../src/gateway/offline.ts';
-import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
+import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
+import { SUMMARY_CHAR_CEILING } from '../../src/gateway/types.ts';
+import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
 import { projectConversationHistory, toAnthropicMessages, type MessageParam, type PairItem } from '../../src/projection/index.ts';
 import { PromptCache } from './prompt-cache.ts';
 
@@ -56,12 +58,13 @@ export async function replayThread(
     }
     await writePair(pool, id, thread.pairs[t]!);
     wholeItems.push({ kind: 'pair', pairIndex: t, runId: '', userMessageId: '', assistantMessageId: '', userText: thread.pairs[t]!.user, assistantText: thread.pairs[t]!.assistant });
-    while (summarized * 10 + 9 < t + 1 - 20 - args.lag) await summarize(pool, id, (summarized++) * 10);
+    while (summarized * 10 + 9 < t + 1 - 20 - args.lag) await writeOfflineSummary(pool, id, 'p8', (summarized++) * 10);
   }
   return new Map([...caches].map(([key, { cost }]) => [key, cost / wholeCost]));
 }
 
-async function writePair(pool: pg.Pool, conversationId: string, pair: { user: string; assistant: string }): Promise<void> {
+/** Stores one completed pair as an app does: its run, user message and reply in one transaction. */
+export async function writePair(pool: pg.Pool, conversationId: string, pair: { user: string; assistant: string }): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query('begin');
@@ -78,14 +81,21 @@ async function writePair(pool: pg.Pool, conversationId: string, pair: { user: st
   }
 }
 
-/** A completed record for the ten pairs from `fromPair`: the offline summarizer's summary, bound to their ids and hash. */
-async function summarize(pool: pg.Pool, conversationId: string, fromPair: number): Promise<void> {
+const offline = createOfflineSummarizer({ maxChars: SUMMARY_CHAR_CEILING });
+
+/**
+ * A completed record for the ten pairs from `fromPair`: the offline
+ * summarizer's summary, bound to their ids and hash, with the model, prompt
+ * and hash versions of this build (never written out here: they change).
+ */
+export async function writeOfflineSummary(pool: pg.Pool, conversationId: string, scope: string, fromPair: number): Promise<void> {
   const { rows: source } = await pool.query<SourcePair>(
     `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
      from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`, [conversationId, fromPair, fromPair + 9]);
-  const summary = extractiveSummary(source.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })), 6000) ?? 'summary';
+  const outcome = await offline.summarize({ promptVersion: CONVERSATION_PROMPT_VERSION, items: source.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })) });
+  if (outcome.kind !== 'ok') throw new Error(`offline summary of pairs ${fromPair}-${fromPair + 9}: ${outcome.kind} ${'reason' in outcome ? outcome.reason : ''}`);
   await pool.query(
     `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status, summary, completed_at)
-     values ($1, 'p8', $2, $3, $4::uuid[], $5, 1, 'sourcebound/extractive@2', 'conversation-compaction@4', 'completed', $6, now())`,
-    [conversationId, fromPair, fromPair + 9, sourceMessageIds(source), sourceHash(source), summary]);
+     values ($1, $2, $3, $4, $5::uuid[], $6, $7, $8, $9, 'completed', $10, now())`,
+    [conversationId, scope, fromPair, fromPair + 9, sourceMessageIds(source), sourceHash(source), SOURCE_HASH_VERSION, OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION, outcome.text]);
 }
