@@ -2,7 +2,7 @@ import type pg from 'pg';
 import type { Thread } from '../../src/demo.ts';
 import {
   BREAKPOINT_BYTES, itemBytes, messagesBytes, projectConversationHistory, toAnthropicMessages,
-  type MessageParam, type OmittedSpan, type PairItem, type ProjectArgs, type ProjectionItem,
+  type MessageParam, type OmittedSpan, type PairItem, type ProjectionItem,
 } from '../../src/projection/index.ts';
 import { addRecall, emptyRecall, pairFacts, recallOf, type Recall } from './facts.ts';
 import { PromptCache } from './prompt-cache.ts';
@@ -132,7 +132,7 @@ export async function replayForRecall(pool: pg.Pool, thread: Thread, scope: stri
 
     for (const budget of args.budgets) {
       for (const layout of ['stable', 'newest-first'] as const) {
-        const p = await projectConversationHistory({ pool, conversationId, scope, budgetBytes: budget, layout, ...clocked } as ProjectArgs);
+        const p = await projectConversationHistory({ pool, conversationId, scope, budgetBytes: budget, layout, ...clocked });
         account(`${budget} ${layout}`, p.items, p.omitted, p.bytes, budget);
       }
       const kept = truncation(wholeItems, wholeSizes, budget);
