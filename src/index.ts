@@ -8,8 +8,19 @@
  * - Range: ten pairs aligned on a multiple of ten, the only shape a summary has.
  * - Summary record: an immutable, source-bound summary of a range's assistant replies.
  * - Projection: the history that goes into the next model request, within a byte budget.
+ * - Turn: one Run written by the turn helpers: its user message, then its reply, then its settlement.
  * - Grounded: every checkable fact of a summary occurs in the material it summarizes (src/grounding.ts).
  */
+export { SourceboundError } from './errors.ts';
+export {
+  beginTurn, completeTurn, startReply, appendReply, finishReply, failTurn, TurnInputError, TurnNotFoundError, TurnStateError,
+  COMPLETED_TURN_STATUSES, FAILED_TURN_STATUSES, RUN_STATUSES, MESSAGE_STATUSES, MESSAGE_ROLES,
+} from './turns/index.ts';
+export type {
+  BeginTurnOptions, BegunTurn, CompleteTurnOptions, FailTurnOptions, ReplyAddress,
+  CompletedTurnStatus, FailedTurnStatus, RunStatus, MessageStatus, MessageRole, TurnDatabase,
+} from './turns/index.ts';
+
 export { projectConversationHistory, toAnthropicMessages, ConversationNotFoundError } from './projection/index.ts';
 export type { ConversationProjection, ProjectionItem, PairItem, SummaryItem, OmittedSpan, SummaryNotUsed } from './projection/index.ts';
 

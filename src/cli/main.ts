@@ -9,6 +9,7 @@ import { inspectCommand } from './inspect.ts';
 import { projectCliCommand } from './project-cli.ts';
 import { demoCommand } from './demo.ts';
 import { repairCommand } from './repair.ts';
+import { devDbCommand } from './dev-db.ts';
 import { packageFile } from '../package-files.ts';
 import { readFileSync } from 'node:fs';
 
@@ -17,7 +18,7 @@ function packageVersion(): string {
   return (JSON.parse(readFileSync(packageFile('package.json'), 'utf8')) as { version: string }).version;
 }
 
-const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, repairCommand, projectCliCommand, demoCommand];
+const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, repairCommand, projectCliCommand, demoCommand, devDbCommand];
 
 function mainUsage(): string {
   const width = Math.max(...commands.map((c) => c.name.length));

