@@ -1,5 +1,4 @@
 import * as AnthropicSdk from '@anthropic-ai/sdk';
-import * as OpenAISdk from 'openai';
 import type { Outcome, Usage } from './types.ts';
 import { describeError } from './error-text.ts';
 import { codePointLength, isBlank, providerText, toWellFormed } from './text.ts';
@@ -65,8 +64,8 @@ const DEFERRED_STATUSES = new Set([408, 409, 429, 503, 529]);
 const NOT_CONNECTED_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
 
 /**
- * The two SDKs are generated from one template: the same error classes, each
- * its own. An HTTP error of either (or a custom summarizer's error that
+ * The SDKs we call are generated from one template: the same error classes,
+ * each its own. An HTTP error of any (or a custom summarizer's error that
  * carries a `status`) is read through this shape.
  */
 interface HttpError {
@@ -79,11 +78,28 @@ interface HttpError {
   requestID?: string | null | undefined;
   message: string;
 }
-const isSdkHttpError = (e: unknown): e is HttpError =>
-  (e instanceof AnthropicSdk.APIError || e instanceof OpenAISdk.APIError) && typeof e.status === 'number';
-const isSdkAbort = (e: unknown) => e instanceof AnthropicSdk.APIUserAbortError || e instanceof OpenAISdk.APIUserAbortError;
-const isSdkTimeout = (e: unknown) => e instanceof AnthropicSdk.APIConnectionTimeoutError || e instanceof OpenAISdk.APIConnectionTimeoutError;
-const isSdkConnection = (e: unknown) => e instanceof AnthropicSdk.APIConnectionError || e instanceof OpenAISdk.APIConnectionError;
+
+/** The error classes of an SDK whose errors classify() reads. */
+export interface SdkErrorClasses {
+  APIError: abstract new (...args: never[]) => unknown;
+  APIConnectionError: abstract new (...args: never[]) => unknown;
+  APIConnectionTimeoutError: abstract new (...args: never[]) => unknown;
+  APIUserAbortError: abstract new (...args: never[]) => unknown;
+}
+const sdks: SdkErrorClasses[] = [AnthropicSdk];
+
+/**
+ * Makes classify() know another SDK's errors. The openai package is loaded
+ * only when an OpenAI-compatible summarizer first calls (openai.ts): every
+ * process importing the gateway would otherwise load it.
+ */
+export function registerSdkErrors(classes: SdkErrorClasses): void {
+  if (!sdks.includes(classes)) sdks.push(classes);
+}
+const isSdkHttpError = (e: unknown): e is HttpError => sdks.some((s) => e instanceof s.APIError) && typeof (e as HttpError).status === 'number';
+const isSdkAbort = (e: unknown) => sdks.some((s) => e instanceof s.APIUserAbortError);
+const isSdkTimeout = (e: unknown) => sdks.some((s) => e instanceof s.APIConnectionTimeoutError);
+const isSdkConnection = (e: unknown) => sdks.some((s) => e instanceof s.APIConnectionError);
 
 /**
  * The Messages API's answer, HTTP 400 `invalid_request_error`, when the

@@ -1,6 +1,6 @@
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { maxTokensFor, SDK_TIMEOUT_SLACK_MS } from './anthropic.ts';
-import { classify, type CallResult } from './classify.ts';
+import { classify, registerSdkErrors, type CallResult } from './classify.ts';
 import { prepareSummary } from './contract.ts';
 import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
 import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
@@ -65,7 +65,7 @@ export function createOpenAISummarizer(options: OpenAISummarizerOptions): Summar
   const apiKey = options.apiKey ? options.apiKey : null;
   const local = !isOpenAIEndpoint(options.baseURL);
   const tokenLimit = options.tokenLimitField ?? (local ? 'max_tokens' : 'max_completion_tokens');
-  const client = apiKey === null && !local ? null : new OpenAI({
+  const clientOptions: ConstructorParameters<typeof OpenAI>[0] = {
     // A local server without a key: the SDK wants one, so a placeholder, and the header is dropped below.
     apiKey: apiKey ?? 'none',
     ...(apiKey === null ? { defaultHeaders: { Authorization: null } } : {}),
@@ -90,14 +90,22 @@ export function createOpenAISummarizer(options: OpenAISummarizerOptions): Summar
       info: () => {},
       debug: () => {},
     },
+  };
+  const noKey = apiKey === null && !local;
+  // The SDK is loaded by the first call, not by every process that imports the gateway (see registerSdkErrors).
+  let client: Promise<OpenAI> | null = null;
+  const clientOnce = () => client ??= import('openai').then((sdk) => {
+    registerSdkErrors(sdk);
+    return new sdk.OpenAI(clientOptions);
   });
 
   async function summarize(request: SummaryRequest): Promise<Outcome> {
     const deadlineMs = request.deadlineMs ?? options.timeoutMs;
-    if (client === null) return { kind: 'config', reason: 'no_api_key', status: null };
+    if (noKey) return { kind: 'config', reason: 'no_api_key', status: null };
     const prepared = prepareSummary(request, { model, maxChars: options.maxChars, maxInputChars: options.maxInputChars, logger });
     if (!prepared.send) return prepared.outcome;
     const { system, user, maxChars } = prepared;
+    const sdk = await clientOnce();
 
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = request.signal ? AbortSignal.any([request.signal, deadline]) : deadline;
@@ -110,7 +118,7 @@ export function createOpenAISummarizer(options: OpenAISummarizerOptions): Summar
         messages: [{ role: 'system', content: system }, { role: 'user', content: user }],
       };
       body[tokenLimit] = maxTokensFor(maxChars);
-      const { data, request_id } = await client.chat.completions.create(
+      const { data, request_id } = await sdk.chat.completions.create(
         body,
         { signal, maxRetries: 0, timeout: deadlineMs + SDK_TIMEOUT_SLACK_MS, fetchOptions: { [WIRE]: wire } as object },
       ).withResponse();
