@@ -112,6 +112,7 @@ describe('sourcebound retry (real processes)', () => {
   });
 
   it('retries under the OpenAI-compatible model configuration chooses, then refuses to go again', async () => {
+    chatServer.reset();
     const c = await failedRange();
     const cli = spawnSourcebound(['retry', c, '--scope', 'tenant-a', '--from-pair', '0'], env());
     expect(await cli.exited).toBe(0);
@@ -125,6 +126,7 @@ describe('sourcebound retry (real processes)', () => {
   });
 
   it('takes a summarizer module (--summarizer) and says what is wrong with a module that gives none', async () => {
+    chatServer.reset();
     const c = await failedRange();
     const dir = mkdtempSync(join(tmpdir(), 'sourcebound-retry-'));
     const index = pathToFileURL(join(process.cwd(), 'src/index.ts')).href;
