@@ -137,8 +137,10 @@ export const REQUEST_ID_MAX_CHARS = 128;
 const NO_CREDENTIALS_MESSAGE = 'Could not resolve authentication method';
 
 /**
- * Maps one Messages API call to an Outcome. This is the only place that
- * decides what a provider answer or failure means:
+ * Maps one model call (a Messages API call, or a Chat Completions call:
+ * classifyChatCompletion, the same rules in that format's words) to an
+ * Outcome. This is the only place that decides what a provider answer or
+ * failure means; a summarizer's throw is read here too (classifyThrown):
  *
  * - ok: `end_turn`, text blocks only, trimmed text non-empty and at most
  *   `maxChars` code points.
