@@ -52,6 +52,25 @@ const postgresUrl = z.string().superRefine((text, ctx) => {
   }
 });
 
+/** An http(s) URL (a provider's base URL). */
+const httpUrl = z.string().superRefine((text, ctx) => {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'not a URL; expected http(s)://host[:port][/path]' });
+    return;
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') ctx.addIssue({ code: 'custom', message: `an http:// or https:// URL, got ${url.protocol}//...` });
+});
+
+/** The summarizers configuration can choose (a custom one is plugged in through code or `sourcebound worker --summarizer`). */
+export const SUMMARIZER_KINDS = ['anthropic', 'openai', 'offline'] as const;
+export type SummarizerKind = (typeof SUMMARIZER_KINDS)[number];
+
+/** The Anthropic model when SOURCEBOUND_MODEL is unset. */
+export const DEFAULT_ANTHROPIC_MODEL = 'claude-haiku-4-5';
+
 const bool = z
   .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off'])
   .transform((v) => ['1', 'true', 'yes', 'on'].includes(v));
@@ -74,12 +93,18 @@ const schema = z.object({
   SOURCEBOUND_DATA_DIR: z.string().min(1).default('.sourcebound/pgdata'),
   /** Port of the embedded PostgreSQL. (Default: 54329) */
   SOURCEBOUND_EMBEDDED_PORT: int(1, 65535).default(54329),
-  /** Anthropic API key; without it the offline extractive summarizer is used. */
+  /** Which summarizer the worker uses: anthropic, openai (any OpenAI-compatible server) or offline. (Default: anthropic when ANTHROPIC_API_KEY is set, else offline) */
+  SOURCEBOUND_SUMMARIZER: z.enum(SUMMARIZER_KINDS).optional(),
+  /** Anthropic API key; without it (and without SOURCEBOUND_SUMMARIZER) the offline extractive summarizer is used. */
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   /** Messages API base URL. (Default: the SDK's) */
-  ANTHROPIC_BASE_URL: z.string().url().optional(),
-  /** Anthropic model used for summaries. (Default: claude-haiku-4-5) */
-  SOURCEBOUND_MODEL: z.string().min(1).default('claude-haiku-4-5'),
+  ANTHROPIC_BASE_URL: httpUrl.optional(),
+  /** API key of the OpenAI-compatible server; optional for a server of your own (OPENAI_BASE_URL). */
+  OPENAI_API_KEY: z.string().min(1).optional(),
+  /** Base URL of an OpenAI-compatible server, e.g. http://localhost:11434/v1 for Ollama. (Default: https://api.openai.com/v1) */
+  OPENAI_BASE_URL: httpUrl.optional(),
+  /** Model used for summaries, as the provider knows it. (Default: claude-haiku-4-5 for Anthropic; required for openai) */
+  SOURCEBOUND_MODEL: z.string().min(1).regex(/^\S+$/, 'a model name, without spaces').optional(),
   /** Maximum characters of an accepted summary; the contract's ceiling is 6000, a lower limit may be set. (Default: 6000) */
   SOURCEBOUND_SUMMARY_MAX_CHARS: int(100, SUMMARY_CHAR_CEILING,
     `at most ${SUMMARY_CHAR_CEILING}: the 6,000-character cap is the summary contract's ceiling; a lower limit may be configured, a higher one may not`)
@@ -120,7 +145,11 @@ export interface Config {
   databaseDirectUrl: string | undefined;
   dataDir: string;
   embeddedPort: number;
+  /** The summarizer the worker builds from configuration. */
+  summarizer: SummarizerKind;
   anthropic: { apiKey: string | undefined; baseURL: string | undefined; model: string };
+  /** Set when `summarizer` is `openai`. */
+  openai: { apiKey: string | undefined; baseURL: string | undefined; model: string } | undefined;
   summaryMaxChars: number;
   grounding: GroundingPolicy;
   modelTimeoutMs: number;
@@ -153,15 +182,33 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, defaults: { log
     throw new ConfigError(`invalid configuration; fix these environment variables:\n${lines.join('\n')}`);
   }
   const e = parsed.data;
+  const problems: string[] = [];
   if (e.DATABASE_DIRECT_URL !== undefined && e.DATABASE_URL === undefined) {
-    throw new ConfigError('invalid configuration; fix these environment variables:\n  DATABASE_DIRECT_URL: set DATABASE_URL too (the direct URL only complements it)');
+    problems.push('DATABASE_DIRECT_URL: set DATABASE_URL too (the direct URL only complements it)');
+  }
+  const summarizer: SummarizerKind = e.SOURCEBOUND_SUMMARIZER ?? (e.ANTHROPIC_API_KEY ? 'anthropic' : 'offline');
+  if (summarizer === 'anthropic' && !e.ANTHROPIC_API_KEY) {
+    problems.push('ANTHROPIC_API_KEY: required with SOURCEBOUND_SUMMARIZER=anthropic (or choose SOURCEBOUND_SUMMARIZER=openai or offline)');
+  }
+  if (summarizer === 'openai') {
+    if (e.SOURCEBOUND_MODEL === undefined) {
+      problems.push('SOURCEBOUND_MODEL: required with SOURCEBOUND_SUMMARIZER=openai: the model name as the server knows it (e.g. gpt-4o-mini, or llama3.1:8b on Ollama)');
+    }
+    if (e.OPENAI_API_KEY === undefined && e.OPENAI_BASE_URL === undefined) {
+      problems.push('OPENAI_API_KEY: required for OpenAI\'s endpoint; for a server of your own (Ollama, vLLM, llama.cpp) set OPENAI_BASE_URL instead, e.g. http://localhost:11434/v1');
+    }
+  }
+  if (problems.length > 0) {
+    throw new ConfigError(`invalid configuration; fix these environment variables:\n${problems.map((p) => `  ${p}`).join('\n')}`);
   }
   return Object.freeze({
     databaseUrl: e.DATABASE_URL,
     databaseDirectUrl: e.DATABASE_DIRECT_URL,
     dataDir: resolve(e.SOURCEBOUND_DATA_DIR),
     embeddedPort: e.SOURCEBOUND_EMBEDDED_PORT,
-    anthropic: Object.freeze({ apiKey: e.ANTHROPIC_API_KEY, baseURL: e.ANTHROPIC_BASE_URL, model: e.SOURCEBOUND_MODEL }),
+    summarizer,
+    anthropic: Object.freeze({ apiKey: e.ANTHROPIC_API_KEY, baseURL: e.ANTHROPIC_BASE_URL, model: e.SOURCEBOUND_MODEL ?? DEFAULT_ANTHROPIC_MODEL }),
+    openai: summarizer === 'openai' ? Object.freeze({ apiKey: e.OPENAI_API_KEY, baseURL: e.OPENAI_BASE_URL, model: e.SOURCEBOUND_MODEL! }) : undefined,
     summaryMaxChars: e.SOURCEBOUND_SUMMARY_MAX_CHARS,
     grounding: e.SOURCEBOUND_GROUNDING,
     modelTimeoutMs: e.SOURCEBOUND_MODEL_TIMEOUT_MS,

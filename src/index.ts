@@ -29,14 +29,20 @@ export { openDatabase, DatabaseUnreachableError, type Database } from './db/data
 export { migrateDatabase } from './db/migrate.ts';
 export { startWorker, type WorkerHandle, type WorkerOptions } from './worker.ts';
 export { compactConversation, SummarizerConfigError, type CompactionReport } from './compaction/compact.ts';
+export { retryRange, RetryRefusedError, type RetryReport } from './compaction/retry.ts';
 export { inspectConversation, type Inspection, type InspectionProblem } from './inspect.ts';
 export { repairConversation, type RepairReport } from './repair.ts';
 export { plannableRanges, type PairRange } from './plan.ts';
 export { sourceHash, SOURCE_HASH_VERSION } from './hash.ts';
 export { groundSummary, groundOutcome, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding.ts';
 
-export { createGateway, createAnthropicSummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
-export type { Outcome, Summarizer, SummaryRequest } from './gateway/types.ts';
+export { createGateway, createAnthropicSummarizer, createOpenAISummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
+export type { Outcome, Summarizer, SummaryRequest, MaterialItem, Usage } from './gateway/types.ts';
+// The summary contract for a summarizer of your own (README, "A summarizer of your own").
+export {
+  prepareSummary, outcomeFromAnswer, outcomeFromError, renderMaterial, freshNonce, promptText, CONVERSATION_PROMPT_VERSION,
+  type Answer, type PreparedSummary,
+} from './gateway/index.ts';
 
 export {
   startRun, recordCorrection, recordModelTurn, recordModelRequest, recordToolCall, recordToolResult, readRunBudget,

@@ -25,6 +25,7 @@ export interface WorkerMetrics {
   restarts: Counter<'reason'>;
   runnerUp: Gauge;
   databaseLastOk: Gauge;
+  fleetModelIdentities: Gauge;
 }
 
 /** Queue gauges' query: runnable compaction jobs and the oldest one's wait (graphile-worker's public `jobs` view). */
@@ -73,6 +74,7 @@ export function createWorkerMetrics(options: { pool: pg.Pool; defaultMetrics?: b
     restarts: new Counter({ name: 'sourcebound_worker_restarts_total', help: 'times this worker replaced its graphile-worker runner after losing the database or the runner, by reason', labelNames: ['reason'], registers }),
     runnerUp: new Gauge({ name: 'sourcebound_worker_runner_up', help: '1 while a graphile-worker runner is taking jobs, 0 while the worker recovers', registers }),
     databaseLastOk: new Gauge({ name: 'sourcebound_database_last_ok_timestamp_seconds', help: 'when the worker\'s health probe last got an answer from PostgreSQL (unix time)', registers }),
+    fleetModelIdentities: new Gauge({ name: 'sourcebound_fleet_model_identities', help: 'distinct summarizer model identities among the workers on this database, this one included (above 1: they compete for the same ranges)', registers }),
   };
 }
 

@@ -11,6 +11,7 @@ import { createWorkerPool } from './db/worker-pool.ts';
 import { ownClaimsRelease, ownOutageDeferralsRelease, workerJobsUnlock } from './db/queries/recovery.ts';
 import type { Summarizer } from './gateway/types.ts';
 import { gatewayFromConfig } from './summarizer.ts';
+import { createFleetModels, workerApplicationName } from './fleet-models.ts';
 import { createWorkerMetrics, instrumentSummarizer, recordRanges, type WorkerMetrics } from './metrics.ts';
 import { startWorkerHttp, type WorkerHttp } from './worker-http.ts';
 import { jitter, sleep } from './backoff.ts';
@@ -133,7 +134,14 @@ export interface WorkerOptions {
   config: Readonly<Config>;
   logger: Logger;
   database: Database;
-  /** Replaces the configured gateway (tests, embedding). */
+  /**
+   * A summarizer of your own, used instead of the one configuration chooses
+   * (SOURCEBOUND_SUMMARIZER). The worker puts it behind its gateway as it
+   * does a built-in one: admission (SOURCEBOUND_MODEL_CONCURRENCY,
+   * SOURCEBOUND_FLEET_CONCURRENCY), the checks on what it returns, the
+   * classification of what it throws (a connection never made is a
+   * deferral, not a spent attempt), and the grounding check.
+   */
   summarizer?: Summarizer;
   /** Skip migrations (already done by `sourcebound migrate` / the release phase). (Default: false) */
   skipMigrations?: boolean;
@@ -184,17 +192,19 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   }
   // How long a call may still need: a retired runner's calls get this long before they are cut.
   const callGraceMs = config.admissionWaitMs + config.modelTimeoutMs + 5000;
-  let configured: ReturnType<typeof gatewayFromConfig> | null;
+  let configured: ReturnType<typeof gatewayFromConfig>;
   try {
-    configured = options.summarizer ? null : gatewayFromConfig(config, database.directConnectionString, logger, {
+    if (options.summarizer !== undefined) assertSummarizer(options.summarizer);
+    configured = gatewayFromConfig(config, database.directConnectionString, logger, {
       admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
-    });
+    }, options.summarizer);
   } catch (error) {
     // Nothing may stay open behind a failed start (the process would not exit).
     await http?.close();
     throw error;
   }
-  const summarizer = instrumentSummarizer(options.summarizer ?? configured!.gateway, metrics);
+  const summarizer = instrumentSummarizer(configured.gateway, metrics);
+  const fleetModels = createFleetModels({ pool: database.pool, model: summarizer.model, logger, gauge: metrics.fleetModelIdentities });
 
   // One emitter for every generation's events, so observers survive restarts.
   const events = new EventEmitter() as WorkerEvents;
@@ -224,6 +234,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       directConnectionString: database.directConnectionString,
       max: config.workerConcurrency + 3,
       applicationName: 'sourcebound-worker',
+      // The model identity on the direct sessions, for the other workers to see (fleet-models.ts).
+      directApplicationName: workerApplicationName(summarizer.model),
       logger,
     });
     const own = new EventEmitter() as WorkerEvents;
@@ -471,11 +483,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     current = await startGeneration();
   } catch (error) {
     await probe.close();
-    await configured?.close();
+    await configured.close();
     await http?.close();
     throw error;
   }
   metrics.runnerUp.set(1);
+  // Other model identities on this database are said once now, then when they change.
+  await fleetModels.check().catch((err: unknown) => logger.warn({ err }, 'could not read the model identities of the other workers'));
+  fleetModels.start();
   // A first answer now, so /healthz is ok from the start; a failure here is the probe's to report.
   await probe.check().catch(() => {});
   probe.start();
@@ -487,12 +502,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     stopping ??= (async () => {
       logger.info({ workerId }, 'worker stopping: no new jobs, waiting for running ones');
       wake.abort();
+      fleetModels.stop();
       const probeClosed = bounded(probe.close(), 5000);
       const gen = current;
       current = null;
       const closing = (async () => {
         await Promise.all([gen ? retire(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring.values(), recovery, probeClosed]);
-        await configured?.close();
+        await configured.close();
         await http?.close();
       })();
       let clean = true;
@@ -530,6 +546,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     events,
   };
   return { workerId, runner, metrics, health, httpPort: http?.port ?? null, stop };
+}
+
+/** A summarizer handed in by code must be one: a model identity and a summarize function. @throws WorkerStartError */
+function assertSummarizer(value: unknown): asserts value is Summarizer {
+  const s = value as Partial<Summarizer> | null;
+  if (s === null || typeof s !== 'object' || typeof s.summarize !== 'function' || typeof s.model !== 'string' || s.model.trim() === '') {
+    throw new WorkerStartError('the summarizer given to the worker is not one: it needs a non-empty `model` (the identity its summaries record) and a `summarize(request)` function');
+  }
 }
 
 interface Probe {

@@ -109,4 +109,45 @@ describe('configuration', () => {
     expect(() => loadConfig({ DATABASE_URL: 'postgres://app@pooler/app', DATABASE_DIRECT_URL: 'https://db/app' }))
       .toThrow(/DATABASE_DIRECT_URL: a PostgreSQL URL starts with postgres:\/\//);
   });
+
+  describe('the summarizer', () => {
+    const message = (env: Record<string, string>) => {
+      try {
+        loadConfig(env);
+      } catch (error) {
+        expect(error).toBeInstanceOf(ConfigError);
+        return (error as Error).message;
+      }
+      throw new Error('no ConfigError');
+    };
+
+    it('is Anthropic with ANTHROPIC_API_KEY, offline without, unless SOURCEBOUND_SUMMARIZER says', () => {
+      expect(loadConfig({}).summarizer).toBe('offline');
+      expect(loadConfig({ ANTHROPIC_API_KEY: 'k' })).toMatchObject({ summarizer: 'anthropic', openai: undefined });
+      expect(loadConfig({ ANTHROPIC_API_KEY: 'k', SOURCEBOUND_SUMMARIZER: 'offline' }).summarizer).toBe('offline');
+      // The application's own OpenAI key in the same environment chooses nothing.
+      expect(loadConfig({ OPENAI_API_KEY: 'sk-app' }).summarizer).toBe('offline');
+    });
+
+    it('openai takes OPENAI_BASE_URL, OPENAI_API_KEY and SOURCEBOUND_MODEL', () => {
+      expect(loadConfig({ SOURCEBOUND_SUMMARIZER: 'openai', OPENAI_API_KEY: 'sk-x', SOURCEBOUND_MODEL: 'gpt-4o-mini' }))
+        .toMatchObject({ summarizer: 'openai', openai: { apiKey: 'sk-x', baseURL: undefined, model: 'gpt-4o-mini' } });
+      // A server of your own needs no key.
+      expect(loadConfig({ SOURCEBOUND_SUMMARIZER: 'openai', OPENAI_BASE_URL: 'http://localhost:11434/v1', SOURCEBOUND_MODEL: 'llama3.1:8b' }).openai)
+        .toEqual({ apiKey: undefined, baseURL: 'http://localhost:11434/v1', model: 'llama3.1:8b' });
+    });
+
+    it('fails fast saying what to set', () => {
+      expect(message({ SOURCEBOUND_SUMMARIZER: 'openai', OPENAI_API_KEY: 'sk-x' })).toMatch(/SOURCEBOUND_MODEL: required with SOURCEBOUND_SUMMARIZER=openai: the model name as the server knows it/);
+      expect(message({ SOURCEBOUND_SUMMARIZER: 'openai', SOURCEBOUND_MODEL: 'gpt-4o-mini' })).toMatch(/OPENAI_API_KEY: required for OpenAI's endpoint; for a server of your own .* set OPENAI_BASE_URL/);
+      expect(message({ SOURCEBOUND_SUMMARIZER: 'anthropic' })).toMatch(/ANTHROPIC_API_KEY: required with SOURCEBOUND_SUMMARIZER=anthropic/);
+      expect(message({ SOURCEBOUND_SUMMARIZER: 'gemini' })).toMatch(/SOURCEBOUND_SUMMARIZER: .*"anthropic"\|"openai"\|"offline"|SOURCEBOUND_SUMMARIZER: Invalid option/);
+      expect(message({ SOURCEBOUND_SUMMARIZER: 'openai', SOURCEBOUND_MODEL: 'm', OPENAI_BASE_URL: 'localhost:11434' })).toMatch(/OPENAI_BASE_URL: an http:\/\/ or https:\/\/ URL/);
+      expect(message({ SOURCEBOUND_MODEL: 'gpt 4o' })).toMatch(/SOURCEBOUND_MODEL: a model name, without spaces/);
+      // Every problem at once, the key never echoed.
+      const all = message({ SOURCEBOUND_SUMMARIZER: 'openai', DATABASE_DIRECT_URL: 'postgres://db/x', ANTHROPIC_API_KEY: 'sk-ant-secret' });
+      expect(all).toMatch(/DATABASE_DIRECT_URL[^]*SOURCEBOUND_MODEL[^]*OPENAI_API_KEY/);
+      expect(all).not.toContain('sk-ant-secret');
+    });
+  });
 });

@@ -38,7 +38,8 @@ export const demoCommand: Command = {
       }
 
       const worker = await startWorker({ config, logger, database, skipMigrations: true });
-      say(`Worker ${worker.workerId} started (summarizer: ${config.anthropic.apiKey ? config.anthropic.model : 'offline extractive, no API key'}).`);
+      const model = config.summarizer === 'openai' ? config.openai!.model : config.summarizer === 'anthropic' ? config.anthropic.model : 'offline extractive, no model configured';
+      say(`Worker ${worker.workerId} started (summarizer: ${model}).`);
       const ids = conversations.map((c) => c.conversationId);
       const deadline = Date.now() + timeoutS * 1000;
       let last = '';

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { ConfigError } from '../config.ts';
+import { SummarizerConfigError } from '../compaction/compact.ts';
 import { DatabaseUnreachableError } from '../db/database.ts';
 import { UsageError, type Command } from './common.ts';
 import { migrateCommand } from './migrate.ts';
@@ -10,6 +11,7 @@ import { projectCliCommand } from './project-cli.ts';
 import { demoCommand } from './demo.ts';
 import { repairCommand } from './repair.ts';
 import { devDbCommand } from './dev-db.ts';
+import { retryCommand } from './retry.ts';
 import { packageFile } from '../package-files.ts';
 import { readFileSync } from 'node:fs';
 
@@ -18,7 +20,7 @@ function packageVersion(): string {
   return (JSON.parse(readFileSync(packageFile('package.json'), 'utf8')) as { version: string }).version;
 }
 
-const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, repairCommand, projectCliCommand, demoCommand, devDbCommand];
+const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, repairCommand, retryCommand, projectCliCommand, demoCommand, devDbCommand];
 
 function mainUsage(): string {
   const width = Math.max(...commands.map((c) => c.name.length));
@@ -59,7 +61,7 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`sourcebound ${command.name}: ${error.message}\n\n${command.usage}\n`);
       return 2;
     }
-    if (error instanceof ConfigError || error instanceof DatabaseUnreachableError || (error as { exitQuietly?: boolean }).exitQuietly) {
+    if (error instanceof ConfigError || error instanceof DatabaseUnreachableError || error instanceof SummarizerConfigError || (error as { exitQuietly?: boolean }).exitQuietly) {
       process.stderr.write(`sourcebound ${command.name}: ${(error as Error).message}\n`);
       return 1;
     }

@@ -1,6 +1,7 @@
 import type { Logger } from '../logger.ts';
 import { startWorker } from '../worker.ts';
 import { parseCommandArgs, withSession, type Command } from './common.ts';
+import { loadSummarizerModule } from './summarizer-module.ts';
 
 /** How long past SOURCEBOUND_SHUTDOWN_TIMEOUT_MS a worker that gave up may take to exit (closing what is left). */
 export const GIVE_UP_EXIT_MARGIN_MS = 1000;
@@ -25,9 +26,12 @@ export const workerCommand: Command = {
   name: 'worker',
   summary: 'run the compaction worker (graphile-worker) until SIGTERM/SIGINT',
   usage: [
-    'usage: sourcebound worker [--no-migrate]',
+    'usage: sourcebound worker [--no-migrate] [--summarizer <module>]',
     '',
     'Migrates, then runs compact_conversation jobs and the sweep crontab.',
+    '--summarizer <module>: summarize with the summarizer a JavaScript module exports (default export, or a function given',
+    '  { config, logger } that returns one) instead of the one SOURCEBOUND_SUMMARIZER chooses; admission, classification',
+    '  and grounding apply to it as to a built-in one (README, "A summarizer of your own").',
     'SIGTERM/SIGINT: stop taking jobs, let running ones finish (SOURCEBOUND_SHUTDOWN_TIMEOUT_MS), exit 0.',
     'A lost database (restart, failover): reconnects and restarts its runner in-process; exits 1 if PostgreSQL',
     'does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS (at most SOURCEBOUND_SHUTDOWN_TIMEOUT_MS + 1 s later, stopped',
@@ -36,9 +40,10 @@ export const workerCommand: Command = {
     'Concurrency: SOURCEBOUND_WORKER_CONCURRENCY; poll interval: SOURCEBOUND_POLL_INTERVAL_MS.',
   ].join('\n'),
   async run(argv) {
-    const { values } = parseCommandArgs(argv, { 'no-migrate': { type: 'boolean' } });
+    const { values } = parseCommandArgs(argv, { 'no-migrate': { type: 'boolean' }, summarizer: { type: 'string' } });
     await withSession(async ({ config, logger, database }) => {
-      const worker = await startWorker({ config, logger, database, skipMigrations: values['no-migrate'] === true });
+      const summarizer = values.summarizer === undefined ? undefined : await loadSummarizerModule(values.summarizer, { config, logger });
+      const worker = await startWorker({ config, logger, database, summarizer, skipMigrations: values['no-migrate'] === true });
       await new Promise<void>((resolve) => {
         const onSignal = (signal: NodeJS.Signals) => {
           logger.info({ signal }, 'signal received');

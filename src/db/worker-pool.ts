@@ -27,14 +27,19 @@ export interface WorkerPoolOptions {
   directConnectionString: string;
   max: number;
   applicationName: string;
+  /** `application_name` of the sessions on the direct URL (the LISTEN session). (Default: applicationName) */
+  directApplicationName?: string | undefined;
   logger: Logger;
 }
 
 export function createWorkerPool(options: WorkerPoolOptions): pg.Pool {
-  const { connectionString, directConnectionString, max, applicationName, logger } = options;
-  const base = { connectionTimeoutMillis: 10_000, application_name: applicationName };
-  const direct = directConnectionString === connectionString ? null : new pg.Pool({ ...base, connectionString: directConnectionString, max: 1 });
-  const pool = new WorkerPool({ ...base, connectionString, max }, direct);
+  const { connectionString, directConnectionString, max, logger } = options;
+  const directName = options.directApplicationName ?? options.applicationName;
+  const base = { connectionTimeoutMillis: 10_000 };
+  const direct = directConnectionString === connectionString ? null
+    : new pg.Pool({ ...base, application_name: directName, connectionString: directConnectionString, max: 1 });
+  // One pool on the direct URL: every session of it is direct.
+  const pool = new WorkerPool({ ...base, application_name: direct ? options.applicationName : directName, connectionString, max }, direct);
   watch(pool, logger);
   if (direct) watch(direct, logger);
   // poolEnd(pool) waits for both pools' connections to close.

@@ -1,10 +1,10 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { classify, type CallResult } from './classify.ts';
-import { freshNonce, renderMaterial, type ItemTag } from './fence.ts';
+import { prepareSummary } from './contract.ts';
 import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
-import { promptEntry, promptText } from './prompts.ts';
-import { codePointLength, isBlank } from './text.ts';
 import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
+
+export { DEFAULT_MAX_INPUT_CHARS } from './contract.ts';
 
 export interface AnthropicSummarizerOptions {
   /** Anthropic API key. Without one every call is a `config` outcome and nothing is sent. */
@@ -24,21 +24,11 @@ export interface AnthropicSummarizerOptions {
 }
 
 /**
- * 600,000 characters is about 150k tokens of English: well inside a 200k-token
- * context with the prompt and the answer, and ten replies far larger than any
- * conversation block we plan. Larger material is a bug upstream, not a summary.
- * It is only a guard: text of about one character a token (CJK) can be over
- * the window well below it; the API then answers 400 "prompt is too long",
- * which classify() makes `invalid` like this guard's answer.
- */
-export const DEFAULT_MAX_INPUT_CHARS = 600_000;
-
-/**
  * The SDK's own timeout only backstops our deadline (which covers the body
  * read too, and lets us tell a deadline from a caller abort): it is set this
  * much later so our deadline always fires first.
  */
-const SDK_TIMEOUT_SLACK_MS = 1_000;
+export const SDK_TIMEOUT_SLACK_MS = 1_000;
 
 /**
  * `max_tokens` for a cap of `maxChars` code points. A summary that fits the
@@ -52,8 +42,6 @@ export function maxTokensFor(maxChars: number): number {
   return maxChars + 256;
 }
 
-const TAG_FOR_INPUT: Readonly<Record<string, ItemTag>> = { assistant_replies: 'reply', run_work: 'item' };
-
 /**
  * A summarizer backed by the Anthropic Messages API.
  *
@@ -65,7 +53,6 @@ const TAG_FOR_INPUT: Readonly<Record<string, ItemTag>> = { assistant_replies: 'r
  */
 export function createAnthropicSummarizer(options: AnthropicSummarizerOptions): Summarizer {
   const model = `anthropic/${options.model}`;
-  const maxInputChars = options.maxInputChars ?? DEFAULT_MAX_INPUT_CHARS;
   const logger = options.logger ?? silentGatewayLogger;
   const apiKey = options.apiKey ? options.apiKey : null;
   const client = apiKey === null ? null : new Anthropic({
@@ -84,29 +71,11 @@ export function createAnthropicSummarizer(options: AnthropicSummarizerOptions): 
   });
 
   async function summarize(request: SummaryRequest): Promise<Outcome> {
-    const maxChars = request.maxChars ?? options.maxChars;
     const deadlineMs = request.deadlineMs ?? options.timeoutMs;
     if (client === null) return { kind: 'config', reason: 'no_api_key', status: null };
-
-    const entry = promptEntry(request.promptVersion);
-    if (entry === undefined) return { kind: 'config', reason: `unknown_prompt_version:${request.promptVersion}`, status: null };
-    const tag = TAG_FOR_INPUT[entry.inputKind];
-    if (!entry.current || tag === undefined) return { kind: 'config', reason: `prompt_not_current:${entry.version}`, status: null };
-
-    // Material with nothing visible (see isBlank) can only come back as an empty or invented summary.
-    if (request.items.every((item) => isBlank(item.text))) {
-      return { kind: 'invalid', reason: 'empty_input', model, usage: null, requestId: null };
-    }
-    const inputChars = request.items.reduce((sum, item) => sum + codePointLength(item.text) + codePointLength(item.id), 0);
-    if (inputChars > maxInputChars) {
-      logger.warn({ inputChars, maxInputChars, promptVersion: request.promptVersion }, 'summary input too large; not sent');
-      return { kind: 'invalid', reason: 'input_too_large', model, usage: null, requestId: null };
-    }
-    if (request.signal?.aborted) return { kind: 'deferred', reason: 'aborted_before_send', retryAfterMs: null };
-
-    const nonce = freshNonce(request.items.flatMap((item) => [item.id, item.text]));
-    const system = `${promptText(entry.version).trimEnd()}\n\nCharacter limit: at most ${maxChars} characters.`;
-    const content = renderMaterial(request.items, { tag, nonce, maxChars });
+    const prepared = prepareSummary(request, { model, maxChars: options.maxChars, maxInputChars: options.maxInputChars, logger });
+    if (!prepared.send) return prepared.outcome;
+    const { system, user: content, maxChars } = prepared;
 
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = request.signal ? AbortSignal.any([request.signal, deadline]) : deadline;

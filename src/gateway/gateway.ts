@@ -1,5 +1,5 @@
 import type { Admission, Slot } from './admission.ts';
-import { capRetryAfter, isTokenCount, storableRequestId } from './classify.ts';
+import { capRetryAfter, classifyThrown, isTokenCount, storableRequestId } from './classify.ts';
 import { createDeferralBackoff, DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';
 import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
 import { codePointLength, isBlank, providerText } from './text.ts';
@@ -33,8 +33,10 @@ export interface Gateway {
 /**
  * The one door to a summarizer: takes an admission slot, calls the
  * summarizer, gives the slot back, and makes sure nothing but a checked
- * summary comes out as `ok`. A throw from the summarizer is `unknown` (it may
- * have reached the provider), and an `ok` that breaks the contract (empty,
+ * summary comes out as `ok`. A throw from the summarizer is classified
+ * (classifyThrown): a connection that was never made is `deferred`, an HTTP
+ * status by its meaning, anything else `unknown` (it may have reached the
+ * provider) with the error's name, code and message; an `ok` that breaks the contract (empty,
  * over the cap) is `invalid`, so a bug never becomes a summary. Whatever a
  * summarizer returns leaves storable (see conformOutcome()), and a provider's short
  * retry-after is backed off (deferral.ts).
@@ -69,8 +71,9 @@ export function createGateway(options: GatewayOptions): Gateway {
     try {
       outcome = backoff.apply(request, checkedAnswer(conformOutcome(await summarizer.summarize(request), summarizer.model), maxChars));
     } catch (err) {
-      logger.error({ err, model: summarizer.model }, 'summarizer threw; recorded as unknown');
-      outcome = conformOutcome({ kind: 'unknown', reason: `summarizer_threw:${err instanceof Error ? err.message : String(err)}`, requestId: null }, summarizer.model);
+      // Classified as a built-in summarizer's failure is: a connection never made is a deferral, not a spent attempt.
+      outcome = backoff.apply(request, conformOutcome(classifyThrown(err, { model: summarizer.model, maxChars }), summarizer.model));
+      logger.error({ err, model: summarizer.model, outcome: outcome.kind }, `summarizer threw; recorded as ${outcome.kind}`);
     } finally {
       slot?.release();
     }

@@ -4,10 +4,16 @@ export type {
   Summarizer, SummaryRequest, UnknownOutcome, Usage,
 } from './types.ts';
 export { createGateway, type Gateway, type GatewayOptions } from './gateway.ts';
-export { createAnthropicSummarizer, DEFAULT_MAX_INPUT_CHARS, type AnthropicSummarizerOptions } from './anthropic.ts';
+export { createAnthropicSummarizer, type AnthropicSummarizerOptions } from './anthropic.ts';
+export { createOpenAISummarizer, openAIModelIdentity, type OpenAISummarizerOptions } from './openai.ts';
 export { createOfflineSummarizer, OFFLINE_MODEL } from './offline.ts';
+export {
+  DEFAULT_MAX_INPUT_CHARS, outcomeFromAnswer, outcomeFromError, prepareSummary, type Answer, type PreparedSummary, type PrepareOptions,
+} from './contract.ts';
 export { ADMISSION_LOCK_NAMESPACE, createAdmission, type Admission, type AdmissionOptions, type Slot } from './admission.ts';
-export { classify, MAX_RETRY_AFTER_MS, type CallResult, type ClassifyOptions } from './classify.ts';
+export { classify, classifyThrown, MAX_RETRY_AFTER_MS, type CallResult, type ClassifyOptions } from './classify.ts';
+export { describeError, maskSecrets } from './error-text.ts';
+export { freshNonce, renderMaterial, type ItemTag } from './fence.ts';
 export { DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';
 export type { GatewayLogger } from './logger.ts';
 export {

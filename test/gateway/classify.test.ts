@@ -279,7 +279,7 @@ describe('classify: transport errors and aborts', () => {
 
   it('anything unrecognised is unknown, never ok, with its message', () => {
     expect(classify(failure(new RangeError('bug')), opts)).toMatchObject({ kind: 'unknown', reason: 'unexpected_error:RangeError: bug' });
-    expect(classify(failure('a string'), opts)).toMatchObject({ kind: 'unknown', reason: 'unexpected_error:string' });
+    expect(classify(failure('a string'), opts)).toMatchObject({ kind: 'unknown', reason: 'unexpected_error:string: a string' });
   });
 });
 

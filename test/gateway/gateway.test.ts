@@ -48,7 +48,7 @@ describe('gateway', () => {
     const admission = createAdmission({ localLimit: 1, fleetLimit: 0, waitTimeoutMs: 100 });
     const logger = recordingLogger();
     const gateway = createGateway({ summarizer: scripted(() => { throw new Error('boom'); }), admission, defaults: { maxChars: 100, deadlineMs: 100 }, logger });
-    expect(await gateway.summarize(request)).toEqual({ kind: 'unknown', reason: 'summarizer_threw:boom', requestId: null });
+    expect(await gateway.summarize(request)).toEqual({ kind: 'unknown', reason: 'summarizer_threw:Error: boom', requestId: null });
     // With a limit of one, a leaked slot would make this second call wait out its timeout.
     expect(await gateway.summarize(request)).toMatchObject({ kind: 'unknown' });
     expect(logger.entries.some((e) => e.level === 'error' && e.msg.includes('threw'))).toBe(true);
