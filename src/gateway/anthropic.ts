@@ -106,7 +106,7 @@ export function createAnthropicSummarizer(options: AnthropicSummarizerOptions): 
 
     const nonce = freshNonce(request.items.flatMap((item) => [item.id, item.text]));
     const system = `${promptText(entry.version).trimEnd()}\n\nCharacter limit: at most ${maxChars} characters.`;
-    const content = renderMaterial(request.items, { tag, nonce, maxChars });
+    const content = renderMaterial(request.items, { tag, nonce, maxChars, key: entry.itemKey });
 
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = request.signal ? AbortSignal.any([request.signal, deadline]) : deadline;
