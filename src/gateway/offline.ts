@@ -130,7 +130,7 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
     let lead = true;
     for (const sentence of part.sentences) {
       const keys = factKeys(sentence.text, names);
-      const phatic = isPhatic(sentence.text, keys.length);
+      const phatic = isPhatic(sentence.text, keys, names);
       candidates.push({ part: p, sentence, keys, rank: ranks[candidates.length]! / meanRank, phatic, lead: lead && !phatic });
       if (!phatic) lead = false;
     }

@@ -16,10 +16,11 @@
  *   none), or a sentence's first word when the material capitalizes that
  *   word inside a sentence elsewhere (`Nietzsche believed...` after `...by
  *   Nietzsche`).
- * - Phatic: a sentence without a fact key that opens with a greeting,
- *   thanks, praise, an apology, an offer of more help, a wish or an AI
- *   disclaimer, or that is an exclamation or a question of its own (the
- *   reply's question back to the user). English only: in other languages
+ * - Phatic: a sentence that opens with a greeting, thanks, an apology, an
+ *   offer of more help, a wish or an AI disclaimer and has no fact key after
+ *   that opening; or a sentence without a fact key that is a short
+ *   acknowledgement or praise (`Sure!`, `That's great.`), or an exclamation
+ *   or a question of its own (the reply's question back to the user). English only: in other languages
  *   no sentence is phatic, and facts and centrality choose alone.
  */
 
@@ -66,11 +67,15 @@ export function namesInside(sentences: readonly string[]): Set<string> {
   return names;
 }
 
-/** The fact keys of `sentence` (see Terminology), without repeats. `names`: namesInside() of the material. */
-export function factKeys(sentence: string, names: ReadonlySet<string>): string[] {
+/**
+ * The fact keys of `sentence` (see Terminology), without repeats. `names`:
+ * namesInside() of the material; `start`: whether `sentence` starts a
+ * sentence (its first word is then a name only when `names` has it).
+ */
+export function factKeys(sentence: string, names: ReadonlySet<string>, start = true): string[] {
   const keys = new Set<string>();
   for (const m of sentence.matchAll(CODE_SPAN)) keys.add(`code:${m[1]!.trim()}`);
-  let first = true;
+  let first = start;
   for (const m of sentence.replace(CODE_SPAN, ' ').matchAll(WORD)) {
     const word = m[0];
     const lower = word.toLowerCase();
@@ -131,11 +136,16 @@ const ACK_OPENING = opening(ACK_OPENINGS);
 const LEADING_MARKUP = /^[^\p{L}\p{N}]*(?:\p{N}{1,2}[.)]\s+)?[^\p{L}\p{N}]*/u;
 const WORDS = /\S+/g;
 
-/** Whether `sentence` (with `facts` fact keys) is phatic (see Terminology). */
-export function isPhatic(sentence: string, facts: number): boolean {
-  if (facts > 0) return false;
+/**
+ * Whether `sentence` is phatic (see Terminology). `facts`: its fact keys;
+ * `names`: namesInside() of the material. A phatic opening's own words are
+ * no facts (`As an AI language model, ...`): only the facts after it count.
+ */
+export function isPhatic(sentence: string, facts: readonly string[], names: ReadonlySet<string>): boolean {
   const text = sentence.replace(LEADING_MARKUP, '');
-  if (PHATIC_OPENING.test(text)) return true;
+  const opening = PHATIC_OPENING.exec(text);
+  if (opening !== null) return facts.length === 0 || factKeys(text.slice(opening[0].length), names, false).length === 0;
+  if (facts.length > 0) return false;
   if ((ACK_OPENING.test(text) || PRAISE.test(text)) && ((text.match(WORDS)?.length ?? 0) <= ACK_WORDS || /:[\s*_]*$/.test(text))) return true;
   // An exclamation, or a question back to the user, that names nothing: `I can't wait to try it!`, `What do you think?`.
   return /[!?][\s"”'’)*_]*$/u.test(sentence);
