@@ -1,6 +1,8 @@
 import type pg from 'pg';
 import type { Thread } from '../../src/demo.ts';
-import { extractiveSummary } from '../../src/gateway/offline.ts';
+import { conversationMaterial } from '../../src/compaction/material.ts';
+import { extractiveSummary, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../../src/gateway/prompts.ts';
 import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
 import { projectConversationHistory, toAnthropicMessages, type MessageParam, type PairItem } from '../../src/projection/index.ts';
 import { PromptCache } from './prompt-cache.ts';
@@ -83,9 +85,10 @@ async function summarize(pool: pg.Pool, conversationId: string, fromPair: number
   const { rows: source } = await pool.query<SourcePair>(
     `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
      from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`, [conversationId, fromPair, fromPair + 9]);
-  const summary = extractiveSummary(source.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })), 6000) ?? 'summary';
+  const items = conversationMaterial(source, fromPair, CONVERSATION_PROMPT_VERSION);
+  const summary = extractiveSummary(items, 6000, promptEntry(CONVERSATION_PROMPT_VERSION)!.itemKey) ?? 'summary';
   await pool.query(
     `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status, summary, completed_at)
-     values ($1, 'p8', $2, $3, $4::uuid[], $5, 1, 'sourcebound/extractive@2', 'conversation-compaction@4', 'completed', $6, now())`,
-    [conversationId, fromPair, fromPair + 9, sourceMessageIds(source), sourceHash(source), summary]);
+     values ($1, 'p8', $2, $3, $4::uuid[], $5, 1, $7, $8, 'completed', $6, now())`,
+    [conversationId, fromPair, fromPair + 9, sourceMessageIds(source), sourceHash(source), summary, OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION]);
 }
