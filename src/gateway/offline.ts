@@ -9,7 +9,9 @@ import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
  * The model identity of the offline summarizer. Its records carry it, so an
  * extractive digest can never pass for a model's summary. Bump the version
  * when the output for the same input changes (@2: a target of a quarter of
- * the input, TextRank, Intl.Segmenter sentences).
+ * the input, TextRank, Intl.Segmenter sentences; @3: sentences with facts
+ * first, phatic ones dropped, `[pair 12]` tags for versions that name
+ * replies by pair number).
  */
 export const OFFLINE_MODEL = 'sourcebound/extractive@3';
 
@@ -58,22 +60,30 @@ interface Candidate {
   keys: string[];
   /** Its TextRank score over the mean score: 1 is an average sentence. */
   rank: number;
-  phatic: boolean;
-  /** The first sentence of its item that is not phatic: where a reply most often gives its answer. */
+  /** Neither phatic (salience.ts) nor a bare list marker. */
+  informative: boolean;
+  /** The first informative sentence of its item: where a reply most often gives its answer. */
   lead: boolean;
 }
 
 /**
  * A deterministic extractive summarizer (no network, no clock, no randomness).
  * It aims at a quarter of the input's UTF-8 bytes (at least 400, never more
- * than the cap, counted in bytes so it fits a character cap too) and picks sentences by TextRank (Mihalcea & Tarau, 2004) over all
- * sentences of the material: first the best sentence of each item, then the
- * best of the rest, while they fit. Each item's chosen sentences appear in
- * their original order, after `[<short id>]`, items in their order. Sentences
- * are copied, never rewritten (only runs of ASCII whitespace are collapsed),
- * so every figure and identifier stays byte-exact and grounded; a sentence is
- * cut (at a word boundary, marked `…`) only when no whole one fits at all.
- * Lone surrogates become U+FFFD.
+ * than the cap, counted in bytes so it fits a character cap too) and keeps
+ * what a reader would ask about: sentences are chosen by what they add per
+ * byte, the facts (salience.ts: figures, dates, identifiers, code, links,
+ * proper names) the summary does not hold yet first, then a reply's first
+ * informative sentence (where a reply answers), then centrality (TextRank,
+ * Mihalcea & Tarau, 2004, over all sentences of the material); phatic
+ * sentences (greetings, thanks, praise, offers of more help) only when
+ * nothing else is there. First the best sentence of each item, then the best
+ * of the rest, while they fit. Each item's chosen sentences appear in their
+ * original order, after its tag (`[pair 12]` when the prompt version names
+ * items by pair number, else `[<short id>]`), items in their order.
+ * Sentences are copied, never rewritten (only runs of ASCII whitespace are
+ * collapsed), so every figure and identifier stays byte-exact and grounded;
+ * a sentence is cut (at a word boundary, marked `…`) only when no whole one
+ * fits at all. Lone surrogates become U+FFFD.
  */
 export function createOfflineSummarizer(options: { maxChars: number }): Summarizer {
   return {
@@ -130,9 +140,11 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
     let lead = true;
     for (const sentence of part.sentences) {
       const keys = factKeys(sentence.text, names);
-      const phatic = isPhatic(sentence.text, keys, names);
-      candidates.push({ part: p, sentence, keys, rank: ranks[candidates.length]! / meanRank, phatic, lead: lead && !phatic });
-      if (!phatic) lead = false;
+      // Phatic sentences say nothing a reader would ask about; nor do a list's bare markers (`7.`),
+      // which, run together, can even read as a date (`2017. 7. 8.`).
+      const informative = !isPhatic(sentence.text, keys, names) && (keys.length > 0 || LETTER.test(sentence.text));
+      candidates.push({ part: p, sentence, keys, rank: ranks[candidates.length]! / meanRank, informative, lead: lead && informative });
+      if (informative) lead = false;
     }
   });
 
@@ -157,9 +169,8 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
   };
   const order = (a: Candidate, b: Candidate) => a.part - b.part || a.sentence.index - b.sentence.index;
 
-  // Phatic sentences only when nothing else is there: they say nothing a reader would ask about;
-  // nor do a list's bare markers (`7.`), which, run together, can even read as a date (`2017. 7. 8.`).
-  const informative = candidates.filter((c) => !c.phatic && (c.keys.length > 0 || LETTER.test(c.sentence.text)));
+  // Sentences that are not informative only when nothing else is there.
+  const informative = candidates.filter((c) => c.informative);
   const pool = informative.length > 0 ? informative : candidates;
   // Each item's best sentence first (so each reply is represented while room lasts), best items first...
   const byPart = parts.map((_, p) => pool.filter((c) => c.part === p));
