@@ -18,10 +18,9 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual, parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { extractiveSummary } from '../src/gateway/offline.ts';
 import type { MaterialItem } from '../src/gateway/types.ts';
 import { extractFacts, groundSummary, type Grounding } from '../src/grounding.ts';
-import { realRanges } from './p9-grounding.ts';
+import { offlineSummary, realRanges } from './p9-grounding.ts';
 
 type Check = (summary: string, material: readonly MaterialItem[]) => Grounding;
 
@@ -40,7 +39,7 @@ if (values.candidate !== undefined) {
 }
 
 // The ranges of P9, with their offline summaries.
-const ranges = realRanges().map(({ items }) => ({ items, summary: extractiveSummary(items, 6000)! }));
+const ranges = realRanges().map(({ items }) => ({ items, summary: offlineSummary(items) }));
 for (const [name, check] of checks.slice(1)) {
   const differ = ranges.filter((r) => !isDeepStrictEqual(check(r.summary, r.items), groundSummary(r.summary, r.items)));
   if (differ.length > 0) throw new Error(`p9-cold: ${name} differs from src/grounding.ts on ${differ.length} of ${ranges.length} ranges`);
@@ -52,7 +51,7 @@ for (let pass = 0; pass < 20; pass++) for (const r of ranges) for (const [, chec
 const states: [string, (r: (typeof ranges)[number]) => unknown][] = [
   ['one check after another', () => undefined],
   ['after a minor GC', () => gc({ type: 'minor' })],
-  ['after extractiveSummary of the range (as in P9)', (r) => extractiveSummary(r.items, 6000)],
+  ['after extractiveSummary of the range (as in P9)', (r) => offlineSummary(r.items)],
   ['after a 1 ms sleep', () => sleep(1)],
   ['after a full GC', () => gc()],
 ];

@@ -1,9 +1,9 @@
-import { createHash } from 'node:crypto';
 import { claimRange } from '../src/compaction/claim.ts';
 import { commitOutcome } from '../src/compaction/commit.ts';
 import { conversationIdFor, writeThread } from '../src/demo.ts';
-import { extractiveSummary } from '../src/gateway/offline.ts';
-import { CONVERSATION_PROMPT_VERSION } from '../src/gateway/prompts.ts';
+import { conversationMaterial } from '../src/compaction/material.ts';
+import { extractiveSummary, OFFLINE_MODEL } from '../src/gateway/offline.ts';
+import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../src/gateway/prompts.ts';
 import type { MaterialItem, Outcome } from '../src/gateway/types.ts';
 import { extractFacts, groundOutcome, groundSummary, normalizeText, type Fact } from '../src/grounding.ts';
 import { plannableRanges } from '../src/plan.ts';
@@ -27,7 +27,7 @@ import { spread } from './lib/stats.ts';
  * (b) the same stand-in changing one figure, date or identifier per summary
  *     (or inventing one when the summary has none) to a value its replies do
  *     not contain: every summary must be flagged;
- * (c) the offline summarizer (sourcebound/extractive@2): no flag expected.
+ * (c) the offline summarizer (OFFLINE_MODEL): no flag expected.
  * Then the check's cost against the commit's: for each range, claimed in a
  * real database, the time of groundOutcome and of commitOutcome, p50 of each;
  * the headline on the offline summaries, and beside it (no goal) on the
@@ -39,7 +39,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
   const ranges = realRanges();
   const result: BenchResult = {
     id: 'P9', title: 'grounding check on real ranges', status: 'ok', seconds: 0,
-    params: { ranges: ranges.length, summarizer: 'sourcebound/extractive@2 and a reformatting / tampering stand-in', summaryMaxChars: 6000 },
+    params: { ranges: ranges.length, summarizer: `${OFFLINE_MODEL} and a reformatting / tampering stand-in`, summaryMaxChars: 6000 },
     figures: [], headlines: [], notes: [`Data: ${source}.`],
   };
 
@@ -51,7 +51,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
   let checkedFacts = 0;
   const falseFlags: string[] = [];
   for (const r of ranges) {
-    const offline = extractiveSummary(r.items, 6000)!;
+    const offline = offlineSummary(r.items);
     const c = groundSummary(offline, r.items);
     checkedFacts += c.checked.length;
     if (c.ungrounded.length > 0) offlineFlagged++;
@@ -77,7 +77,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     { label: 'facts checked in the offline summaries', unit: 'facts', value: one(checkedFacts) },
     { label: '(a) faithful, reformatted stand-in: summaries flagged (false flags)', unit: 'summaries', value: one(faithfulFlagged) },
     { label: '(b) one figure/date/identifier changed or invented: summaries flagged', unit: 'summaries', value: one(tamperedFlagged) },
-    { label: '(c) offline summarizer extractive@2: summaries flagged', unit: 'summaries', value: one(offlineFlagged) },
+    { label: `(c) offline summarizer ${OFFLINE_MODEL.replace('sourcebound/', '')}: summaries flagged`, unit: 'summaries', value: one(offlineFlagged) },
   );
   result.headlines.push(
     { label: 'P9 (a) false flags / faithful reformatted summaries', ratio: one(faithfulFlagged / n), goal: { op: '<=', target: 0 } },
@@ -112,7 +112,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
             promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'bench-p9', leaseMs: 60_000,
           });
           if (claim.kind !== 'claimed') throw new Error(`P9: range ${r.threadId}:${r.fromPair} not claimable (${claim.kind})`);
-          const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
+          const items = conversationMaterial(claim.replies, r.fromPair, CONVERSATION_PROMPT_VERSION);
           const answer: Outcome = { kind: 'ok', text: summaryOf(items), model: 'bench', usage: null, requestId: null };
           const t0 = performance.now();
           const outcome = groundOutcome(answer, items, policy);
@@ -126,9 +126,9 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
       }
       return { check, commit };
     };
-    const offline = await timed((items) => extractiveSummary(items, 6000)!, 'bench/p9');
+    const offline = await timed(offlineSummary, 'bench/p9');
     // Under `flag`, so that an answer the check got wrong would still commit as completed (and show in (a)).
-    const modelLike = await timed((items) => reformatFaithfully(extractiveSummary(items, 6000)!).text, 'bench/p9-reformatted', 'flag');
+    const modelLike = await timed((items) => reformatFaithfully(offlineSummary(items)).text, 'bench/p9-reformatted', 'flag');
     const p50 = (xs: number[]) => spread(xs).median;
     const { check, commit } = offline;
     result.figures.push(
@@ -144,25 +144,21 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
   return result;
 }
 
-/** Every plannable range (ten assistant replies) of the shared threads, the replies with ids shaped like the database's. */
+/** Every plannable range (ten assistant replies) of the shared threads, as compaction gives them to the current prompt version. */
 export function realRanges(): { threadId: string; fromPair: number; items: MaterialItem[] }[] {
   const ranges: { threadId: string; fromPair: number; items: MaterialItem[] }[] = [];
   for (const thread of dataset().threads) {
     for (const range of plannableRanges(thread.pairs.length)) {
-      ranges.push({
-        threadId: thread.id,
-        fromPair: range.fromPair,
-        items: thread.pairs.slice(range.fromPair, range.toPair + 1).map((p, i) => ({ id: messageId(thread.id, range.fromPair + i), text: p.assistant })),
-      });
+      const replies = thread.pairs.slice(range.fromPair, range.toPair + 1).map((p) => ({ assistantMessageId: '', assistantText: p.assistant }));
+      ranges.push({ threadId: thread.id, fromPair: range.fromPair, items: conversationMaterial(replies, range.fromPair, CONVERSATION_PROMPT_VERSION) });
     }
   }
   return ranges;
 }
 
-/** A message id per thread and pair, shaped like the ones the database gives (the summaries tag replies by them). */
-function messageId(threadId: string, pair: number): string {
-  const h = createHash('sha256').update(`${threadId}:${pair}`).digest('hex');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`;
+/** The offline summarizer's summary of a range's material for the current prompt version (tags as that version names replies). */
+export function offlineSummary(items: readonly MaterialItem[]): string {
+  return extractiveSummary(items, 6000, promptEntry(CONVERSATION_PROMPT_VERSION)!.itemKey)!;
 }
 
 const MONTH_NAMES = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December'];
@@ -236,8 +232,8 @@ function tamper(summary: string, items: readonly MaterialItem[]): { text: string
   for (const fact of extractFacts(summary)) {
     if (fact.truncated || !['number', 'money', 'date', 'identifier', 'time'].includes(fact.kind)) continue;
     const at = summary.indexOf(fact.text);
-    // Not a reply's tag ([3f2a1b4c]): the change goes into what the summary says.
-    if (at < 0 || summary[at - 1] === '[') continue;
+    // Not a reply's tag ([3f2a1b4c], [pair 123]): the change goes into what the summary says.
+    if (at < 0 || summary[at - 1] === '[' || summary.slice(Math.max(0, at - 6), at) === '[pair ') continue;
     // Change the fact's last digit, trying each other digit until the result is not in the material.
     const last = fact.text.search(/\d(?=\D*$)/);
     for (let bump = 1; bump <= 9; bump++) {

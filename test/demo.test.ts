@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { DEMO_SCOPE, readThreads, conversationIdFor } from '../src/demo.ts';
+import { OFFLINE_MODEL } from '../src/gateway/offline.ts';
 import { createTestDatabase } from './support/db.ts';
 import { spawnSourcebound } from './support/processes.ts';
 
@@ -19,7 +20,7 @@ describe('sourcebound demo', () => {
     const { rows } = await db.pool.query(
       `select model, count(*)::int as n from sourcebound.conversation_summaries s join sourcebound.conversations c on c.id = s.conversation_id
        where c.scope = $1 and s.status = 'completed' group by model`, [DEMO_SCOPE]);
-    expect(rows).toEqual([{ model: 'sourcebound/extractive@2', n: 7 }]);
+    expect(rows).toEqual([{ model: OFFLINE_MODEL, n: 7 }]);
     // Running it again reuses the same conversations; LOG_LEVEL= (empty) is unset (before, pino crashed on it).
     const again = spawnSourcebound(['demo', '--timeout', '60'], { DATABASE_URL: db.url, LOG_LEVEL: '' });
     expect(await again.exited).toBe(0);

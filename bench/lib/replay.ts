@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { Thread } from '../../src/demo.ts';
+import { conversationMaterial } from '../../src/compaction/material.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { SUMMARY_CHAR_CEILING } from '../../src/gateway/types.ts';
@@ -92,7 +93,9 @@ export async function writeOfflineSummary(pool: pg.Pool, conversationId: string,
   const { rows: source } = await pool.query<SourcePair>(
     `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
      from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`, [conversationId, fromPair, fromPair + 9]);
-  const outcome = await offline.summarize({ promptVersion: CONVERSATION_PROMPT_VERSION, items: source.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })) });
+  // The material as the worker sends it (replies named by pair number under the current prompt).
+  const items = conversationMaterial(source, fromPair, CONVERSATION_PROMPT_VERSION);
+  const outcome = await offline.summarize({ promptVersion: CONVERSATION_PROMPT_VERSION, items });
   if (outcome.kind !== 'ok') throw new Error(`offline summary of pairs ${fromPair}-${fromPair + 9}: ${outcome.kind} ${'reason' in outcome ? outcome.reason : ''}`);
   await pool.query(
     `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status, summary, completed_at)

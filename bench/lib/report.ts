@@ -67,8 +67,9 @@ export function missed(results: readonly BenchResult[]): { id: string; headline:
   return results.flatMap((r) => r.headlines.filter((h) => met(h) === false).map((headline) => ({ id: r.id, headline })));
 }
 
-function fmt(x: number): string {
-  if (Number.isNaN(x)) return '-';
+/** A figure as printed; '-' for none (NaN, which the results file keeps as null). */
+function fmt(x: number | null): string {
+  if (x === null || Number.isNaN(x)) return '-';
   const abs = Math.abs(x);
   if (abs >= 1000) return Math.round(x).toLocaleString('en-US');
   if (abs >= 100) return x.toFixed(0);

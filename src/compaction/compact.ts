@@ -6,6 +6,7 @@ import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '.
 import { claimNextRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
+import { conversationMaterial } from './material.ts';
 
 /** Raised when the summarizer's configuration is wrong (no key, 401...): the job fails loudly, no attempt spent. */
 export class SummarizerConfigError extends Error {
@@ -107,7 +108,8 @@ export async function compactConversation(ctx: CompactionContext, conversationId
 
     log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'summarizing range');
     // No transaction is open here: the call may take minutes.
-    const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
+    // The replies come in pair order, the range's ten pairs from its first.
+    const items = conversationMaterial(claim.replies, range.fromPair, promptVersion);
     const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
     // Every figure, date and identifier must be in the replies it summarizes (src/grounding.ts).
     const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);

@@ -81,7 +81,7 @@ export function prepareSummary(request: SummaryRequest, options: PrepareOptions)
   return {
     send: true,
     system: `${promptText(entry.version).trimEnd()}\n\nCharacter limit: at most ${maxChars} characters.`,
-    user: renderMaterial(request.items, { tag, nonce, maxChars }),
+    user: renderMaterial(request.items, { tag, nonce, maxChars, key: entry.itemKey }),
     maxChars,
   };
 }

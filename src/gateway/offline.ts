@@ -1,4 +1,5 @@
-import { promptEntry } from './prompts.ts';
+import { promptEntry, type ItemKey } from './prompts.ts';
+import { factKeys, isPhatic, namesInside } from './salience.ts';
 import { splitSentences, type Sentence } from './sentences.ts';
 import { textRank } from './textrank.ts';
 import { codePointLength, sliceCodePoints, toWellFormed } from './text.ts';
@@ -8,9 +9,11 @@ import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
  * The model identity of the offline summarizer. Its records carry it, so an
  * extractive digest can never pass for a model's summary. Bump the version
  * when the output for the same input changes (@2: a target of a quarter of
- * the input, TextRank, Intl.Segmenter sentences).
+ * the input, TextRank, Intl.Segmenter sentences; @3: sentences with facts
+ * first, phatic ones dropped, `[pair 12]` tags for versions that name
+ * replies by pair number).
  */
-export const OFFLINE_MODEL = 'sourcebound/extractive@2';
+export const OFFLINE_MODEL = 'sourcebound/extractive@3';
 
 /**
  * Sizes here are UTF-8 bytes: a summary of at most N bytes has at most N
@@ -31,6 +34,17 @@ const SCAN_CHARS = 200_000;
 /** Ids longer than this are shortened to their first `SHORT_ID_CHARS` characters in the part's tag. */
 const LONG_ID_CHARS = 12;
 const SHORT_ID_CHARS = 8;
+/**
+ * A sentence's priority is (facts not yet in the summary x FACT_WEIGHT +
+ * centrality x RANK_WEIGHT + LEAD_WEIGHT for a reply's first informative
+ * sentence) per (its bytes + BYTES_DAMPING): what it adds for what it costs,
+ * without letting a three-word fragment win on size alone.
+ */
+const FACT_WEIGHT = 1;
+const RANK_WEIGHT = 0.5;
+const LEAD_WEIGHT = 2;
+const BYTES_DAMPING = 40;
+const LETTER = /\p{L}/u;
 /** Marks a sentence cut short because nothing whole fit. */
 const ELLIPSIS = '…';
 
@@ -39,23 +53,37 @@ interface Part {
   sentences: Sentence[];
 }
 
-interface Ranked {
+interface Candidate {
   part: number;
   sentence: Sentence;
-  score: number;
+  /** Its fact keys (salience.ts). */
+  keys: string[];
+  /** Its TextRank score over the mean score: 1 is an average sentence. */
+  rank: number;
+  /** Neither phatic (salience.ts) nor a bare list marker. */
+  informative: boolean;
+  /** The first informative sentence of its item: where a reply most often gives its answer. */
+  lead: boolean;
 }
 
 /**
  * A deterministic extractive summarizer (no network, no clock, no randomness).
  * It aims at a quarter of the input's UTF-8 bytes (at least 400, never more
- * than the cap, counted in bytes so it fits a character cap too) and picks sentences by TextRank (Mihalcea & Tarau, 2004) over all
- * sentences of the material: first the best sentence of each item, then the
- * best of the rest, while they fit. Each item's chosen sentences appear in
- * their original order, after `[<short id>]`, items in their order. Sentences
- * are copied, never rewritten (only runs of ASCII whitespace are collapsed),
- * so every figure and identifier stays byte-exact and grounded; a sentence is
- * cut (at a word boundary, marked `…`) only when no whole one fits at all.
- * Lone surrogates become U+FFFD.
+ * than the cap, counted in bytes so it fits a character cap too) and keeps
+ * what a reader would ask about: sentences are chosen by what they add per
+ * byte, the facts (salience.ts: figures, dates, identifiers, code, links,
+ * proper names) the summary does not hold yet first, then a reply's first
+ * informative sentence (where a reply answers), then centrality (TextRank,
+ * Mihalcea & Tarau, 2004, over all sentences of the material); phatic
+ * sentences (greetings, thanks, praise, offers of more help) only when
+ * nothing else is there. First the best sentence of each item, then the best
+ * of the rest, while they fit. Each item's chosen sentences appear in their
+ * original order, after its tag (`[pair 12]` when the prompt version names
+ * items by pair number, else `[<short id>]`), items in their order.
+ * Sentences are copied, never rewritten (only runs of ASCII whitespace are
+ * collapsed), so every figure and identifier stays byte-exact and grounded;
+ * a sentence is cut (at a word boundary, marked `…`) only when no whole one
+ * fits at all. Lone surrogates become U+FFFD.
  */
 export function createOfflineSummarizer(options: { maxChars: number }): Summarizer {
   return {
@@ -65,7 +93,7 @@ export function createOfflineSummarizer(options: { maxChars: number }): Summariz
         return { kind: 'config', reason: `unknown_prompt_version:${request.promptVersion}`, status: null };
       }
       if (request.signal?.aborted) return { kind: 'deferred', reason: 'aborted_before_send', retryAfterMs: null };
-      const text = extractiveSummary(request.items, request.maxChars ?? options.maxChars);
+      const text = extractiveSummary(request.items, request.maxChars ?? options.maxChars, promptEntry(request.promptVersion)!.itemKey);
       if (text === null) return { kind: 'invalid', reason: 'empty_input', model: OFFLINE_MODEL, usage: null, requestId: null };
       return { kind: 'ok', text, model: OFFLINE_MODEL, usage: null, requestId: null };
     },
@@ -81,8 +109,12 @@ export function targetBytes(inputBytes: number, wholeBytes: number, max: number)
   return Math.max(0, Math.min(max, Math.max(Math.ceil(inputBytes * TARGET_SHARE), Math.min(MIN_TARGET_BYTES, wholeBytes))));
 }
 
-/** The summary text, at most `maxChars` code points, or null when no item has any text. */
-export function extractiveSummary(items: readonly { id: string; text: string }[], maxChars: number): string | null {
+/**
+ * The summary text, at most `maxChars` code points, or null when no item has
+ * any text. `key` says what each item's id is (prompts.ts ItemKey): a source
+ * id, tagged by its start (`[0b6f1c2e] `), or a pair number (`[pair 12] `).
+ */
+export function extractiveSummary(items: readonly { id: string; text: string }[], maxChars: number, key: ItemKey = 'id'): string | null {
   const parts: Part[] = [];
   let inputBytes = 0;
   let wholeBytes = -1; // n parts need n-1 newlines
@@ -91,7 +123,7 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
     const sentences = splitSentences(text);
     if (sentences.length === 0) continue;
     inputBytes += bytes(item.text);
-    const tag = `[${shortId(item.id)}] `;
+    const tag = key === 'pair' ? `[pair ${tagText(item.id)}] ` : `[${shortId(item.id)}] `;
     parts.push({ tag, sentences });
     wholeBytes += 1 + bytes(tag) + sentences.reduce((sum, s) => sum + s.bytes, 0) + sentences.length - 1;
   }
@@ -99,31 +131,62 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
   const budget = targetBytes(inputBytes, wholeBytes, maxChars);
   if (budget <= 0) return '';
 
-  const scores = textRank(parts.flatMap((p) => p.sentences.map((s) => s.text)));
-  const ranked: Ranked[] = [];
-  parts.forEach((part, p) => part.sentences.forEach((sentence) => ranked.push({ part: p, sentence, score: scores[ranked.length]! })));
-  const byScore = (a: Ranked, b: Ranked) => b.score - a.score || a.part - b.part || a.sentence.index - b.sentence.index;
+  const all = parts.flatMap((p) => p.sentences.map((s) => s.text));
+  const ranks = textRank(all);
+  const meanRank = ranks.reduce((a, b) => a + b, 0) / ranks.length || 1;
+  const names = namesInside(all);
+  const candidates: Candidate[] = [];
+  parts.forEach((part, p) => {
+    let lead = true;
+    for (const sentence of part.sentences) {
+      const keys = factKeys(sentence.text, names);
+      // Phatic sentences say nothing a reader would ask about; nor do a list's bare markers (`7.`),
+      // which, run together, can even read as a date (`2017. 7. 8.`).
+      const informative = !isPhatic(sentence.text, keys, names) && (keys.length > 0 || LETTER.test(sentence.text));
+      candidates.push({ part: p, sentence, keys, rank: ranks[candidates.length]! / meanRank, informative, lead: lead && informative });
+      if (informative) lead = false;
+    }
+  });
 
   const chosen: Sentence[][] = parts.map(() => []);
   const seen = new Set<string>(); // a repeated sentence says nothing new
+  const covered = new Set<string>(); // fact keys already in the summary
   let used = 0;
-  const cost = (r: Ranked) => r.sentence.bytes + (chosen[r.part]!.length === 0
-    ? bytes(parts[r.part]!.tag) + (used === 0 ? 0 : 1) // a new part: its tag, and a newline before it
+  const cost = (c: Candidate) => c.sentence.bytes + (chosen[c.part]!.length === 0
+    ? bytes(parts[c.part]!.tag) + (used === 0 ? 0 : 1) // a new part: its tag, and a newline before it
     : 1); // a space before it
-  const take = (r: Ranked) => {
-    if (seen.has(r.sentence.text) || used + cost(r) > budget) return;
-    used += cost(r);
-    chosen[r.part]!.push(r.sentence);
-    seen.add(r.sentence.text);
+  const priority = (c: Candidate) => {
+    let fresh = 0;
+    for (const k of c.keys) if (!covered.has(k)) fresh++;
+    return (fresh * FACT_WEIGHT + c.rank * RANK_WEIGHT + (c.lead ? LEAD_WEIGHT : 0)) / (c.sentence.bytes + BYTES_DAMPING);
   };
-  // Each item's best sentence first (so each reply is represented while room lasts), then the rest.
-  const bestOfEach = parts.map((_, p) => ranked.filter((r) => r.part === p).sort(byScore)[0]!).sort(byScore);
-  for (const r of bestOfEach) take(r);
-  for (const r of [...ranked].sort(byScore)) take(r);
+  const take = (c: Candidate) => {
+    if (seen.has(c.sentence.text) || used + cost(c) > budget) return;
+    used += cost(c);
+    chosen[c.part]!.push(c.sentence);
+    seen.add(c.sentence.text);
+    for (const k of c.keys) covered.add(k);
+  };
+  const order = (a: Candidate, b: Candidate) => a.part - b.part || a.sentence.index - b.sentence.index;
+
+  // Sentences that are not informative only when nothing else is there.
+  const informative = candidates.filter((c) => c.informative);
+  const pool = informative.length > 0 ? informative : candidates;
+  // Each item's best sentence first (so each reply is represented while room lasts), best items first...
+  const byPart = parts.map((_, p) => pool.filter((c) => c.part === p));
+  const bestOf = (list: Candidate[]) => list.reduce<Candidate | undefined>((best, c) => (best === undefined || priority(c) > priority(best) ? c : best), undefined);
+  const firsts = byPart.map(bestOf).filter((c): c is Candidate => c !== undefined).sort((a, b) => priority(b) - priority(a) || order(a, b));
+  for (const first of firsts) {
+    // ...each judged again on what the ones before it already cover.
+    const best = bestOf(byPart[first.part]!)!;
+    take(best);
+  }
+  // ...then the rest by facts not yet covered per byte (lazy greedy: a priority only falls as the summary grows).
+  greedy(pool, priority, order, take);
 
   if (used === 0) {
     // Not one whole sentence fits: the best sentence, cut to fit (tagged when the tag leaves room).
-    const best = [...ranked].sort(byScore)[0]!;
+    const best = [...pool].sort((a, b) => b.rank - a.rank || order(a, b))[0]!;
     const tag = parts[best.part]!.tag;
     const room = budget - bytes(tag);
     return room >= 8 ? tag + cutAtWord(best.sentence.text, room) : cutAtWord(best.sentence.text, budget);
@@ -132,6 +195,66 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
     .map((part, p) => (chosen[p]!.length === 0 ? null : part.tag + joinSentences(chosen[p]!.sort((a, b) => a.index - b.index))))
     .filter((line): line is string => line !== null)
     .join('\n');
+}
+
+/**
+ * Offers every candidate to `take` once, highest `priority` first, where a
+ * priority may only fall as candidates are taken (it counts facts not yet
+ * covered): a popped candidate is judged again, and taken only while its
+ * new priority is still the highest (ties: `order`). O(n log n).
+ */
+function greedy(candidates: readonly Candidate[], priority: (c: Candidate) => number, order: (a: Candidate, b: Candidate) => number, take: (c: Candidate) => void): void {
+  const heap = new Heap<{ c: Candidate; p: number }>((a, b) => b.p - a.p || order(a.c, b.c));
+  for (const c of candidates) heap.push({ c, p: priority(c) });
+  for (let top = heap.pop(); top !== undefined; top = heap.pop()) {
+    const p = priority(top.c);
+    const next = heap.peek();
+    if (next === undefined || p > next.p || (p === next.p && order(top.c, next.c) < 0)) take(top.c);
+    else heap.push({ c: top.c, p });
+  }
+}
+
+/** A binary heap: `pop` gives the element that `before` puts first. */
+class Heap<T> {
+  private readonly items: T[] = [];
+  constructor(private readonly before: (a: T, b: T) => number) {}
+  peek(): T | undefined {
+    return this.items[0];
+  }
+  push(item: T): void {
+    const a = this.items;
+    a.push(item);
+    for (let i = a.length - 1; i > 0;) {
+      const parent = (i - 1) >> 1;
+      if (this.before(a[i]!, a[parent]!) >= 0) break;
+      [a[i], a[parent]] = [a[parent]!, a[i]!];
+      i = parent;
+    }
+  }
+  pop(): T | undefined {
+    const a = this.items;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length > 0 && last !== undefined) {
+      a[0] = last;
+      for (let i = 0; ;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < a.length && this.before(a[l]!, a[m]!) < 0) m = l;
+        if (r < a.length && this.before(a[r]!, a[m]!) < 0) m = r;
+        if (m === i) break;
+        [a[i], a[m]] = [a[m]!, a[i]!];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+/** A pair number for its tag: as given, white space and `]` replaced (it stays one bracketed token). */
+function tagText(id: string): string {
+  return toWellFormed(id).replace(/[\s\]]+/g, '_');
 }
 
 /** The longest prefix of `text` of at most `max` UTF-8 bytes (never splits a code point). */

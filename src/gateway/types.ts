@@ -74,7 +74,12 @@ export interface ConfigOutcome {
 export type Outcome = OkOutcome | InvalidOutcome | DeferredOutcome | UnknownOutcome | ConfigOutcome;
 export type OutcomeKind = Outcome['kind'];
 
-/** One piece of material to summarize, tagged with the id of its source (e.g. an assistant message id). */
+/**
+ * One piece of material to summarize, named by `id` as its prompt version
+ * names items (prompts.ts ItemKey): a conversation reply's pair number
+ * (`12`, conversation-compaction@5), an assistant message id (@2-@4), a run's
+ * `turn:3`.
+ */
 export interface MaterialItem {
   id: string;
   text: string;

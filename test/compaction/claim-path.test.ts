@@ -63,9 +63,10 @@ describe('the claim path of a compaction job', () => {
     const { beforeCall, all, requests } = await runTask(c);
     expect(beforeCall).toHaveLength(1);
     expect(beforeCall![0]).toMatch(/sourcebound\.claim_range\(/);
-    // The claim's one statement hands over the range's ten replies, in pair order, as stored.
+    // The claim's one statement hands over the range's ten replies, in pair order, as stored, each
+    // named by its pair number (conversation-compaction@5).
     const { rows: replies } = await db.pool.query<{ id: string; text: string }>(
-      `select assistant_message_id as id, assistant_text as text from sourcebound.eligible_pairs
+      `select pair_index::text as id, assistant_text as text from sourcebound.eligible_pairs
        where conversation_id = $1 and pair_index between 0 and 9 order by pair_index`, [c]);
     expect(replies).toHaveLength(10);
     expect(requests.map((r) => r.items)).toEqual([replies]);

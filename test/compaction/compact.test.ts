@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { compactConversation, SummarizerConfigError } from '../../src/compaction/compact.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
+import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { gatewayFor } from '../support/gateway.ts';
 import { behaviours, type Behaviour } from '../support/messages-server.ts';
@@ -27,15 +29,34 @@ describe('compact_conversation', () => {
     expect(report.ranges).toEqual([{ fromPair: 0, toPair: 9, result: 'completed', recordId: expect.any(String) }]);
     const [record, ...others] = await summariesOfConversationRead(db.pool, c);
     expect(others).toEqual([]);
-    expect(record).toMatchObject({ status: 'completed', fromPair: 0, toPair: 9, model: 'anthropic/claude-test', promptVersion: 'conversation-compaction@4', attemptsSpent: 1, hashVersion: 1 });
+    expect(record).toMatchObject({ status: 'completed', fromPair: 0, toPair: 9, model: 'anthropic/claude-test', promptVersion: 'conversation-compaction@5', attemptsSpent: 1, hashVersion: 1 });
     expect(record!.sourceMessageIds).toEqual(written.slice(0, 10).flatMap((w) => [w.userMessageId, w.assistantMessageId]));
     expect(record!.summary).toMatch(/Summary of 10 items/);
-    // The model saw every assistant reply of the range, tagged with its id, and no user text at all.
+    // The model saw every assistant reply of the range, named by its pair number, and no user text at all.
     expect(server.count).toBe(1);
     const sent = sentText();
     expect(sent).not.toMatch(/USER-CANARY/);
-    for (const w of written.slice(0, 10)) expect(sent).toContain(w.assistantMessageId);
-    expect(sent).not.toContain(written[10]!.assistantMessageId);
+    for (let i = 0; i < 10; i++) expect(sent).toContain(`<reply pair=\\"${i}\\">\\n${canaryText(i).assistant}\\n</reply>`);
+    expect(sent).not.toContain(canaryText(10).assistant);
+    // No message id reaches the provider: none means anything to a reader of the summary.
+    for (const w of written) expect(sent).not.toContain(w.assistantMessageId);
+  });
+
+  it('the same conversation gives the same material and summary bytes whatever its message ids (the offline summarizer)', async () => {
+    const offline = ctx({ summarizer: createOfflineSummarizer({ maxChars: 6000 }) });
+    const summaries: string[] = [];
+    for (let copy = 0; copy < 2; copy++) {
+      const { c } = await conversationWith(40);
+      await compactConversation(offline, c);
+      const records = await summariesOfConversationRead(db.pool, c);
+      expect(records.map((r) => [r.fromPair, r.status, r.model, r.promptVersion])).toEqual([
+        [0, 'completed', OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION], [10, 'completed', OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION]]);
+      summaries.push(records.map((r) => r.summary).join('\n---\n'));
+    }
+    expect(summaries[1]).toBe(summaries[0]);
+    // Each reply is tagged with the pair number the projection's label shows for it.
+    expect(summaries[0]).toMatch(/^\[pair 0\] Fund 0 had a NAV of 100\.25 on 2026-10-01\.$/m);
+    expect(summaries[0]).toMatch(/^\[pair 19\] Fund 19 had a NAV of 119\.25 on 2026-10-02\.$/m);
   });
 
   it('40 pairs -> 10-19 too; 39 -> only 0-9', async () => {

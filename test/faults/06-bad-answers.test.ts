@@ -4,7 +4,7 @@ import { createTestDatabase } from '../support/db.ts';
 import { behaviours, startMessagesServer, type Behaviour, type WireBlock } from '../support/messages-server.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size,
+  assistantMessageWithText, expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, requestReplies, scopeCanaries, seedConversations, size,
 } from './support/scenario.ts';
 
 /**
@@ -15,7 +15,7 @@ import {
  * `unknown` answers (a 200 that is not JSON, a reset connection), three of
  * each, shuffled among good answers into a normal run. Every bad answer that
  * carries text carries a canary. The server's queue order tells which request
- * got which answer; the request's reply ids tell which record it was for; so
+ * got which answer; the request's replies tell which record it was for; so
  * every attempt row is checked against the answer it really got.
  */
 
@@ -86,19 +86,19 @@ describe('fault scenario 6: bad model answers', () => {
     await fleet.start();
     await quiesce(pool, server, { timeoutMs: size(180_000, 600_000), what: 'bad answers' });
 
-    // Which record each request was for (its first reply id), and what it got.
+    // Which record each request was for (its first reply, found by its text: nothing is edited here), and what it got.
     const { rows: records } = await pool.query<{ id: string; ids: string[]; status: string; summary: string | null }>(
       'select id, source_message_ids::text[] as ids, status, summary from sourcebound.conversation_summaries');
     const recordOf = new Map<string, string>();
     for (const r of records) for (const id of r.ids) recordOf.set(id, r.id);
     const served = new Map<string, (Bad | null)[]>();
-    server.requests.forEach((req, j) => {
-      const content = JSON.stringify(req.body);
-      const first = /<reply id=\\"([0-9a-f-]{36})\\">/.exec(content)?.[1];
-      const record = first === undefined ? undefined : recordOf.get(first);
+    for (const [j, req] of server.requests.entries()) {
+      const first = requestReplies(req.body)[0];
+      const message = first === undefined ? undefined : await assistantMessageWithText(pool, first.text);
+      const record = message === undefined ? undefined : recordOf.get(message.id);
       if (record === undefined) throw new Error(`request ${j} names no known reply`);
       served.set(record, [...(served.get(record) ?? []), j < script.length ? script[j]! : null]);
-    });
+    }
 
     const { rows: attempts } = await pool.query<{ summaryId: string; outcome: string; reason: string | null }>(
       `select summary_id as "summaryId", outcome, reason from sourcebound.conversation_summary_attempts order by id`);

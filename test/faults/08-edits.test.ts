@@ -7,7 +7,7 @@ import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import { checkCoverage, HUGE_BUDGET } from './support/invariants.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size, sleep,
+  assistantMessageWithText, expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, requestReplies, scopeCanaries, seedConversations, size, sleep,
 } from './support/scenario.ts';
 
 /**
@@ -109,11 +109,11 @@ describe('fault scenario 8: edits under way', () => {
       seen = server.requests.length;
       const latest = fresh.at(-1);
       if (latest && server.inFlight > 0) {
-        const content = JSON.stringify(latest.body);
-        const ids = [...content.matchAll(/<reply id=\\"([0-9a-f-]{36})\\">/g)].map((m) => m[1]!);
-        const id = pick(ids);
-        const owner = id === undefined ? undefined
-          : (await pool.query<{ c: string }>('select conversation_id as c from sourcebound.messages where id = $1', [id])).rows[0]?.c;
+        // Its replies are named by pair number: the message is found by the text it was sent with.
+        const reply = pick(requestReplies(latest.body));
+        const message = reply === undefined ? undefined : await assistantMessageWithText(pool, reply.text);
+        const id = message?.id;
+        const owner = message?.conversationId;
         if (id && owner && !revertSet.includes(owner)) {
           await pool.query(`update sourcebound.messages set content = content || ' [edited in flight]' where id = $1`, [id]);
           edits['in flight']++;

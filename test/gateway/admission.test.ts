@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createAdmission, type Admission, type AdmissionOptions } from '../../src/gateway/admission.ts';
 import { createAnthropicSummarizer } from '../../src/gateway/anthropic.ts';
 import { createGateway } from '../../src/gateway/gateway.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import type { GatewayLogger } from '../../src/gateway/logger.ts';
 import { behaviours, startMessagesServer, type MessagesServer } from '../support/messages-server.ts';
 import { databaseUrl, namespaceFor } from './database.ts';
@@ -73,13 +74,13 @@ describe('admission across processes', () => {
     /** Call i runs in process calls[i]. */
     const calls = Array.from({ length: 20 }, (_, i) => i % 3);
     const running = Promise.all(calls.map((p, i) => gateways[p]!.summarize({
-      promptVersion: 'conversation-compaction@4',
-      items: [{ id: `msg_${i}`, text: `Reply number ${i}.` }],
+      promptVersion: CONVERSATION_PROMPT_VERSION,
+      items: [{ id: String(i), text: `Reply number ${i}.` }],
     })));
     /** The process a recorded request came from, read back from the item id it carries. */
     const processOf = (body: unknown) => {
       const content = (body as { messages: { content: string }[] }).messages[0]!.content;
-      return Number(/<reply id="msg_(\d+)">/.exec(content)![1]) % 3;
+      return Number(/<reply pair="(\d+)">/.exec(content)![1]) % 3;
     };
 
     let full: { pid: number; slot: number }[] = [];
@@ -128,7 +129,7 @@ describe('admission across processes', () => {
       defaults: { maxChars: 6000, deadlineMs: 10_000 },
     });
     const outcomes = await Promise.all(Array.from({ length: 6 }, (_, i) => gateway.summarize({
-      promptVersion: 'conversation-compaction@4', items: [{ id: `m${i}`, text: 'x' }],
+      promptVersion: CONVERSATION_PROMPT_VERSION, items: [{ id: `m${i}`, text: 'x' }],
     })));
     expect(outcomes.every((o) => o.kind === 'ok')).toBe(true);
     expect(server.maxInFlight).toBe(2);
@@ -149,7 +150,7 @@ describe('admission across processes', () => {
       admission: waiter,
       defaults: { maxChars: 6000, deadlineMs: 1_000 },
     });
-    expect(await gateway.summarize({ promptVersion: 'conversation-compaction@4', items: [{ id: 'm', text: 'x' }] })).toEqual({
+    expect(await gateway.summarize({ promptVersion: CONVERSATION_PROMPT_VERSION, items: [{ id: 'm', text: 'x' }] })).toEqual({
       kind: 'deferred', reason: 'admission_timeout', retryAfterMs: null,
     });
     expect(server.count).toBe(0);

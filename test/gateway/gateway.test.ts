@@ -7,6 +7,7 @@ import { DEFAULT_DEFERRAL_BACKOFF } from '../../src/gateway/deferral.ts';
 import { createGateway, REASON_MAX_CHARS } from '../../src/gateway/gateway.ts';
 import type { GatewayLogger } from '../../src/gateway/logger.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import type { Outcome, Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
 import { behaviours, startMessagesServer, type MessagesServer } from '../support/messages-server.ts';
 import { databaseUrl, namespaceFor } from './database.ts';
@@ -14,7 +15,7 @@ import { databaseUrl, namespaceFor } from './database.ts';
 /** This file's advisory-lock namespaces (admission.test.ts uses 0x7E5A0100 + n). */
 const NAMESPACE_BASE = 0x7e5a0200;
 
-const request: SummaryRequest = { promptVersion: 'conversation-compaction@4', items: [{ id: 'msg_1', text: 'The total is 42.' }] };
+const request: SummaryRequest = { promptVersion: CONVERSATION_PROMPT_VERSION, items: [{ id: '10', text: 'The total is 42.' }] };
 
 /** A summarizer that records what it was asked and answers with `answer`. */
 function scripted(answer: (r: SummaryRequest) => Outcome | Promise<Outcome>): Summarizer & { seen: SummaryRequest[] } {

@@ -4,6 +4,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAnthropicSummarizer } from '../../src/gateway/anthropic.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { behaviours } from '../support/messages-server.ts';
 
 const SERVER_SCRIPT = fileURLToPath(new URL('../support/messages-server.ts', import.meta.url));
@@ -32,7 +33,7 @@ describe('the messages server in its own process', () => {
     expect(await queued.json()).toEqual({ queued: 2 });
 
     const summarizer = createAnthropicSummarizer({ apiKey: 'test-key', baseURL: url, model: 'm', maxChars: 6000, timeoutMs: 5_000 });
-    const request = { promptVersion: 'conversation-compaction@4', items: [{ id: 'msg_1', text: 'Hello.' }] };
+    const request = { promptVersion: CONVERSATION_PROMPT_VERSION, items: [{ id: 'msg_1', text: 'Hello.' }] };
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'deferred', reason: 'http_529:overloaded_error: Overloaded' });
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'invalid', reason: 'stop_reason:refusal' });
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'ok' });

@@ -21,6 +21,7 @@ const replies: MaterialItem[] = [
   { id: 'msg_03', text: '数据已更新。总数为 42 条。请确认。' },
 ];
 
+/** Through a version that names items by id (@4): the tags show each item's id. */
 async function summarize(items: readonly MaterialItem[], maxChars: number) {
   return createOfflineSummarizer({ maxChars }).summarize({ promptVersion: 'conversation-compaction@4', items });
 }
@@ -33,19 +34,20 @@ function okText(outcome: Awaited<ReturnType<typeof summarize>>): string {
 describe('offline extractive summarizer', () => {
   it('has its own model identity and no usage or request id', async () => {
     expect(await summarize(replies, 6000)).toMatchObject({ kind: 'ok', model: OFFLINE_MODEL, usage: null, requestId: null });
-    expect(OFFLINE_MODEL).toBe('sourcebound/extractive@2');
+    expect(OFFLINE_MODEL).toBe('sourcebound/extractive@3');
   });
 
-  it('keeps every item in order, tagged with its short id, and whole when it fits', async () => {
+  it('keeps every item in order, tagged with its short id, and whole but for its pleasantries when it fits', async () => {
     const text = okText(await summarize(replies, 6000));
     expect(text.split('\n')).toEqual([
-      `[0b6f1c2e] ${replies[0]!.text}`,
+      // `Thanks for asking.`, `I hope that helps.` and `Let me know if you need anything else.` say nothing.
+      '[0b6f1c2e] The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00.',
       '[msg_02] Deployment v2.3.1 finished at 14:05 UTC. Latency p99 dropped from 240 ms to 180 ms. Nothing else changed.',
       '[msg_03] 数据已更新。总数为 42 条。请确认。',
     ]);
   });
 
-  it('keeps the most central sentences (TextRank) in their order, copied byte-exact', async () => {
+  it('keeps the sentences with facts in their order, copied byte-exact', async () => {
     const text = okText(await summarize([replies[0]!], 150));
     expect(codePointLength(text)).toBeLessThanOrEqual(150);
     expect(text).toBe('[0b6f1c2e] The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00.');

@@ -67,4 +67,10 @@ describe('fence', () => {
       'Write the summary now: plain text only, at most 99 characters.',
     ].join('\n'));
   });
+
+  it('names each reply by its pair number when the version names items by pair (conversation-compaction@5)', () => {
+    const rendered = renderMaterial([{ id: '12', text: 'Hi.' }, { id: '13', text: 'Bye.' }], { tag: 'reply', nonce: 'n1', maxChars: 99, key: 'pair' });
+    expect(rendered).toContain('<data nonce="n1">\n<reply pair="12">\nHi.\n</reply>\n<reply pair="13">\nBye.\n</reply>\n</data nonce="n1">');
+    expect(rendered).not.toContain(' id=');
+  });
 });

@@ -168,9 +168,13 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
       s.duringCall = async (request) => {
         const item = request.items[s.rng.int(0, request.items.length - 1)];
         if (item === undefined) return;
-        s.edited.push({ messageId: item.id, original: item.text });
-        await db.pool.query('update sourcebound.messages set content = content || $2 where id = $1', [item.id, ' (edited in flight)']);
-        s.log.push(`  (in flight: edited ${item.id.slice(0, 8)})`);
+        // Items are named by pair number: the message is the sequence's assistant message with that text (every reply's is its own).
+        const { rows: [m] } = await db.pool.query<{ id: string }>(
+          `select id from sourcebound.messages where role = 'assistant' and content = $1 and conversation_id = any($2::uuid[]) limit 1`, [item.text, s.conversations]);
+        if (m === undefined) return;
+        s.edited.push({ messageId: m.id, original: item.text });
+        await db.pool.query('update sourcebound.messages set content = content || $2 where id = $1', [m.id, ' (edited in flight)']);
+        s.log.push(`  (in flight: edited ${m.id.slice(0, 8)}, pair ${item.id})`);
       };
       return 'arm an edit during the next summary call';
     },

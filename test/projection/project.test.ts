@@ -4,6 +4,7 @@ import {
   type ConversationProjection, type PairItem, type SummaryItem,
 } from '../../src/projection/index.ts';
 import { ConversationReader } from '../../src/projection/reader.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { insertSummary, rangeSource, sized } from './support.ts';
@@ -137,10 +138,11 @@ describe('projectConversationHistory', () => {
   it('prefers the current prompt version, then the newest record', async () => {
     const { id } = await conversation(30);
     await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2', summary: 'v2, newest', ageSeconds: 0 });
-    await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'old/model', summary: 'v4, older', ageSeconds: 200 });
-    const newest = await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'new/model', summary: 'v4, newer', ageSeconds: 100 });
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'v4, newest of all', ageSeconds: 0 });
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'old/model', promptVersion: CONVERSATION_PROMPT_VERSION, summary: 'current, older', ageSeconds: 200 });
+    const newest = await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'new/model', promptVersion: CONVERSATION_PROMPT_VERSION, summary: 'current, newer', ageSeconds: 100 });
     const p = await project(id);
-    expect(summaries(p).map((s) => [s.recordId, s.summary, s.model])).toEqual([[newest, 'v4, newer', 'new/model']]);
+    expect(summaries(p).map((s) => [s.recordId, s.summary, s.model])).toEqual([[newest, 'current, newer', 'new/model']]);
   });
 
   it('among legacy records prefers the newer prompt version over the later completion', async () => {

@@ -322,19 +322,20 @@ function message(t: string, stopReason: string | null, body: unknown): Record<st
 }
 
 /**
- * The echo answer: "Summary of N items." then, per `<reply id="...">` or
- * `<item id="...">` in the user turn, the id and the first 60 characters of its text
- * (followed by … when there is more).
+ * The echo answer: "Summary of N items." then, per `<reply id="...">`,
+ * `<reply pair="...">` or `<item id="...">` in the user turn, the id (`pair 12`
+ * for a pair number, as conversation-compaction@5 asks) and the first 60
+ * characters of its text (followed by … when there is more).
  */
 export function echoSummary(body: unknown): string {
   const messages = isRecord(body) && Array.isArray(body['messages']) ? body['messages'] : [];
   const first = messages[0];
   const content = isRecord(first) && typeof first['content'] === 'string' ? first['content'] : '';
-  const items = [...content.matchAll(/<(reply|item) id="([^"]*)">\n([^]*?)\n<\/\1>/g)];
+  const items = [...content.matchAll(/<(reply|item) (id|pair)="([^"]*)">\n([^]*?)\n<\/\1>/g)];
   // A cut is marked with … (as an extractive summary marks it), so a figure cut short is not a new figure.
   const lines = items.map((m) => {
-    const points = [...(m[3] ?? '')];
-    return `${m[2]}: ${points.slice(0, 60).join('').replace(/\s+/g, ' ')}${points.length > 60 ? '…' : ''}`;
+    const points = [...(m[4] ?? '')];
+    return `${m[2] === 'pair' ? `pair ${m[3]}` : m[3]}: ${points.slice(0, 60).join('').replace(/\s+/g, ' ')}${points.length > 60 ? '…' : ''}`;
   });
   return [`Summary of ${items.length} items.`, ...lines].join('\n');
 }

@@ -29,6 +29,28 @@ export function scopeCanaries(scopes: string[]): Record<string, string> {
   return Object.fromEntries(scopes.map((s) => [s, `CANARY-${s}-${randomBytes(6).toString('hex')}`]));
 }
 
+/**
+ * The replies a Messages request carried, in order, each with its pair number
+ * and its text as sent (conversation-compaction@5 names replies by pair
+ * number, not message id).
+ */
+export function requestReplies(body: unknown): { pair: number; text: string }[] {
+  const content = (body as { messages?: { content?: unknown }[] } | undefined)?.messages?.[0]?.content;
+  if (typeof content !== 'string') return [];
+  return [...content.matchAll(/<reply pair="(\d+)">\n([^]*?)\n<\/reply>/g)].map((m) => ({ pair: Number(m[1]), text: m[2]! }));
+}
+
+/**
+ * The assistant message whose text is `text` now (the scenarios' replies are
+ * unique: scope canary, conversation tag, pair number), or undefined (none,
+ * or it was edited since).
+ */
+export async function assistantMessageWithText(pool: pg.Pool, text: string): Promise<{ id: string; conversationId: string } | undefined> {
+  const { rows: [m] } = await pool.query<{ id: string; conversationId: string }>(
+    `select id, conversation_id as "conversationId" from sourcebound.messages where role = 'assistant' and content = $1 limit 1`, [text]);
+  return m;
+}
+
 /** Replies that carry their scope's canary at the start (so the echo summary repeats it: a positive control). */
 export function scopedText(canary: string, tag: string) {
   return (i: number) => ({
