@@ -7,6 +7,7 @@ import {
   type Summarizer, type SummaryRequest,
 } from '../../src/gateway/index.ts';
 import { createOpenAISummarizer } from '../../src/gateway/openai.ts';
+import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { startChatServer, type ChatServer } from '../support/chat-server.ts';
 
 /** A summarizer of one's own, as README "A summarizer of your own" shows it: the contract's helpers and plain fetch. */
@@ -31,7 +32,7 @@ function fetchSummarizer(baseURL: string): Summarizer {
   };
 }
 
-const request: SummaryRequest = { promptVersion: 'conversation-compaction@4', items: [{ id: 'msg_1', text: 'Deployment v2.3.1 finished at 14:05.' }] };
+const request: SummaryRequest = { promptVersion: CONVERSATION_PROMPT_VERSION, items: [{ id: '0', text: 'Deployment v2.3.1 finished at 14:05.' }] };
 const gatewayOf = (summarizer: Summarizer) => createGateway({ summarizer, defaults: { maxChars: 6000, deadlineMs: 5000 } });
 
 async function closedPort(): Promise<number> {
@@ -81,7 +82,7 @@ describe('a custom summarizer behind the gateway', () => {
     await createOpenAISummarizer({ apiKey: server.apiKey, baseURL: server.url, model: 'm', maxChars: 6000, timeoutMs: 5000 }).summarize(request);
     const [custom, builtIn] = server.requests.map((r) => (r.body!['messages'] as { content: string }[]).map((m) => m.content.replace(/nonce="[0-9a-f]+"/g, 'nonce="N"')));
     expect(custom).toEqual(builtIn);
-    expect(custom![0]).toBe(`${promptText('conversation-compaction@4').trimEnd()}\n\nCharacter limit: at most 6000 characters.`);
+    expect(custom![0]).toBe(`${promptText(CONVERSATION_PROMPT_VERSION).trimEnd()}\n\nCharacter limit: at most 6000 characters.`);
   });
 
   it('an error of the openai SDK thrown from inside a custom summarizer is classified as the built-in one classifies it', async () => {

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { maxTokensFor } from '../../src/gateway/anthropic.ts';
 import { createGateway } from '../../src/gateway/gateway.ts';
 import { createOpenAISummarizer, openAIModelIdentity } from '../../src/gateway/openai.ts';
-import { promptText } from '../../src/gateway/prompts.ts';
+import { CONVERSATION_PROMPT_VERSION, promptText } from '../../src/gateway/prompts.ts';
 import type { MaterialItem, Outcome, SummaryRequest } from '../../src/gateway/types.ts';
 import { chat, echo, startChatServer, type ChatBehaviour, type ChatServer } from '../support/chat-server.ts';
 
@@ -27,10 +27,10 @@ function summarizer(over: Partial<Parameters<typeof createOpenAISummarizer>[0]> 
 }
 
 const replies: MaterialItem[] = [
-  { id: 'msg_a1', text: 'The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05.' },
-  { id: 'msg_a2', text: 'Deployment v2.3.1 finished; latency p99 is 180 ms.' },
+  { id: '10', text: 'The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05.' },
+  { id: '11', text: 'Deployment v2.3.1 finished; latency p99 is 180 ms.' },
 ];
-const request = (over: Partial<SummaryRequest> = {}): SummaryRequest => ({ promptVersion: 'conversation-compaction@4', items: replies, ...over });
+const request = (over: Partial<SummaryRequest> = {}): SummaryRequest => ({ promptVersion: CONVERSATION_PROMPT_VERSION, items: replies, ...over });
 
 async function closedPort(): Promise<number> {
   const s = createServer();
@@ -126,10 +126,10 @@ describe('what is sent', () => {
     expect(body!['model']).toBe(MODEL);
     expect(body!['max_tokens']).toBe(maxTokensFor(1000));
     const [system, user] = body!['messages'] as { role: string; content: string }[];
-    expect(system).toEqual({ role: 'system', content: `${promptText('conversation-compaction@4').trimEnd()}\n\nCharacter limit: at most 1000 characters.` });
+    expect(system).toEqual({ role: 'system', content: `${promptText(CONVERSATION_PROMPT_VERSION).trimEnd()}\n\nCharacter limit: at most 1000 characters.` });
     expect(user!.role).toBe('user');
     expect(user!.content).toMatch(/^The material to summarize is between <data nonce="[0-9a-f]{24}">/);
-    expect(user!.content).toContain('<reply id="msg_a1">\nThe invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05.\n</reply>');
+    expect(user!.content).toContain('<reply pair="10">\nThe invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05.\n</reply>');
   });
 
   it('max_completion_tokens on OpenAI\'s endpoint (or when asked for), max_tokens elsewhere', async () => {
@@ -178,7 +178,7 @@ describe('failures before any answer', () => {
   });
 
   it('a retired prompt version is config, an unknown one too', async () => {
-    expect(await summarizer().summarize(request({ promptVersion: 'conversation-compaction@3' }))).toMatchObject({ kind: 'config', reason: 'prompt_not_current:conversation-compaction@3' });
+    expect(await summarizer().summarize(request({ promptVersion: 'conversation-compaction@4' }))).toMatchObject({ kind: 'config', reason: 'prompt_not_current:conversation-compaction@4' });
     expect(await summarizer().summarize(request({ promptVersion: 'nope@1' }))).toMatchObject({ kind: 'config', reason: 'unknown_prompt_version:nope@1' });
     expect(server.count).toBe(0);
   });

@@ -10,7 +10,7 @@ import { loadConfig } from '../../src/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { createFleetModels, workerApplicationName } from '../../src/fleet-models.ts';
-import { createOfflineSummarizer } from '../../src/gateway/offline.ts';
+import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { prepareSummary, outcomeFromAnswer, type Summarizer } from '../../src/gateway/index.ts';
 import { silentLogger } from '../../src/logger.ts';
 import { startWorker } from '../../src/worker.ts';
@@ -110,7 +110,7 @@ describe('workers with different model identities on one database', () => {
       const { logger, lines } = recordingLogger();
       await withWorker({}, localSummarizer('custom/other-model'), async (second) => {
         const warning = lines.find((l) => l.level === 40 && l.msg.startsWith('workers with 2 different model identities share this database'));
-        expect(warning).toMatchObject({ model: 'custom/other-model', otherModels: ['sourcebound/extractive@2'] });
+        expect(warning).toMatchObject({ model: 'custom/other-model', otherModels: [OFFLINE_MODEL] });
         expect(await second.metrics.fleetModelIdentities.get()).toMatchObject({ values: [{ value: 2 }] });
       }, logger);
     });
