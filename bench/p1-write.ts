@@ -98,6 +98,8 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
       await measure('T', load.pairsEach, load.convsPerClient);
       await measure('B', load.pairsEach, load.convsPerClient);
       // The trigger functions' server time over this load's rounds (warm-up excluded).
+      // The writers' pending statistics of the warm-up are flushed first: flushed after the reset, they would count.
+      if (canFlush) await triggerTime(writers.T, admin.T, triggerFunctions);
       if (canFlush) await admin.T.query('select pg_stat_reset()').catch(() => { canFlush = false; });
       let pairsWithTriggers = 0;
       const rates = { T: [] as number[], B: [] as number[] };
