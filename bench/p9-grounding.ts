@@ -1,17 +1,21 @@
+import { createHash } from 'node:crypto';
+import { run } from 'graphile-worker';
 import { claimRange } from '../src/compaction/claim.ts';
-import { commitOutcome } from '../src/compaction/commit.ts';
+import { commitOutcome, DEFAULT_RETRY_DELAYS } from '../src/compaction/commit.ts';
+import { graphileLogger } from '../src/db/migrate.ts';
 import { conversationIdFor, writeThread } from '../src/demo.ts';
 import { conversationMaterial } from '../src/compaction/material.ts';
 import { extractiveSummary, OFFLINE_MODEL } from '../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../src/gateway/prompts.ts';
 import type { MaterialItem, Outcome } from '../src/gateway/types.ts';
 import { extractFacts, groundOutcome, groundSummary, normalizeText, type Fact } from '../src/grounding.ts';
+import { silentLogger } from '../src/logger.ts';
 import { plannableRanges } from '../src/plan.ts';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';
 import type { BenchResult } from './lib/report.ts';
 import { benchPool } from './lib/server.ts';
-import { spread } from './lib/stats.ts';
+import { spread, until } from './lib/stats.ts';
 
 /**
  * P9 grounding on the real ranges: every plannable range (ten assistant
@@ -28,11 +32,20 @@ import { spread } from './lib/stats.ts';
  *     (or inventing one when the summary has none) to a value its replies do
  *     not contain: every summary must be flagged;
  * (c) the offline summarizer (OFFLINE_MODEL): no flag expected.
- * Then the check's cost against the commit's: for each range, claimed in a
- * real database, the time of groundOutcome and of commitOutcome, p50 of each;
- * the headline on the offline summaries, and beside it (no goal) on the
- * stand-in's reformatted ones, where no fact is found as written and the
- * check normalizes the replies (the slow path a model's summaries can take).
+ * Then the check's cost against the worker's database work for the same
+ * range, as a worker does it: a graphile-worker runner (concurrency 1, the
+ * pool's statements prepared, as on a direct connection) picks up one job
+ * per range; the pickup is its get_job, from `worker:getJob:start` to
+ * `job:start`; in the task the range is claimed and, once the summary is in
+ * hand, checked (groundOutcome) and committed (commitOutcome), the claim and
+ * the commit sent as the worker sends them on a direct connection (named
+ * prepared statements). Headline: p50(check) / p50(pickup + claim + commit)
+ * over the ranges, goal <= 0.10, the parts printed beside it; on the offline
+ * summaries, and beside it (no goal) on the stand-in's reformatted ones,
+ * where no fact is found as written and the check normalizes the replies
+ * (the slow path a model's summaries can take). The goal's other half, that
+ * no input makes the check grow faster than its length, is held by
+ * bench/hostile-text.ts and test/grounding.test.ts, not timed here.
  */
 export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
   const { threads, source } = dataset();
@@ -89,56 +102,97 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     ...(falseFlags.length > 0 ? [`False flags, first ones: ${falseFlags.slice(0, 6).join(' | ')}`] : []),
   );
 
-  // The check's cost beside the commit's, in a real database: claim each range, then time both.
+  // The check's cost beside the worker's database work for the range, in a real database.
   const url = await ctx.server.freshDatabase('p9_grounding');
   const pool = benchPool(url, 4);
+  let runner: Awaited<ReturnType<typeof run>> | undefined;
   try {
     const wanted = new Set(ranges.map((r) => r.threadId));
     for (const thread of threads.filter((t) => wanted.has(t.id))) await writeThread(pool, thread, 'bench');
     await pool.query('delete from graphile_worker._private_jobs');
     await pool.query('analyze');
+    // One job per range, run by a bare graphile-worker runner: the pickup is the worker's own get_job.
+    let task: (() => Promise<void>) | null = null;
+    let getJobAt = NaN;
+    let pickup = NaN;
+    let completed = 0;
+    runner = await run({
+      pgPool: pool, concurrency: 1, pollInterval: 60_000, noHandleSignals: true, logger: graphileLogger(silentLogger), crontab: '',
+      taskList: { p9_range: async () => task!() },
+      // The settings startWorker uses (src/worker.ts).
+      preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
+    });
+    runner.events.on('worker:getJob:start', () => { getJobAt = performance.now(); });
+    runner.events.on('job:start', () => { pickup = performance.now() - getJobAt; });
+    runner.events.on('job:complete', () => { completed++; });
+    const prepared = { prepared: true };
+    type Times = { pickup: number[]; claim: number[]; check: number[]; commit: number[] };
     // Each range claimed, then its summary checked and committed, timed apart. Twice: the offline
     // summaries (the headline), then the faithful stand-in's, which reformats every fact as a model
     // may (most facts are then not in the replies as written: the check normalizes the replies).
-    const timed = async (summaryOf: (items: MaterialItem[]) => string, model: string, policy?: 'flag') => {
-      const check: number[] = [];
-      const commit: number[] = [];
+    const timed = async (summaryOf: (items: MaterialItem[]) => string, model: string, policy?: 'flag'): Promise<Times> => {
+      const t: Times = { pickup: [], claim: [], check: [], commit: [] };
       const repetitions = ctx.full ? 3 : 1;
       for (let rep = 0; rep < repetitions; rep++) {
         for (const r of ranges) {
           const conversationId = conversationIdFor(r.threadId);
-          const claim = await claimRange(pool, {
-            conversationId, range: { fromPair: r.fromPair, toPair: r.fromPair + 9 }, model: `${model}@${rep}`,
-            promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'bench-p9', leaseMs: 60_000,
-          });
-          if (claim.kind !== 'claimed') throw new Error(`P9: range ${r.threadId}:${r.fromPair} not claimable (${claim.kind})`);
-          const items = conversationMaterial(claim.replies, r.fromPair, CONVERSATION_PROMPT_VERSION);
-          const answer: Outcome = { kind: 'ok', text: summaryOf(items), model: 'bench', usage: null, requestId: null };
-          const t0 = performance.now();
-          const outcome = groundOutcome(answer, items, policy);
-          const t1 = performance.now();
-          const committed = await commitOutcome(pool, { record: claim.record, attemptId: claim.attemptId, workerId: 'bench-p9' }, outcome);
-          const t2 = performance.now();
-          if (committed.kind !== 'completed') throw new Error(`P9: commit ${committed.kind}`);
-          check.push(t1 - t0);
-          commit.push(t2 - t1);
+          let failure: unknown;
+          task = async () => {
+            try {
+              const t0 = performance.now();
+              const claim = await claimRange(pool, {
+                conversationId, range: { fromPair: r.fromPair, toPair: r.fromPair + 9 }, model: `${model}@${rep}`,
+                promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'bench-p9', leaseMs: 60_000,
+              }, prepared);
+              const t1 = performance.now();
+              if (claim.kind !== 'claimed') throw new Error(`P9: range ${r.threadId}:${r.fromPair} not claimable (${claim.kind})`);
+              const items = conversationMaterial(claim.replies, r.fromPair, CONVERSATION_PROMPT_VERSION);
+              const answer: Outcome = { kind: 'ok', text: summaryOf(items), model: 'bench', usage: null, requestId: null };
+              const t2 = performance.now();
+              const outcome = groundOutcome(answer, items, policy);
+              const t3 = performance.now();
+              const committed = await commitOutcome(pool, { record: claim.record, attemptId: claim.attemptId, workerId: 'bench-p9' }, outcome, DEFAULT_RETRY_DELAYS, prepared);
+              const t4 = performance.now();
+              if (committed.kind !== 'completed') throw new Error(`P9: commit ${committed.kind}`);
+              t.pickup.push(pickup);
+              t.claim.push(t1 - t0);
+              t.check.push(t3 - t2);
+              t.commit.push(t4 - t3);
+            } catch (error) {
+              failure ??= error;
+            }
+          };
+          const before = completed;
+          await pool.query(`select graphile_worker.add_job('p9_range', '{}'::json)`);
+          await until(() => completed > before, 30_000, 'P9: the range\'s job to complete', 1);
+          if (failure !== undefined) throw failure;
         }
       }
-      return { check, commit };
+      return t;
     };
     const offline = await timed(offlineSummary, 'bench/p9');
     // Under `flag`, so that an answer the check got wrong would still commit as completed (and show in (a)).
     const modelLike = await timed((items) => reformatFaithfully(offlineSummary(items)).text, 'bench/p9-reformatted', 'flag');
     const p50 = (xs: number[]) => spread(xs).median;
-    const { check, commit } = offline;
+    const database = (t: Times) => t.pickup.map((x, i) => x + t.claim[i]! + t.commit[i]!);
+    const o = offline;
+    const parts = `pickup ${p50(o.pickup).toFixed(2)} + claim ${p50(o.claim).toFixed(2)} + commit ${p50(o.commit).toFixed(2)} ms (p50s); check ${p50(o.check).toFixed(3)} ms`;
     result.figures.push(
-      { label: 'grounding check per range (groundOutcome), p50 over ranges', unit: 'ms', value: spread([p50(check)]) },
-      { label: 'commit per range (commitOutcome: one statement that locks, re-reads, re-hashes and settles), p50 over ranges', unit: 'ms', value: spread([p50(commit)]) },
-      { label: 'grounding check of the reformatting stand-in\'s summaries (facts not as written in the replies), p50 over ranges', unit: 'ms', value: spread([p50(modelLike.check)]) },
-      { label: 'check / commit with the reformatting stand-in\'s summaries, p50 (no goal: what a model\'s summaries may cost)', unit: 'ratio', value: spread([p50(modelLike.check) / p50(modelLike.commit)]) },
+      { label: 'grounding check per range (groundOutcome), p50 over ranges', unit: 'ms', value: one(p50(o.check)) },
+      { label: 'pickup per range (graphile-worker get_job: worker:getJob:start to job:start), p50 over ranges', unit: 'ms', value: one(p50(o.pickup)) },
+      { label: 'claim per range (claimRange, prepared: locks, reads and hashes the ten pairs, inserts record and attempt), p50 over ranges', unit: 'ms', value: one(p50(o.claim)) },
+      { label: 'commit per range (commitOutcome, prepared: one statement that locks, re-reads, re-hashes and settles), p50 over ranges', unit: 'ms', value: one(p50(o.commit)) },
+      { label: 'the worker\'s database work per range, pickup + claim + commit, p50 over ranges', unit: 'ms', value: one(p50(database(o))) },
+      { label: 'check / commit, p50 (no goal; the goal of rounds 1-2, 0.05)', unit: 'ratio', value: one(p50(o.check) / p50(o.commit)) },
+      { label: 'grounding check of the reformatting stand-in\'s summaries (facts not as written in the replies), p50 over ranges', unit: 'ms', value: one(p50(modelLike.check)) },
+      { label: 'check / database work with the reformatting stand-in\'s summaries, p50 (no goal: what a model\'s summaries may cost)', unit: 'ratio', value: one(p50(modelLike.check) / p50(database(modelLike))) },
     );
-    result.headlines.push({ label: 'P9 grounding check / commit time, p50', ratio: one(p50(check) / p50(commit)), goal: { op: '<=', target: 0.05 } });
+    result.headlines.push({
+      label: 'P9 grounding check / the worker\'s database work for the range (pickup + claim + commit), p50',
+      ratio: one(p50(o.check) / p50(database(o))), goal: { op: '<=', target: 0.1 }, floor: parts,
+    });
   } finally {
+    await runner?.stop().catch(() => {});
     await pool.end();
   }
   return result;

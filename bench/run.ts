@@ -20,6 +20,7 @@ import { missed, textTable, withEarlierResults, writeResults, type BenchResult, 
 import { startBenchServer } from './lib/server.ts';
 import { benchWrite } from './p1-write.ts';
 import { benchProjection } from './p2-projection.ts';
+import { benchRequestPath } from './p2b-request-path.ts';
 import { benchThroughput } from './p3-throughput.ts';
 import { benchLatency } from './p4-latency.ts';
 import { benchSavings } from './p5-savings.ts';
@@ -34,6 +35,7 @@ import { benchRecall } from './p12-recall.ts';
 const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promise<BenchResult> }[] = [
   { id: 'P1', title: 'write overhead of the triggers', run: benchWrite },
   { id: 'P2', title: 'projection latency versus conversation length', run: benchProjection },
+  { id: 'P2b', title: 'request path: projection versus a plain read of the conversation', run: benchRequestPath },
   { id: 'P3', title: 'compaction throughput versus graphile-worker no-op jobs', run: benchThroughput },
   { id: 'P4', title: 'crossing-to-summarizer latency versus graphile-worker pickup', run: benchLatency },
   { id: 'P5', title: 'savings on real conversations', run: benchSavings },
@@ -59,12 +61,13 @@ async function main(): Promise<number> {
     return 0;
   }
   const only = values.only?.split(',').map((s) => s.trim().toUpperCase()).filter(Boolean);
-  const unknown = only?.filter((id) => !BENCHMARKS.some((b) => b.id === id)) ?? [];
+  // Ids are matched without case (P2b).
+  const unknown = only?.filter((id) => !BENCHMARKS.some((b) => b.id.toUpperCase() === id)) ?? [];
   if (unknown.length > 0) {
     process.stderr.write(`unknown benchmark(s): ${unknown.join(', ')}; known: ${BENCHMARKS.map((b) => b.id).join(', ')}\n`);
     return 2;
   }
-  const selected = BENCHMARKS.filter((b) => !only || only.includes(b.id));
+  const selected = BENCHMARKS.filter((b) => !only || only.includes(b.id.toUpperCase()));
   const mode = values.full ? 'full' : 'quick';
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: watchdog: still running after ${WATCHDOG_MS[mode] / 60_000} min; giving up\n`);

@@ -25,6 +25,8 @@ export interface Headline {
   ratio: Spread;
   /** Null for an informational ratio. */
   goal: Goal | null;
+  /** What the goal is held against, measured in the same run (the floor a cheaper implementation could not go below), printed beside it. */
+  floor?: string;
 }
 
 export interface BenchResult {
@@ -86,20 +88,20 @@ export function rows(results: readonly BenchResult[]): string[][] {
   const out: string[][] = [];
   for (const r of results) {
     if (r.status !== 'ok') {
-      out.push([r.id, `${r.status}: ${r.reason ?? ''}`, '', '', '', '', '', '']);
+      out.push([r.id, `${r.status}: ${r.reason ?? ''}`, '', '', '', '', '', '', '']);
       continue;
     }
     for (const f of r.figures) {
-      out.push([r.id, `${f.label} (${f.unit})`, fmt(f.value.median), fmt(f.value.min), fmt(f.value.max), String(f.value.n), '', '']);
+      out.push([r.id, `${f.label} (${f.unit})`, fmt(f.value.median), fmt(f.value.min), fmt(f.value.max), String(f.value.n), '', '', '']);
     }
     for (const h of r.headlines) {
-      out.push([r.id, `**${h.label}** (ratio)`, `${fmt(h.ratio.median)}x`, `${fmt(h.ratio.min)}x`, `${fmt(h.ratio.max)}x`, String(h.ratio.n), goalText(h.goal), metText(met(h))]);
+      out.push([r.id, `**${h.label}** (ratio)`, `${fmt(h.ratio.median)}x`, `${fmt(h.ratio.min)}x`, `${fmt(h.ratio.max)}x`, String(h.ratio.n), goalText(h.goal), metText(met(h)), h.floor ?? '']);
     }
   }
   return out;
 }
 
-const HEADER = ['bench', 'measure', 'median', 'min', 'max', 'n', 'goal', 'status'];
+const HEADER = ['bench', 'measure', 'median', 'min', 'max', 'n', 'goal', 'status', 'floor (same run)'];
 
 /** A plain-text table for the terminal. */
 export function textTable(results: readonly BenchResult[]): string {
@@ -157,7 +159,7 @@ export async function withEarlierResults(dir: string, run: readonly BenchResult[
   let earlier: BenchResult[] = [];
   try {
     const json = JSON.parse(await readFile(`${dir}/latest.json`, 'utf8')) as { info: RunInfo; results: (BenchResult & { headlines: (Headline & { met?: unknown })[] })[] };
-    earlier = json.results.map((r) => ({ ...r, measuredAt: r.measuredAt ?? json.info.date, headlines: r.headlines.map(({ label, ratio, goal }) => ({ label, ratio, goal })) }));
+    earlier = json.results.map((r) => ({ ...r, measuredAt: r.measuredAt ?? json.info.date, headlines: r.headlines.map(({ label, ratio, goal, floor }) => ({ label, ratio, goal, ...(floor === undefined ? {} : { floor }) })) }));
   } catch {
     // No earlier results (or unreadable): this run's alone.
   }

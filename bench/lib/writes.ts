@@ -15,10 +15,18 @@ export type Db = Pick<pg.ClientBase, 'query'>;
  * One completed pair, as a live run writes it: run 'running', user message,
  * assistant message 'streaming', assistant completed with its text, run
  * completed. One transaction; returns when COMMIT has returned.
+ * `beforeCommit` runs just before COMMIT is sent (a clock that must not start
+ * after anything the commit sets off, such as a NOTIFY); `asynchronousCommit`
+ * commits without waiting for the WAL flush (a stimulus whose durability is
+ * not what is measured).
  */
-export async function pairTransaction(db: Db, conversationId: string, text: { user: string; assistant: string }): Promise<void> {
+export async function pairTransaction(
+  db: Db, conversationId: string, text: { user: string; assistant: string },
+  options: { beforeCommit?: () => void; asynchronousCommit?: boolean } = {},
+): Promise<void> {
   await db.query('begin');
   try {
+    if (options.asynchronousCommit) await db.query('set local synchronous_commit = off');
     const { rows: [run] } = await db.query<{ id: string }>(
       `insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
     await db.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`,
@@ -28,6 +36,7 @@ export async function pairTransaction(db: Db, conversationId: string, text: { us
       [conversationId, run!.id]);
     await db.query(`update sourcebound.messages set content = $2, status = 'completed' where id = $1`, [assistant!.id, text.assistant]);
     await db.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run!.id]);
+    options.beforeCommit?.();
     await db.query('commit');
   } catch (error) {
     await db.query('rollback').catch(() => {});
