@@ -169,7 +169,7 @@ export async function benchRecall(ctx: BenchContext): Promise<BenchResult> {
       { label: `P12 pauses ${kib}: worst replay, stable cost / whole history`, ratio: one(worst), goal: { op: '<=', target: 1.0 } },
       { label: `P12 pauses ${kib}: newest-first cost / whole history (${reference})`, ratio: one(cost('newest-first', reference)), goal: null },
       { label: `P12 pauses ${kib}: stable cache-hit turns / turns not after a pause`, ratio: one(total(stable, (t) => t.hits) / total(stable, (t) => t.hitTurns)), goal: { op: '>=', target: 0.85 } },
-      { label: `P12 pauses ${kib}: verbatim user messages in the last request, stable / newest-first`, ratio: one(total(stable, (t) => t.finalUserMessages) / total(newest, (t) => t.finalUserMessages)), goal: { op: '>=', target: 1.0 } },
+      { label: `P12 pauses ${kib}: verbatim user messages in the last request, stable / newest-first`, ratio: one(total(stable, (t) => t.finalUserMessages) / total(newest, (t) => t.finalUserMessages)), goal: null },
     );
   }
 
