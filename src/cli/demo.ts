@@ -2,7 +2,7 @@ import { migrateDatabase } from '../db/migrate.ts';
 import { DEMO_SCOPE, rangeProgress, readThreads, writeThread } from '../demo.ts';
 import { pairCountRead, pairsRangeRead } from '../db/queries/summaries.ts';
 import { plannableRangeCount } from '../plan.ts';
-import { projectConversationHistory, toAnthropicMessages } from '../projection/index.ts';
+import { messagesBytes, projectConversationHistory, toAnthropicMessages } from '../projection/index.ts';
 import { startWorker } from '../worker.ts';
 import { CLI_COMMAND, parseCommandArgs, wholeNumberArg, withSession, type Command } from './common.ts';
 
@@ -56,7 +56,8 @@ export const demoCommand: Command = {
 
       say('');
       say(`Projection budget: ${budgetBytes} bytes (what the next model request may spend on history).`);
-      const header = ['thread', 'pairs', 'planned', 'completed', 'failed', 'raw bytes', 'projected bytes', 'items'];
+      // Both byte columns are the Anthropic JSON the adapter sends (breakpoint included): like with like.
+      const header = ['thread', 'pairs', 'planned', 'completed', 'failed', 'whole history bytes', 'projected bytes', 'items'];
       const rows: string[][] = [];
       for (const c of conversations) {
         const pairCount = await pairCountRead(database.pool, c.conversationId);
@@ -64,10 +65,14 @@ export const demoCommand: Command = {
           'select status, count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 group by status', [c.conversationId]);
         const count = (s: string) => records.find((r) => r.status === s)?.n ?? 0;
         const all = await pairsRangeRead(database.pool, c.conversationId, 0, pairCount - 1);
-        const rawBytes = Buffer.byteLength(JSON.stringify(all.flatMap((p) => [
-          { role: 'user', content: p.userText }, { role: 'assistant', content: p.assistantText }])), 'utf8');
+        const rawBytes = messagesBytes(toAnthropicMessages({
+          items: all.map((p, pairIndex) => ({
+            kind: 'pair' as const, pairIndex, runId: '', userMessageId: '', assistantMessageId: '', userText: p.userText, assistantText: p.assistantText,
+          })),
+          omitted: [],
+        }));
         const projection = await projectConversationHistory({ pool: database.pool, conversationId: c.conversationId, scope: DEMO_SCOPE, budgetBytes });
-        const projectedBytes = Buffer.byteLength(JSON.stringify(toAnthropicMessages(projection)), 'utf8');
+        const projectedBytes = messagesBytes(toAnthropicMessages(projection));
         const summaries = projection.items.filter((i) => i.kind === 'summary').length;
         rows.push([c.threadId, String(pairCount), String(plannableRangeCount(pairCount)), String(count('completed')), String(count('failed')),
           String(rawBytes), String(projectedBytes), `${projection.items.length - summaries} pairs + ${summaries} summaries`]);
