@@ -10,7 +10,7 @@ import type { SummaryNotUsedReason } from './types.ts';
  * Whether a stored summary record may be used for a range now (DESIGN.md
  * "Projection"; seed Case B). A record is usable only when all hold:
  * its range is ten pairs aligned on a multiple of ten, it is completed, its
- * prompt version is projectable (@2, @3, @4; never @1 or an unknown version),
+ * prompt version is projectable (@2 to @5; never @1 or an unknown version),
  * its text has something visible (gateway isBlank) and is at most the
  * 6,000-character ceiling, its
  * 20 source message ids equal the current ids of the range's pairs in order

@@ -100,13 +100,14 @@ export async function planLayout(reader: ConversationReader, args: PlanArgs): Pr
   // The head, within half the budget and what the tail's share leaves of the fill (the share the raw pairs
   // between the head and the floor could take, at most).
   const floorBytes = bytes(d);
-  const cap = (between: number) => Math.min(Math.floor(HEAD_MAX_RATIO * B), fill - Math.min(Math.max(floorBytes, Math.floor(TAIL_SHARE * fill)), floorBytes + between));
-  if (d.head.length === 0) await chooseHead(reader, d, { fill, cap }, bytes, notUsed);
-  else await growHead(reader, d, { fill, cap: () => Math.floor(HEAD_MAX_RATIO * B) }, bytes, notUsed);
+  const half = Math.floor(HEAD_MAX_RATIO * B);
+  const capFor = (between: number) => Math.min(half, fill - Math.min(Math.max(floorBytes, Math.floor(TAIL_SHARE * fill)), floorBytes + between));
+  if (d.head.length === 0) await chooseHead(reader, d, { fill, capFor }, bytes, notUsed);
+  else await growHead(reader, d, { fill, cap: half }, bytes, notUsed);
   await extendTail(reader, d, { limit: fill, budget: B, minFill, skip: true, floor: headEnd() }, bytes);
   if (d.head.length === 0 && !d.stopped && d.next >= 0) {
     // The tail grew back to where a head can sit behind it, with room left.
-    await chooseHead(reader, d, { fill, cap: () => Math.floor(HEAD_MAX_RATIO * B) }, bytes, notUsed);
+    await chooseHead(reader, d, { fill, capFor: () => half }, bytes, notUsed);
     await extendTail(reader, d, { limit: fill, budget: B, minFill, skip: true, floor: headEnd() }, bytes);
   }
   // The tail reached the head: its newest summaries give way to their raw pairs while those fit (up to the
@@ -242,8 +243,10 @@ async function extendTail(reader: ConversationReader, d: Draft, a: TailArgs, byt
 
 /** The newest usable summaries older than the tail, no further than MAX_GAP_PAIRS from it, up to half the budget. */
 async function chooseHead(
-  reader: ConversationReader, d: Draft, a: HeadLimits, bytes: (d: Draft) => number, notUsed: Map<number, SummaryNotUsed>,
+  reader: ConversationReader, d: Draft, args: { fill: number; capFor: (between: number) => number }, bytes: (d: Draft) => number,
+  notUsed: Map<number, SummaryNotUsed>,
 ): Promise<void> {
+  let a: HeadLimits = { fill: args.fill, cap: 0 };
   const tailStart = d.tail.length === 0 ? reader.count : d.tail.at(-1)!.pairIndex;
   // Bytes of the raw pairs between a head ending at `end` and the tail: what the tail could take before it.
   const between = async (end: number) => {
@@ -261,7 +264,7 @@ async function chooseHead(
       return;
     }
     if (s === null) continue;
-    a = { ...a, cap: ((c: number) => () => c)(a.cap(await between(s.toPair + 1))) };
+    a = { fill: args.fill, cap: args.capFor(await between(s.toPair + 1)) };
     if (!fitsHead(d, [s], a, bytes)) {
       notUsed.set(s.fromPair, { fromPair: s.fromPair, toPair: s.toPair, reason: 'does_not_fit', recordId: s.recordId });
       return;
@@ -288,14 +291,14 @@ async function growHead(
   }
 }
 
-/** What a head may take: its own bytes at most `cap` (given the bytes of raw pairs between it and the tail), the whole layout at most `fill`. */
+/** What a head may take: its own bytes at most `cap`, the whole layout at most `fill`. */
 interface HeadLimits {
   fill: number;
-  cap: (between: number) => number;
+  cap: number;
 }
 
 function fitsHead(d: Draft, head: SummaryItem[], a: HeadLimits, bytes: (d: Draft) => number): boolean {
-  return projectedBytes(head, [], sizeOf) <= a.cap(0) && bytes({ ...d, head }) <= a.fill;
+  return projectedBytes(head, [], sizeOf) <= a.cap && bytes({ ...d, head }) <= a.fill;
 }
 
 async function summaryAt(reader: ConversationReader, k: number, notUsed: Map<number, SummaryNotUsed>): Promise<SummaryItem | null | 'changed'> {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
-  projectionLayoutNearRead, projectionLayoutRead, type ProjectionLayoutRow, type Queryable,
+  projectionLayoutNearRead, projectionLayoutRead, type ProjectionLayoutRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../plan.ts';
 import { firstPairOf, projectedBytes, toAnthropicMessages } from './anthropic.ts';
@@ -49,6 +49,7 @@ export interface StableArgs {
   now: number;
   /** How long the provider's prompt cache holds a prefix after its last use. */
   cacheTtlSeconds: number;
+  onRead: ReadObserver | undefined;
 }
 
 export interface StableResult {
@@ -68,7 +69,7 @@ export interface StableResult {
 /** A kept layout's `used_at` is written again only when it is older than this share of the cache's lifetime (one write per few turns, not per call). */
 const TOUCH_SHARE = 0.1;
 
-export async function stableProjection(db: Queryable, reader: ConversationReader, args: StableArgs & { onRead?: Parameters<typeof projectionLayoutRead>[2] }): Promise<StableResult> {
+export async function stableProjection(db: Queryable, reader: ConversationReader, args: StableArgs): Promise<StableResult> {
   let stored: ProjectionLayoutRow | null = await projectionLayoutRead(db, args, args.onRead);
   let storedAt = args.budgetBytes;
   if (stored === null) {
@@ -130,7 +131,7 @@ async function rewrite(
   if (head !== null && head.length > 0 && projectedBytes(head, [], sizeOf) <= Math.floor(HEAD_MAX_RATIO * budgetBytes)) {
     const kept = await planLayout(reader, { budgetBytes, fillBytes, keptHead: head });
     if (gapWithinBound(kept) && kept.bytes <= budgetBytes) {
-      const fresh = kept.bytes >= lowWaterBytes(budgetBytes) ? null : await planLayout(reader, { budgetBytes, fillBytes });
+      const fresh = kept.bytes >= fillBytes ? null : await planLayout(reader, { budgetBytes, fillBytes });
       plan = fresh !== null && fresh.bytes > kept.bytes ? fresh : kept;
     }
   }
