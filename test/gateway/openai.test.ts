@@ -104,7 +104,7 @@ describe('every scripted Chat Completions behaviour through the real openai SDK'
       usage: { inputTokens: 13, outputTokens: 5 },
       requestId: expect.stringMatching(/^req_chat_\d+$/),
     });
-    expect((outcome as { text: string }).text).toMatch(/^Summary of 2 items\.\nmsg_a1: The invoice INV-2024-001/);
+    expect((outcome as { text: string }).text).toMatch(/^Summary of 2 items\.\npair 10: The invoice INV-2024-001/);
   });
 
   it('a 5xx or a 429 produces exactly one request: the SDK does not retry behind our attempt accounting', async () => {

@@ -162,15 +162,15 @@ export async function startChatServer(options: { apiKey?: string | null; default
   };
 }
 
-/** "Summary of N items." then, per fenced item of the user message, its id and first 60 characters. */
+/** "Summary of N items." then, per fenced item of the user message, its id (`pair 12` for a pair number) and first 60 characters. */
 export function echo(body: Record<string, unknown> | undefined): string {
   const messages = Array.isArray(body?.['messages']) ? body['messages'] as { role?: string; content?: unknown }[] : [];
   const user = messages.find((m) => m.role === 'user');
   const content = typeof user?.content === 'string' ? user.content : '';
-  const items = [...content.matchAll(/<(reply|item) id="([^"]*)">\n([^]*?)\n<\/\1>/g)];
+  const items = [...content.matchAll(/<(reply|item) (id|pair)="([^"]*)">\n([^]*?)\n<\/\1>/g)];
   const lines = items.map((m) => {
-    const points = [...(m[3] ?? '')];
-    return `${m[2]}: ${points.slice(0, 60).join('').replace(/\s+/g, ' ')}${points.length > 60 ? '…' : ''}`;
+    const points = [...(m[4] ?? '')];
+    return `${m[2] === 'pair' ? `pair ${m[3]}` : m[3]}: ${points.slice(0, 60).join('').replace(/\s+/g, ' ')}${points.length > 60 ? '…' : ''}`;
   });
   return [`Summary of ${items.length} items.`, ...lines].join('\n');
 }
