@@ -194,7 +194,7 @@ function breakdown(size: number, calls: { ms: number; statements: TimedStatement
   const outside = p50(calls.map((c) => c.ms - c.statements.reduce((s, x) => s + x.ms, 0)));
   const pairRows = p50(calls.map((c) => c.reads.filter((e) => e.query === 'pairsPageRead').reduce((s, e) => s + e.rows, 0)));
   const textRows = p50(calls.map((c) => c.reads.filter((e) => e.query === 'pairsPageRead').reduce((s, e) => s + (e.textRows ?? 0), 0)));
-  const summaryRows = p50(calls.map((c) => c.reads.filter((e) => e.query === 'summariesForRangesRead' || e.query === 'completedSummariesBeforeRead').reduce((s, e) => s + e.rows, 0)));
+  const summaryRows = p50(calls.map((c) => c.reads.filter((e) => e.query === 'summariesForRangesRead').reduce((s, e) => s + e.rows, 0)));
   const statements = p50(calls.map((c) => c.statements.length));
   return `${size} pairs, where a projection's time goes (p50 of ${calls.length} calls, statements timed as the client sees them): ` +
     `${total.toFixed(2)} ms a call, ${statements} statements (round trips) taking ${inStatements.toFixed(2)} ms, ${outside.toFixed(2)} ms outside them (JavaScript, pool checkout); ` +

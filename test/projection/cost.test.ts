@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import type pg from 'pg';
 import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
 import { MAX_PAGE_PAIRS, projectConversationHistory, type ReadEvent } from '../../src/projection/index.ts';
-import { completedSummariesBeforeRead } from '../../src/db/queries/projection.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 
@@ -100,16 +99,5 @@ describe('what a projection sends', () => {
     for (const text of reads) expect(text).toMatch(/^select (\* from )?sourcebound\.projection_[a-z_]+\([$\d, ]+\)( as "pairCount")?$/);
     expect(new Set(reads.map((t) => t.match(/projection_[a-z_]+/)![0]))).toEqual(
       new Set(['projection_pair_count', 'projection_layout', 'projection_pairs_page', 'projection_summaries']));
-  });
-});
-
-describe('completedSummariesBeforeRead', () => {
-  it('the completed records of the newest `limit` ranges that end before a pair, newest first; nothing in another scope', async () => {
-    const id = await longConversation(true);
-    // Ranges ending before pair 1015: 0-9 ... 1000-1009 (1010-1019 ends after it).
-    const rows = await completedSummariesBeforeRead(db.pool, { conversationId: id, scope: 'tenant-a', beforePair: 1015, limit: 3 });
-    expect(rows.map((r) => [r.fromPair, r.toPair, r.status])).toEqual([[1000, 1009, 'completed'], [990, 999, 'completed'], [980, 989, 'completed']]);
-    expect(rows[0]!.sourceMessageIds).toHaveLength(20);
-    expect(await completedSummariesBeforeRead(db.pool, { conversationId: id, scope: 'tenant-b', beforePair: 1015, limit: 3 })).toEqual([]);
   });
 });

@@ -13,8 +13,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
-  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'completedSummariesBeforeRead' | 'projectionLayoutRead'
-    | 'projectionLayoutNearRead' | 'projectionHistoryBytesRead' | 'projectionEditsRead';
+  query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'projectionLayoutRead' | 'projectionLayoutNearRead';
   /** Rows returned. */
   rows: number;
   /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
@@ -147,31 +146,6 @@ export interface ProjectionLayoutRow {
   savesBytes: number;
 }
 
-/**
- * Completed summary records of whole ranges that end before `beforePair`,
- * newest range first, at most `limit` ranges' worth (index on
- * conversation_id, from_pair): the candidates for a layout's summary block.
- */
-export async function completedSummariesBeforeRead(
-  db: Queryable, args: { conversationId: string; scope: string; beforePair: number; limit: number }, observe?: ReadObserver,
-): Promise<ProjectionSummaryRow[]> {
-  // The same rows as projection_summaries() gives (one column list): completed ones of ranges ending
-  // before beforePair (to_pair = from_pair + 9), from the newest `limit` such ranges on.
-  const { rows } = await db.query<ProjectionSummaryRow>(
-    `select s.* from sourcebound.projection_summaries($1, $2,
-       (select coalesce(min(f), 0) from (
-          select distinct from_pair as f from sourcebound.conversation_summaries
-          where conversation_id = $1 and status = 'completed' and to_pair < $3
-          order by from_pair desc limit $4) newest)::int,
-       $3 - 10) s
-     where s.status = 'completed'
-     order by s."fromPair" desc, s."completedAt" desc nulls last, s."createdAt" desc, s.id`,
-    [args.conversationId, args.scope, args.beforePair, args.limit],
-  );
-  observe?.({ query: 'completedSummariesBeforeRead', rows: rows.length, fromPair: 0, toPair: args.beforePair - 1 });
-  return rows;
-}
-
 /** The stored layout of a conversation in a scope at a budget, or null. */
 export async function projectionLayoutRead(
   db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number }, observe?: ReadObserver,
@@ -182,33 +156,6 @@ export async function projectionLayoutRead(
     'select * from sourcebound.projection_layout($1, $2, $3)', [args.conversationId, args.scope, args.budgetBytes]);
   observe?.({ query: 'projectionLayoutRead', rows: rows.length });
   return rows[0] ?? null;
-}
-
-/**
- * The pairs from `fromPair` on whose cache entries an edit made after the
- * layout stored under `budgetBytes` was written may have changed
- * (messages.edited_at, 0037): from `firstEdit` up to `cleanFrom` (the first
- * pair created after the last such edit; null: none since); null when there
- * is no such edit.
- */
-export async function projectionEditsRead(
-  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number; fromPair: number }, observe?: ReadObserver,
-): Promise<{ firstEdit: number; cleanFrom: number | null } | null> {
-  const { rows } = await db.query<{ firstEdit: number | null; cleanFrom: number | null }>(
-    'select * from sourcebound.projection_edits($1, $2, $3, $4)', [args.conversationId, args.scope, args.budgetBytes, args.fromPair]);
-  observe?.({ query: 'projectionEditsRead', rows: rows.length, fromPair: args.fromPair });
-  const row = rows[0];
-  return row === undefined || row.firstEdit === null ? null : { firstEdit: row.firstEdit, cleanFrom: row.cleanFrom };
-}
-
-/** The whole history before `beforePair`: its pairs, their texts' UTF-8 bytes, and the newest pair's (the ledger's lower bound). */
-export async function projectionHistoryBytesRead(
-  db: Queryable, args: { conversationId: string; scope: string; beforePair: number }, observe?: ReadObserver,
-): Promise<{ pairs: number; textBytes: number; newestTextBytes: number }> {
-  const { rows } = await db.query<{ pairs: number; textBytes: number; newestTextBytes: number }>(
-    'select * from sourcebound.projection_history_bytes($1, $2, $3)', [args.conversationId, args.scope, args.beforePair]);
-  observe?.({ query: 'projectionHistoryBytesRead', rows: rows.length, fromPair: 0, toPair: args.beforePair - 1 });
-  return rows[0] ?? { pairs: 0, textBytes: 0, newestTextBytes: 0 };
 }
 
 /** A layout stored under a budget is also used for budgets down to NEAR_BUDGET of it (while it fits them). */
