@@ -3,7 +3,7 @@
  * Every query checks the scope itself: nothing is read from a conversation of
  * another scope, even if the caller skipped the existence check. Reads are by
  * `pair_index` ranges through the pairs index, so their cost follows what the
- * walk reaches, not the conversation's length. The reads made on every call
+ * layout reaches (src/projection/reader.ts), not the conversation's length. The reads made on every call
  * are PL/pgSQL functions (0029_projection_reads.sql): their plans are kept
  * per connection, where a statement sent as text is planned every time.
  */
