@@ -41,28 +41,41 @@ export const workerCommand: Command = {
   ].join('\n'),
   async run(argv) {
     const { values } = parseCommandArgs(argv, { 'no-migrate': { type: 'boolean' }, summarizer: { type: 'string' } });
-    await withSession(async ({ config, logger, database }) => {
-      const summarizer = values.summarizer === undefined ? undefined : await loadSummarizerModule(values.summarizer, { config, logger });
-      const worker = await startWorker({ config, logger, database, summarizer, skipMigrations: values['no-migrate'] === true });
-      await new Promise<void>((resolve) => {
-        const onSignal = (signal: NodeJS.Signals) => {
-          logger.info({ signal }, 'signal received');
-          process.off('SIGTERM', onSignal);
-          process.off('SIGINT', onSignal);
-          resolve();
-        };
-        process.on('SIGTERM', onSignal);
-        process.on('SIGINT', onSignal);
-        // A worker that gives up (its database did not come back in time) ends the process with exit 1.
-        worker.runner.promise.then(resolve, (error) => {
-          logger.error({ err: error }, 'worker runner failed');
-          process.exitCode = 1;
-          exitAfterGiveUp(config.shutdownTimeoutMs, logger);
-          resolve();
+    // Signals are taken from the start: one that arrives while the worker starts (it logs 'worker started'
+    // before startWorker returns) stops it as soon as it has started, instead of killing the process
+    // with its jobs, slots and embedded server left behind.
+    let received: NodeJS.Signals | null = null;
+    let onSignal = (signal: NodeJS.Signals) => { received ??= signal; };
+    const handler = (signal: NodeJS.Signals) => onSignal(signal);
+    process.on('SIGTERM', handler);
+    process.on('SIGINT', handler);
+    try {
+      await withSession(async ({ config, logger, database }) => {
+        const summarizer = values.summarizer === undefined ? undefined : await loadSummarizerModule(values.summarizer, { config, logger });
+        const worker = await startWorker({ config, logger, database, summarizer, skipMigrations: values['no-migrate'] === true });
+        await new Promise<void>((resolve) => {
+          onSignal = (signal: NodeJS.Signals) => {
+            logger.info({ signal }, 'signal received');
+            // A second signal during the shutdown ends the process at once, as before.
+            process.off('SIGTERM', handler);
+            process.off('SIGINT', handler);
+            resolve();
+          };
+          if (received !== null) onSignal(received);
+          // A worker that gives up (its database did not come back in time) ends the process with exit 1.
+          worker.runner.promise.then(resolve, (error) => {
+            logger.error({ err: error }, 'worker runner failed');
+            process.exitCode = 1;
+            exitAfterGiveUp(config.shutdownTimeoutMs, logger);
+            resolve();
+          });
         });
-      });
-      await worker.stop();
-    }, { poolSize: (config) => config.workerConcurrency + 6 });
+        await worker.stop();
+      }, { poolSize: (config) => config.workerConcurrency + 6 });
+    } finally {
+      process.off('SIGTERM', handler);
+      process.off('SIGINT', handler);
+    }
   },
 };
 
