@@ -26,7 +26,7 @@ export {
 } from './projection/index.ts';
 export type {
   ConversationProjection, ProjectionItem, PairItem, SummaryItem, OmittedSpan, SummaryNotUsed, ProjectionFormat, RequestReserve,
-  ModelMessagesOptions, ProjectArgs,
+  ModelMessagesOptions, ModelHistoryMessage, ModelTextPart, ProjectArgs,
 } from './projection/index.ts';
 
 export { loadConfig, ConfigError, type Config } from './config.ts';

@@ -1,5 +1,3 @@
-// Types only: an app without the AI SDK can still import sourcebound.
-import type { AssistantModelMessage, ModelMessage, TextPart, UserModelMessage } from 'ai';
 import { PARAGRAPH } from './openai.ts';
 import { renderShape, type Shape } from './shape.ts';
 import type { ConversationProjection } from './types.ts';
@@ -26,9 +24,21 @@ export interface ModelMessagesOptions {
   anthropicCacheControl?: boolean;
 }
 
-type Turn = UserModelMessage & { content: TextPart[] } | AssistantModelMessage & { content: TextPart[] };
+/**
+ * The AI SDK's `TextPart` and `ModelMessage` as this adapter makes them,
+ * declared here and not imported from `ai`, so that an app without the AI SDK
+ * imports and type-checks sourcebound; they are assignable to `ModelMessage`
+ * (test/projection/clients.test.ts checks it against `ai` itself).
+ */
+export type ModelTextPart = {
+  type: 'text';
+  text: string;
+  providerOptions?: { anthropic: { cacheControl: { type: 'ephemeral' } } };
+};
+export type ModelHistoryMessage = { role: 'user'; content: ModelTextPart[] } | { role: 'assistant'; content: ModelTextPart[] };
+type Turn = ModelHistoryMessage;
 
-const part = (text: string): TextPart => ({ type: 'text', text });
+const part = (text: string): ModelTextPart => ({ type: 'text', text });
 
 export const aiSdkShape: Shape<Turn> = {
   itemMessages(item) {
@@ -43,11 +53,11 @@ export const aiSdkShape: Shape<Turn> = {
   withNote: (user, note) => ({ ...user, content: [part(note), ...user.content] }) as Turn,
   withMark: (message) => ({
     ...message,
-    content: [...message.content.slice(0, -1), { ...message.content.at(-1) as TextPart, providerOptions: { anthropic: { cacheControl: { type: 'ephemeral' } } } }],
+    content: [...message.content.slice(0, -1), { ...message.content.at(-1)!, providerOptions: { anthropic: { cacheControl: { type: 'ephemeral' } } } }],
   }) as Turn,
 };
 
 /** The projection as AI SDK messages: starts with a user turn, alternates, ends with an assistant turn; empty when no item fitted. */
-export function toModelMessages(projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: ModelMessagesOptions = {}): ModelMessage[] {
+export function toModelMessages(projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: ModelMessagesOptions = {}): ModelHistoryMessage[] {
   return renderShape(aiSdkShape, projection, options.anthropicCacheControl ?? true);
 }

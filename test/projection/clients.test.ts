@@ -1,6 +1,6 @@
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText } from 'ai';
+import { generateText, type ModelMessage } from 'ai';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
@@ -98,7 +98,8 @@ describe('toModelMessages through the AI SDK', () => {
   it('@ai-sdk/anthropic: the texts arrive as projected, with cache control where the Anthropic adapter puts its breakpoints', async () => {
     const { p, summary } = await projectionWithEverything('ai-sdk');
     const anthropic = createAnthropic({ baseURL: `${messagesServer.url}/v1`, apiKey: messagesServer.apiKey });
-    const history = toModelMessages(p);
+    // Typed by the AI SDK itself: sourcebound's own declarations of its messages are assignable to ModelMessage.
+    const history: ModelMessage[] = toModelMessages(p);
     // The AI SDK's schema takes no `citations: null` (the stand-in's default text block): a reply without it.
     messagesServer.enqueue(behaviours.blocks([{ type: 'text', text: 'Noted.' }]));
     await generateText({ model: anthropic('claude-test'), system: 'Be brief.', maxRetries: 0, messages: [...history, { role: 'user', content: 'And now?' }] });
