@@ -12,6 +12,11 @@ export type ProjectionFormat = 'anthropic' | 'openai' | 'ai-sdk';
  * layout.ts) and the final check (project.ts): the planner sizes candidates
  * with `sizeOf` and `projectedBytes`, which equal `historyBytes` of the
  * adapter's messages (with its default options) for every layout.
+ *
+ * The stored layout (layout.ts) is keyed by conversation and budget, not by
+ * format, and hashed over the Anthropic JSON without breakpoints (it only
+ * detects a change): a layout one format made is kept by another while it
+ * fits that format's bytes, and laid out anew ('budget') when it does not.
  */
 export interface Format {
   readonly name: ProjectionFormat;

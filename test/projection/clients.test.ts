@@ -76,6 +76,27 @@ describe.each(['anthropic', 'openai', 'ai-sdk'] as const)('format %s', (format) 
   });
 });
 
+describe('the stable layout in every format', () => {
+  it('keeps each request within its budget in its own JSON while the formats take turns on one stored layout', async () => {
+    const conversationId = await createConversation(db.pool);
+    await addPairs(db.pool, conversationId, 40, (i) => ({ user: `q${i} ${'ü'.repeat(30)}`, assistant: `a${i} ${'x'.repeat(200)}` }));
+    for (const fromPair of [0, 10, 20]) await insertSummary(db.pool, { conversationId, fromPair, summary: `Replies ${fromPair}-${fromPair + 9}.` });
+    const budgetBytes = 6_000;
+    const rewrites: (string | null)[] = [];
+    for (let turn = 0; turn < 24; turn++) {
+      const format = (['anthropic', 'openai', 'ai-sdk'] as const)[turn % 3]!;
+      const p = await projectConversationHistory({ pool: db.pool, conversationId, scope: 'tenant-a', budgetBytes, format, now: () => 1_000_000 + turn * 1000 });
+      expect(historyBytes(ADAPTERS[format](p))).toBe(p.bytes);
+      expect(p.bytes).toBeLessThanOrEqual(budgetBytes);
+      rewrites.push(p.cache.rewrite);
+      await addPairs(db.pool, conversationId, 1, (i) => ({ user: `q${40 + turn} ${i}`, assistant: `a${40 + turn} ${'y'.repeat(150)}` }), { startAt: 40 + turn });
+    }
+    // A layout made in one format is kept in the others while it fits them: not a rewrite a call.
+    expect(rewrites[0]).toBe('first');
+    expect(rewrites.filter((r) => r === null).length).toBeGreaterThan(rewrites.length / 2);
+  });
+});
+
 describe('toOpenAIMessages through the openai SDK', () => {
   it('arrives as projected: strings, the note as a leading paragraph, label and summary with a blank line, no cache fields', async () => {
     const { p, summary } = await projectionWithEverything('openai');
