@@ -1,4 +1,4 @@
-import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
+import type OpenAI from 'openai';
 import { renderShape, type Shape } from './shape.ts';
 import type { ConversationProjection } from './types.ts';
 
@@ -16,6 +16,8 @@ import type { ConversationProjection } from './types.ts';
  *
  * Use: `messages: [{ role: 'system', content: system }, ...toOpenAIMessages(projection), { role: 'user', content: next }]`.
  */
+
+type ChatCompletionMessageParam = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 
 /** Between the paragraphs the adapter joins into one content string. */
 export const PARAGRAPH = '\n\n';
