@@ -21,8 +21,13 @@ export type {
   CompletedTurnStatus, FailedTurnStatus, RunStatus, MessageStatus, MessageRole, TurnDatabase,
 } from './turns/index.ts';
 
-export { projectConversationHistory, toAnthropicMessages, ConversationNotFoundError } from './projection/index.ts';
-export type { ConversationProjection, ProjectionItem, PairItem, SummaryItem, OmittedSpan, SummaryNotUsed } from './projection/index.ts';
+export {
+  projectConversationHistory, toAnthropicMessages, toOpenAIMessages, toModelMessages, historyBytes, BYTES_PER_TOKEN, ConversationNotFoundError,
+} from './projection/index.ts';
+export type {
+  ConversationProjection, ProjectionItem, PairItem, SummaryItem, OmittedSpan, SummaryNotUsed, ProjectionFormat, RequestReserve,
+  ModelMessagesOptions, ModelHistoryMessage, ModelTextPart, ProjectArgs,
+} from './projection/index.ts';
 
 export { loadConfig, ConfigError, type Config } from './config.ts';
 export { openDatabase, DatabaseUnreachableError, type Database } from './db/database.ts';

@@ -118,15 +118,15 @@ export function newestSummaryMark(items: readonly ProjectionItem[]): number | nu
 /** Most breakpoints a request may carry (Anthropic: 4); one is the caller's to place (system or tools). */
 const MAX_BREAKPOINTS = 3;
 
-/** Where the adapter puts its notes and breakpoints: one rule for the messages and for their bytes. */
-interface Placement {
+/** Where the adapters put their notes and breakpoints: one rule for the messages and for their bytes, in every format. */
+export interface Placement {
   /** The note in front of item `at`'s user turn. */
   notes: { at: number; block: TextBlockParam }[];
   /** Messages (2 per item) whose last block carries a breakpoint. */
   marks: number[];
 }
 
-function placement(items: readonly ProjectionItem[], omitted: readonly OmittedSpan[], breakpoints: boolean): Placement {
+export function placement(items: readonly ProjectionItem[], omitted: readonly OmittedSpan[], breakpoints: boolean): Placement {
   const startsAt = new Map(items.map((item, i) => [firstPairOf(item), i]));
   const notes: Placement['notes'] = [];
   const before: number[] = [];
@@ -196,6 +196,7 @@ export function projectedBytes(
   return bytes + marks.length * BREAKPOINT_BYTES;
 }
 
-function jsonBytes(value: unknown): number {
+/** UTF-8 bytes of `JSON.stringify(value)`. */
+export function jsonBytes(value: unknown): number {
   return Buffer.byteLength(JSON.stringify(value), 'utf8');
 }

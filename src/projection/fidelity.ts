@@ -1,6 +1,6 @@
 import { RANGE_SIZE } from '../plan.ts';
-import { firstPairOf, projectedBytes } from './anthropic.ts';
-import { sizeOf, type ConversationReader } from './reader.ts';
+import { firstPairOf } from './anthropic.ts';
+import type { ConversationReader } from './reader.ts';
 import type { OmittedSpan, PairItem, ProjectionItem, SummaryItem, SummaryNotUsed } from './types.ts';
 
 /**
@@ -84,7 +84,7 @@ export async function planLayout(reader: ConversationReader, args: PlanArgs): Pr
   const minFill = Math.min(fill, Math.ceil(FILL_RATIO * B));
   const notUsed = new Map<number, SummaryNotUsed>();
   const d: Draft = { head: [...(args.keptHead ?? [])], tail: [], skipped: [], next: reader.count - 1, stopped: false };
-  const bytes = (x: Draft) => projectedBytes(...render(x, reader.count));
+  const bytes = (x: Draft) => reader.format.projectedBytes(...render(x, reader.count));
 
   // The whole history raw, when it fits the budget: nothing is summarized or left out.
   if (d.head.length === 0) {
@@ -136,19 +136,19 @@ export function gapWithinBound(plan: Plan): boolean {
 function finish(d: Draft, reader: ConversationReader, notUsed: Map<number, SummaryNotUsed>): Plan {
   const [items, omitted] = render(d, reader.count);
   return {
-    items, omitted, bytes: projectedBytes(items, omitted, sizeOf), head: d.head,
+    items, omitted, bytes: reader.format.projectedBytes(items, omitted), head: d.head,
     summaryNotUsed: [...notUsed.values()].sort((a, b) => a.fromPair - b.fromPair),
   };
 }
 
 /** The items and omitted spans of a draft, as the adapter will place them. */
-function render(d: Draft, count: number): [ProjectionItem[], OmittedSpan[], (item: ProjectionItem) => number] {
+function render(d: Draft, count: number): [ProjectionItem[], OmittedSpan[]] {
   const tail = [...d.tail].reverse();
   const items: ProjectionItem[] = [...d.head, ...tail];
   const omitted: OmittedSpan[] = [];
   if (items.length === 0) {
     if (count > 0) omitted.push({ fromPair: 0, toPair: count - 1, reason: d.stopped ? 'inconsistent' : 'budget' });
-    return [items, omitted, sizeOf];
+    return [items, omitted];
   }
   const first = firstPairOf(items[0]!);
   if (first > 0) omitted.push({ fromPair: 0, toPair: first - 1, reason: d.stopped && d.head.length === 0 ? 'inconsistent' : 'budget' });
@@ -166,7 +166,7 @@ function render(d: Draft, count: number): [ProjectionItem[], OmittedSpan[], (ite
     j = k + 1;
   }
   omitted.sort((a, b) => a.fromPair - b.fromPair);
-  return [items, omitted, sizeOf];
+  return [items, omitted];
 }
 
 /** Rule 1: the newest pairs, raw, while fewer than TAIL_PAIRS and within half the budget; a pair over half alone is left out. */
@@ -184,7 +184,7 @@ async function tailFloor(reader: ConversationReader, d: Draft, B: number, bytes:
       continue;
     }
     // A pair over half the budget is no part of the floor; it may still come if it fits (extendTail).
-    if (sizeOf(slot.item) > half) return;
+    if (reader.format.sizeOf(slot.item) > half) return;
     d.tail.push(slot.item);
     // The floor is the tail's own bytes (a kept head is not part of it).
     if (bytes({ ...d, head: [], skipped: [] }) > half && d.tail.length > 1) {
@@ -253,7 +253,7 @@ async function chooseHead(
     let n = 0;
     for (let i = end; i <= d.next; i++) {
       const slot = await reader.pair(i);
-      if (slot.kind === 'pair') n += sizeOf(slot.item);
+      if (slot.kind === 'pair') n += reader.format.sizeOf(slot.item);
     }
     return n;
   };
@@ -265,7 +265,7 @@ async function chooseHead(
     }
     if (s === null) continue;
     a = { fill: args.fill, cap: args.capFor(await between(s.toPair + 1)) };
-    if (!fitsHead(d, [s], a, bytes)) {
+    if (!fitsHead(reader, d, [s], a, bytes)) {
       notUsed.set(s.fromPair, { fromPair: s.fromPair, toPair: s.toPair, reason: 'does_not_fit', recordId: s.recordId });
       return;
     }
@@ -275,7 +275,7 @@ async function chooseHead(
   if (d.head.length === 0) return;
   for (let k = d.head[0]!.fromPair / RANGE_SIZE - 1; k >= 0; k--) {
     const s = await summaryAt(reader, k, notUsed);
-    if (s === 'changed' || s === null || !fitsHead(d, [s, ...d.head], a, bytes)) return;
+    if (s === 'changed' || s === null || !fitsHead(reader, d, [s, ...d.head], a, bytes)) return;
     d.head.unshift(s);
   }
 }
@@ -286,7 +286,7 @@ async function growHead(
 ): Promise<void> {
   for (let k = (d.head.at(-1)!.toPair + 1) / RANGE_SIZE; (k + 1) * RANGE_SIZE <= d.next + 1; k++) {
     const s = await summaryAt(reader, k, notUsed);
-    if (s === 'changed' || s === null || !fitsHead(d, [...d.head, s], a, bytes)) return;
+    if (s === 'changed' || s === null || !fitsHead(reader, d, [...d.head, s], a, bytes)) return;
     d.head.push(s);
   }
 }
@@ -297,8 +297,8 @@ interface HeadLimits {
   cap: number;
 }
 
-function fitsHead(d: Draft, head: SummaryItem[], a: HeadLimits, bytes: (d: Draft) => number): boolean {
-  return projectedBytes(head, [], sizeOf) <= a.cap && bytes({ ...d, head }) <= a.fill;
+function fitsHead(reader: ConversationReader, d: Draft, head: SummaryItem[], a: HeadLimits, bytes: (d: Draft) => number): boolean {
+  return reader.format.projectedBytes(head, []) <= a.cap && bytes({ ...d, head }) <= a.fill;
 }
 
 async function summaryAt(reader: ConversationReader, k: number, notUsed: Map<number, SummaryNotUsed>): Promise<SummaryItem | null | 'changed'> {

@@ -3,10 +3,10 @@ import {
   projectionLayoutNearRead, projectionLayoutRead, type ProjectionLayoutRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../plan.ts';
-import { firstPairOf, projectedBytes, toAnthropicMessages } from './anthropic.ts';
+import { firstPairOf, toAnthropicMessages } from './anthropic.ts';
 import { lowWaterBytes } from './cache.ts';
 import { gapWithinBound, HEAD_MAX_RATIO, planLayout, type Plan } from './fidelity.ts';
-import { sizeOf, type ConversationReader } from './reader.ts';
+import type { ConversationReader } from './reader.ts';
 import type { OmittedSpan, ProjectionCacheInfo, ProjectionItem, SummaryItem } from './types.ts';
 
 /**
@@ -105,10 +105,10 @@ async function decide(reader: ConversationReader, args: StableArgs, stored: Proj
   const half = Math.floor(budgetBytes / 2);
   for (let i = stored.endPair; i < count; i++) {
     const slot = await reader.pair(i);
-    if (slot.kind !== 'pair' || sizeOf(slot.item) > half) return rewrite(reader, args, 'budget', leadingSummaries(items));
+    if (slot.kind !== 'pair' || reader.format.sizeOf(slot.item) > half) return rewrite(reader, args, 'budget', leadingSummaries(items));
     items.push(slot.item);
   }
-  if (projectedBytes(items, omitted, sizeOf) > budgetBytes) return rewrite(reader, args, 'budget', leadingSummaries(items));
+  if (reader.format.projectedBytes(items, omitted) > budgetBytes) return rewrite(reader, args, 'budget', leadingSummaries(items));
   return {
     plan: { items, omitted, summaryNotUsed: [] }, rewrite: null, lowWater: lowWaterBytes(budgetBytes), save: null,
     touch: idle >= TOUCH_SHARE * args.cacheTtlSeconds * 1000,
@@ -128,7 +128,7 @@ async function rewrite(
   const { budgetBytes, count } = args;
   const fillBytes = lowWaterBytes(budgetBytes);
   let plan: Plan | null = null;
-  if (head !== null && head.length > 0 && projectedBytes(head, [], sizeOf) <= Math.floor(HEAD_MAX_RATIO * budgetBytes)) {
+  if (head !== null && head.length > 0 && reader.format.projectedBytes(head, []) <= Math.floor(HEAD_MAX_RATIO * budgetBytes)) {
     const kept = await planLayout(reader, { budgetBytes, fillBytes, keptHead: head });
     if (gapWithinBound(kept) && kept.bytes <= budgetBytes) {
       const fresh = kept.bytes >= fillBytes ? null : await planLayout(reader, { budgetBytes, fillBytes });

@@ -3,9 +3,10 @@ import {
   conversationPairCountRead, projectionLayoutTouch, projectionLayoutWrite, snapshotBegin, snapshotEnd,
   type ProjectionLayoutRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
-import { messagesBytes, toAnthropicMessages } from './anthropic.ts';
+import { resolveBudget, type RequestReserve } from './budget.ts';
 import { DEFAULT_CACHE_TTL_SECONDS } from './cache.ts';
 import { ConversationNotFoundError } from './errors.ts';
+import { formatOf, historyBytes, type Format, type ProjectionFormat } from './format.ts';
 import { planLayout } from './fidelity.ts';
 import { stableProjection } from './layout.ts';
 import { ConversationReader } from './reader.ts';
@@ -46,8 +47,22 @@ export interface ProjectArgs {
   conversationId: string;
   /** The tenant namespace: a conversation of another scope is not found. */
   scope: string;
-  /** UTF-8 bytes the history may take, as messagesBytes(toAnthropicMessages(result)) measures them. */
-  budgetBytes: number;
+  /**
+   * UTF-8 bytes the request may take: the history as `format`'s adapter
+   * makes it (`JSON.stringify` of its messages), plus `reserve`. Exactly one
+   * of budgetBytes and budgetTokens.
+   */
+  budgetBytes?: number;
+  /** The budget in tokens, as bytesPerToken (Default: BYTES_PER_TOKEN, 3, conservative for English-like text; see budget.ts) bytes each. */
+  budgetTokens?: number;
+  bytesPerToken?: number;
+  /** What else the request carries (system prompt, tools, new message, bytes): its JSON bytes come off the budget first. */
+  reserve?: RequestReserve;
+  /**
+   * The client whose JSON the budget measures: 'anthropic' (toAnthropicMessages),
+   * 'openai' (toOpenAIMessages) or 'ai-sdk' (toModelMessages). (Default: 'anthropic')
+   */
+  format?: ProjectionFormat;
   /** `stable` keeps the history's prefix between calls for prompt caching; `newest-first` fills the budget anew (Default: 'stable'). */
   layout?: 'stable' | 'newest-first';
   /**
@@ -76,13 +91,14 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /**
  * Builds the history for the next request of a conversation.
  * @throws ConversationNotFoundError when no conversation has this id in this scope.
- * @throws RangeError when budgetBytes is not a non-negative safe integer, layout is unknown, or cacheTtlSeconds is not positive.
+ * @throws RangeError unless exactly one of budgetBytes and budgetTokens is a non-negative integer; when the
+ *   reserve exceeds the budget, the format or layout is unknown, or cacheTtlSeconds is not positive.
  */
 export async function projectConversationHistory(args: ProjectArgs): Promise<ConversationProjection> {
-  const { budgetBytes, scope } = args;
-  if (!Number.isSafeInteger(budgetBytes) || budgetBytes < 0) {
-    throw new RangeError(`budgetBytes must be a non-negative integer, got ${budgetBytes}`);
-  }
+  const { scope } = args;
+  const budget = resolveBudget(args);
+  const budgetBytes = budget.historyBytes;
+  const format = formatOf(args.format);
   const mode = args.layout ?? 'stable';
   if (mode !== 'stable' && mode !== 'newest-first') throw new RangeError(`layout must be 'stable' or 'newest-first', got ${String(mode)}`);
   const cacheTtlSeconds = args.cacheTtlSeconds ?? DEFAULT_CACHE_TTL_SECONDS;
@@ -99,8 +115,8 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   const projection = await withSnapshot(args.pool, async (db) => {
     const count = await conversationPairCountRead(db, conversationId, scope, args.onRead);
     if (count === null) throw new ConversationNotFoundError(conversationId, scope);
-    const reader = new ConversationReader(db, { conversationId, scope, count, budgetBytes, onRead: args.onRead });
-    const at = { conversationId, scope, budgetBytes, count };
+    const reader = new ConversationReader(db, { conversationId, scope, count, budgetBytes, onRead: args.onRead, format });
+    const at = { conversationId, scope, budgetBytes, count, format, requestBytes: budget.requestBytes, reservedBytes: budget.reservedBytes };
     if (mode === 'newest-first') {
       const plan = await planLayout(reader, { budgetBytes, fillBytes: budgetBytes });
       return assemble({ ...plan, problems: reader.problems }, at, { mode, rewrite: 'first', lowWaterBytes: budgetBytes, layoutSaved: false });
@@ -129,7 +145,8 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
 
 function assemble(
   w: Pick<ConversationProjection, 'items' | 'omitted' | 'summaryNotUsed' | 'problems'>,
-  at: { conversationId: string; scope: string; budgetBytes: number; count: number }, cache: ProjectionCacheInfo,
+  at: { conversationId: string; scope: string; budgetBytes: number; count: number; format: Format; requestBytes: number; reservedBytes: number },
+  cache: ProjectionCacheInfo,
 ): ConversationProjection {
   const result: ConversationProjection = {
     conversationId: at.conversationId,
@@ -139,11 +156,19 @@ function assemble(
     summaryNotUsed: w.summaryNotUsed,
     bytes: 0,
     budgetBytes: at.budgetBytes,
+    format: at.format.name,
+    requestBudgetBytes: at.requestBytes,
+    reservedBytes: at.reservedBytes,
     pairCount: at.count,
     cache,
     problems: w.problems,
   };
-  result.bytes = messagesBytes(toAnthropicMessages(result));
+  // The planner sized every candidate with the format's arithmetic; the adapter's own JSON is the truth.
+  result.bytes = historyBytes(at.format.messages(result));
+  const planned = at.format.projectedBytes(result.items, result.omitted);
+  if (result.bytes !== planned) {
+    throw new Error(`sourcebound: the ${at.format.name} history is ${result.bytes} bytes, its layout was sized at ${planned}`);
+  }
   if (result.bytes > at.budgetBytes) {
     throw new Error(`sourcebound: projection of ${result.bytes} bytes exceeds its budget of ${at.budgetBytes}`);
   }

@@ -2,8 +2,8 @@ import {
   pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../plan.ts';
-import { itemBytes } from './anthropic.ts';
-import type { PairItem, ProjectionItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
+import { FORMATS, type Format } from './format.ts';
+import type { PairItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
 import {
   contiguous, hasTexts, judgeRange, pairItem, smallerThanOriginal, summaryItem, type TextPair,
 } from './walk.ts';
@@ -30,14 +30,6 @@ export type RangeSummary = { kind: 'usable'; item: SummaryItem } | { kind: 'not_
 export const MAX_PAGE_PAIRS = 100;
 const FIRST_PAGE_PAIRS = 20;
 
-// Items are immutable once made: their bytes are computed once.
-const sizes = new WeakMap<ProjectionItem, number>();
-/** itemBytes, memoized per item. */
-export function sizeOf(item: ProjectionItem): number {
-  let bytes = sizes.get(item);
-  if (bytes === undefined) sizes.set(item, bytes = itemBytes(item));
-  return bytes;
-}
 
 export interface ReaderArgs {
   conversationId: string;
@@ -46,10 +38,14 @@ export interface ReaderArgs {
   count: number;
   budgetBytes: number;
   onRead: ReadObserver | undefined;
+  /** The client whose JSON the layout is sized in (Default: Anthropic's). */
+  format?: Format;
 }
 
 export class ConversationReader {
   readonly count: number;
+  /** The client whose JSON the layout is sized in: its `sizeOf` and `projectedBytes` size every candidate. */
+  readonly format: Format;
   readonly problems: ProjectionProblem[] = [];
   private readonly rows = new Map<number, ProjectionPairRow>();
   /** Pairs from here up to count-1 have been read (as pages). */
@@ -65,6 +61,7 @@ export class ConversationReader {
 
   constructor(private readonly db: Queryable, private readonly args: ReaderArgs) {
     this.count = args.count;
+    this.format = args.format ?? FORMATS.anthropic;
     this.readFrom = args.count;
     this.recordsFrom = Math.ceil(args.count / RANGE_SIZE);
   }
@@ -154,7 +151,7 @@ export class ConversationReader {
     if (v === 'changed') return 'changed';
     if (!v.usable) return { kind: 'not_used', reason: v.reason, ...(v.recordId === undefined ? {} : { recordId: v.recordId }) };
     const item = summaryItem(v.record, v.pairs);
-    if (!smallerThanOriginal(sizeOf(item), v.pairs)) return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
+    if (!smallerThanOriginal(this.format.sizeOf(item), v.pairs, this.format)) return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
     return { kind: 'usable', item };
   }
 

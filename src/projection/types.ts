@@ -12,8 +12,9 @@
  *   assistant replies). Items are never cut.
  * - Usable summary: a completed record whose range, version and source
  *   binding (the 20 message ids and the source hash) all hold now.
- * - Budget: the UTF-8 bytes of the JSON the adapter produces
- *   (`messagesBytes(toAnthropicMessages(projection))`), never exceeded.
+ * - Budget: the UTF-8 bytes of the JSON the chosen client's adapter produces
+ *   (by default `messagesBytes(toAnthropicMessages(projection))`; format.ts),
+ *   never exceeded.
  * - Tail: the newest pairs, raw. Head: summaries (each beside its ten user
  *   messages) of older ranges, before the tail. Gap: the pairs between head
  *   and tail left out, stated and bounded (MAX_GAP_PAIRS).
@@ -164,9 +165,16 @@ export interface ConversationProjection {
   omitted: OmittedSpan[];
   /** Per range the walk reached and projected raw, partially or not at all: why its summary was not used. */
   summaryNotUsed: SummaryNotUsed[];
-  /** `messagesBytes(toAnthropicMessages(this))`: never more than budgetBytes. */
+  /** UTF-8 bytes of the JSON of the history as `format`'s adapter makes it (by default): never more than budgetBytes. */
   bytes: number;
+  /** What the history could take: the stated budget (in bytes) less the reserve. */
   budgetBytes: number;
+  /** The client whose JSON `bytes` measures: 'anthropic', 'openai' or 'ai-sdk'. */
+  format: 'anthropic' | 'openai' | 'ai-sdk';
+  /** The budget stated for the whole request, in bytes (budgetBytes, or budgetTokens converted). */
+  requestBudgetBytes: number;
+  /** Bytes reserved for the rest of the request (system prompt, tools, new message, bytes). */
+  reservedBytes: number;
   /** Eligible pairs in the conversation. */
   pairCount: number;
   /** Prompt-cache layout: whether this history extends the previous one, or why it was laid out anew. */

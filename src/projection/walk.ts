@@ -2,7 +2,7 @@ import type { ProjectionPairRow, ProjectionSummaryRow } from '../db/queries/proj
 import { RANGE_SIZE, RAW_TAIL } from '../plan.ts';
 import { BREAKPOINT_BYTES, itemBytes } from './anthropic.ts';
 import { byPreference, currentIds, mostTelling, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
-import type { PairItem, SummaryItem, SummaryNotUsedReason } from './types.ts';
+import type { PairItem, ProjectionItem, SummaryItem, SummaryNotUsedReason } from './types.ts';
 import { summaryLabel } from './wording.ts';
 
 /**
@@ -77,13 +77,21 @@ export async function judgeRange(args: {
  * breakpoint it may carry (the newest summary's): so a summary never costs more than its originals,
  * and more budget never carries fewer pairs.
  */
-export function smallerThanOriginal(cost: number, pairs: readonly TextPair[]): boolean {
-  return cost + BREAKPOINT_BYTES < rawBytes(pairs);
+export function smallerThanOriginal(
+  cost: number, pairs: readonly TextPair[], format: SizeRule = { sizeOf: itemBytes, breakpointBytes: BREAKPOINT_BYTES },
+): boolean {
+  return cost + format.breakpointBytes < rawBytes(pairs, format);
+}
+
+/** How a format sizes an item and a breakpoint (format.ts), Anthropic's by default. */
+interface SizeRule {
+  sizeOf(item: ProjectionItem): number;
+  breakpointBytes: number;
 }
 
 /** Bytes of a range's pairs as raw items. */
-export function rawBytes(pairs: readonly TextPair[]): number {
-  return pairs.reduce((n, p) => n + itemBytes(pairItem(p)), 0);
+export function rawBytes(pairs: readonly TextPair[], format: Pick<SizeRule, 'sizeOf'> = { sizeOf: itemBytes }): number {
+  return pairs.reduce((n, p) => n + format.sizeOf(pairItem(p)), 0);
 }
 
 export function pairItem(row: TextPair): PairItem {
