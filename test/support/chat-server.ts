@@ -1,6 +1,7 @@
 import { EventEmitter, once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { echoOfMaterial } from './messages-server.ts';
 
 /**
  * A real HTTP server on 127.0.0.1 that speaks the OpenAI Chat Completions
@@ -166,13 +167,7 @@ export async function startChatServer(options: { apiKey?: string | null; default
 export function echo(body: Record<string, unknown> | undefined): string {
   const messages = Array.isArray(body?.['messages']) ? body['messages'] as { role?: string; content?: unknown }[] : [];
   const user = messages.find((m) => m.role === 'user');
-  const content = typeof user?.content === 'string' ? user.content : '';
-  const items = [...content.matchAll(/<(reply|item) (id|pair)="([^"]*)">\n([^]*?)\n<\/\1>/g)];
-  const lines = items.map((m) => {
-    const points = [...(m[4] ?? '')];
-    return `${m[2] === 'pair' ? `pair ${m[3]}` : m[3]}: ${points.slice(0, 60).join('').replace(/\s+/g, ' ')}${points.length > 60 ? '…' : ''}`;
-  });
-  return [`Summary of ${items.length} items.`, ...lines].join('\n');
+  return echoOfMaterial(typeof user?.content === 'string' ? user.content : '');
 }
 
 function sendJson(res: ServerResponse, status: number, value: unknown, requestId?: string, headers?: Record<string, string>): void {

@@ -330,7 +330,11 @@ function message(t: string, stopReason: string | null, body: unknown): Record<st
 export function echoSummary(body: unknown): string {
   const messages = isRecord(body) && Array.isArray(body['messages']) ? body['messages'] : [];
   const first = messages[0];
-  const content = isRecord(first) && typeof first['content'] === 'string' ? first['content'] : '';
+  return echoOfMaterial(isRecord(first) && typeof first['content'] === 'string' ? first['content'] : '');
+}
+
+/** The echo answer for the fenced material in a user turn's text (the Chat Completions stand-in echoes the same way). */
+export function echoOfMaterial(content: string): string {
   const items = [...content.matchAll(/<(reply|item) (id|pair)="([^"]*)">\n([^]*?)\n<\/\1>/g)];
   // A cut is marked with … (as an extractive summary marks it), so a figure cut short is not a new figure.
   const lines = items.map((m) => {
