@@ -169,7 +169,7 @@ function render(d: Draft, count: number): [ProjectionItem[], OmittedSpan[]] {
   return [items, omitted];
 }
 
-/** Rule 1: the newest pairs, raw, while fewer than TAIL_PAIRS and within half the budget; a pair over half alone is left out. */
+/** Rule 1: the newest pairs, raw, while fewer than TAIL_PAIRS and within half the budget (a pair over half ends it; extendTail may still take it). */
 async function tailFloor(reader: ConversationReader, d: Draft, B: number, bytes: (d: Draft) => number): Promise<void> {
   const half = Math.floor(B / 2);
   let taken = 0;
