@@ -117,7 +117,11 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     const pooled = new pg.Pool({ connectionString: pooledUrl, max: 4 });
     try {
       for (const c of conversations.slice(0, 3)) {
-        const args = { conversationId: c, scope: 'tenant-a', budgetBytes: 16 * 1024 };
+        // A budget that needs summaries (a history that fits is sent raw): the largest, in 10% steps, that shows one.
+        const at = (budgetBytes: number) => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first' });
+        let budgetBytes = (await at(1 << 24)).bytes;
+        while (!(await at(budgetBytes)).items.some((item) => item.kind === 'summary') && budgetBytes > 1000) budgetBytes = Math.floor(budgetBytes * 0.9);
+        const args = { conversationId: c, scope: 'tenant-a', budgetBytes };
         const fresh = await projectConversationHistory({ pool: db.pool, ...args, layout: 'newest-first' });
         expect(await projectConversationHistory({ pool: pooled, ...args, layout: 'newest-first' })).toEqual(fresh);
         expect(fresh.items.some((item) => item.kind === 'summary')).toBe(true);
