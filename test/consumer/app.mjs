@@ -1,6 +1,7 @@
 // A plain-Node application using the installed package (no TypeScript, no loader).
 //   node app.mjs write          -> writes a 30-pair conversation with the turn helpers, projects it, prints its id
-//   node app.mjs compacted <id> -> waits for the worker's summary, projects again, checks the summary is used
+//   node app.mjs compacted <id> -> waits for the worker's summary; the whole history still fits raw, and a
+//                                  budget one pair short of it shows the summary in place of pairs 0..9
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import {
@@ -55,11 +56,15 @@ try {
       assert.ok(Date.now() < deadline, 'no completed summary within 120 s');
       await new Promise((r) => setTimeout(r, 250));
     }
-    const history = await projectConversationHistory({ pool, conversationId: id, scope: SCOPE, budgetBytes: BUDGET, layout: LAYOUT });
+    // A history that fits is sent whole and raw, summary or not.
+    const whole = await projectConversationHistory({ pool, conversationId: id, scope: SCOPE, budgetBytes: BUDGET, layout: LAYOUT });
+    assert.equal(whole.items.filter((i) => i.kind === 'pair').length, PAIRS, 'the whole history fits: every pair raw');
+    // Smaller than the whole history: the summary stands where pairs 0..9 were, the newest pairs raw after it.
+    const history = await projectConversationHistory({ pool, conversationId: id, scope: SCOPE, budgetBytes: whole.bytes - 1, layout: LAYOUT });
     const summaries = history.items.filter((i) => i.kind === 'summary');
     assert.equal(summaries.length, 1, 'the completed summary replaces pairs 0..9 in the projection');
     assert.equal(history.items[0].kind, 'summary', 'the summary stands where pairs 0..9 were');
-    assert.equal(history.items.filter((i) => i.kind === 'pair').length, PAIRS - 10);
+    assert.equal(history.items.at(-1).pairIndex, PAIRS - 1, 'the newest pair is raw, last');
     checkMessages(history);
     process.stdout.write(`projection: ${history.items.length} items, 1 summary\n`);
   } else {
