@@ -46,7 +46,9 @@ async function watchOnce(c: Conv): Promise<{ summaries: number; stale: number }>
   const client = await pool.connect();
   try {
     await client.query('begin isolation level repeatable read read only');
-    const projection = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET });
+    // Half the whole history: a history that fits is sent raw, so the budget must need summaries to show them.
+    const whole = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, persistLayout: false });
+    const projection = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: Math.floor(whole.bytes / 2) });
     let summaries = 0;
     let stale = 0;
     for (const item of projection.items) {
@@ -129,7 +131,8 @@ describe('fault scenario 8: edits under way', () => {
           await pool.query(`update sourcebound.messages set content = content || ' [edited after]' where id = $1`, [target]);
           edits['after completion']++;
           const c = conversations.find((x) => x.id === done.conversationId)!;
-          const p = await projectConversationHistory({ pool, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET });
+          const whole = await projectConversationHistory({ pool, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, persistLayout: false });
+          const p = await projectConversationHistory({ pool, conversationId: c.id, scope: c.scope, budgetBytes: Math.floor(whole.bytes / 2), layout: 'newest-first' });
           if (p.items.some((i) => i.kind === 'summary' && i.recordId === done.id)) edits['summary used right after its edit']++;
         }
       }
@@ -213,6 +216,7 @@ describe('fault scenario 8: edits under way', () => {
 
     expectZeroFigures(figures, checks);
     expect(watch.stale).toBe(0);
+    expect(watch.summaries).toBeGreaterThan(0);
     expect(edits['summary used right after its edit']).toBe(0);
     expect(checks.outcomes['stale'] ?? 0).toBeGreaterThan(0);
     expect(reverted.length).toBeGreaterThan(0);

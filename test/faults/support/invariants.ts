@@ -3,6 +3,7 @@ import { isProjectable } from '../../../src/gateway/prompts.ts';
 import { sourceHash, sourceMessageIds, type SourcePair } from '../../../src/hash.ts';
 import { plannableRangeCount, RANGE_SIZE } from '../../../src/plan.ts';
 import { ConversationNotFoundError, projectConversationHistory, type ConversationProjection } from '../../../src/projection/index.ts';
+import { ConversationReader } from '../../../src/projection/reader.ts';
 
 /**
  * The checks every fault scenario ends with. All of them read the database
@@ -11,7 +12,9 @@ import { ConversationNotFoundError, projectConversationHistory, type Conversatio
  * Coverage invariant: every eligible pair of every conversation is
  * - in exactly one completed, binding-valid summary (its 20 ids and its source
  *   hash, recomputed with src/hash.ts over the current texts, match), and the
- *   projection presents that summary for it; or
+ *   projection's verdict for its range is that summary (a history that fits is
+ *   sent raw, so the whole projection under a huge budget is checked raw, and
+ *   what it would show in place of each range is the reader's verdict); or
  * - raw and projected raw, in a plannable range that still has a live or
  *   retriable job (an unlocked job, a live lease, or a range the sweep
  *   re-enqueues); or
@@ -118,29 +121,38 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
   if (project) {
     let projection: ConversationProjection;
     try {
-      // Newest-first: the binding rules, not the prompt-cache layout (a stable layout keeps ranges raw until its next rewrite).
       projection = await projectConversationHistory({ pool: db, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, layout: 'newest-first' });
     } catch (error) {
       for (let i = 0; i < n; i++) violate(i, `projection failed: ${(error as Error).message}`);
       return;
     }
+    // A history that fits is sent whole and raw: every pair, byte for byte as stored.
     if (projection.omitted.length > 0) violate(projection.omitted[0]!.fromPair, 'projection omitted pairs under a huge budget');
-    for (const why of projection.summaryNotUsed) shownRaw.set(why.fromPair, why.reason);
     for (const item of projection.items) {
-      if (item.kind === 'pair') {
-        const p = pairs[item.pairIndex];
-        if (!p || p.userMessageId !== item.userMessageId || p.assistantMessageId !== item.assistantMessageId
-          || p.userText !== item.userText || p.assistantText !== item.assistantText) {
-          violate(item.pairIndex, 'projected pair differs from the stored pair');
-          continue;
-        }
-        shown[item.pairIndex]!.push({ kind: 'pair' });
-      } else {
+      const p = item.kind === 'pair' ? pairs[item.pairIndex] : undefined;
+      if (item.kind !== 'pair' || !p || p.userMessageId !== item.userMessageId || p.assistantMessageId !== item.assistantMessageId
+        || p.userText !== item.userText || p.assistantText !== item.assistantText) {
+        violate(item.kind === 'pair' ? item.pairIndex : item.fromPair, 'a whole history that fits was not projected raw as stored');
+      }
+    }
+    // What the projection would show in place of each range when the budget needs it: its verdict (binding.ts).
+    const reader = new ConversationReader(db, { conversationId: c.id, scope: c.scope, count: n, budgetBytes: HUGE_BUDGET, onRead: undefined });
+    for (let from = 0; from < n; from += RANGE_SIZE) {
+      const verdict = await reader.summary(from / RANGE_SIZE);
+      if (verdict === 'changed') {
+        violate(from, 'the pairs changed while the verdict read them');
+        continue;
+      }
+      if (verdict.kind === 'usable') {
+        const item = verdict.item;
         item.userMessages.forEach((m) => {
           const p = pairs[m.pairIndex];
           if (!p || p.userMessageId !== m.messageId || p.userText !== m.text) violate(m.pairIndex, 'summarized user message differs from the stored one');
         });
         for (let i = item.fromPair; i <= item.toPair && i < n; i++) shown[i]!.push({ kind: 'summary', recordId: item.recordId });
+      } else {
+        shownRaw.set(from, verdict.reason);
+        for (let i = from; i < Math.min(from + RANGE_SIZE, n); i++) shown[i]!.push({ kind: 'pair' });
       }
     }
   }
