@@ -48,7 +48,7 @@ async function watchOnce(c: Conv): Promise<{ summaries: number; stale: number }>
     await client.query('begin isolation level repeatable read read only');
     // Half the whole history: a history that fits is sent raw, so the budget must need summaries to show them.
     const whole = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, persistLayout: false });
-    const projection = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: Math.floor(whole.bytes / 2) });
+    const projection = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: Math.floor(whole.bytes / 2), layout: 'newest-first' });
     let summaries = 0;
     let stale = 0;
     for (const item of projection.items) {
