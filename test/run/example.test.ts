@@ -11,7 +11,7 @@ import { behaviours, startMessagesServer, type MessagesServer, type WireBlock } 
 import { createConversation, prepareChecked } from './support/fixtures.ts';
 
 /**
- * The README's agent loop is examples/run-agent-loop.ts; these tests run it
+ * The agent loop of docs/runs.md is examples/run-agent-loop.ts; these tests run it
  * end to end against the local Messages server through the real SDK (issue
  * 12, defect 9): in process, step by step, and as its own process.
  */
@@ -19,7 +19,7 @@ const db = await createTestDatabase();
 const pool = db.pool;
 const scope = 'tenant-42';
 const EXAMPLE = fileURLToPath(new URL('../../examples/run-agent-loop.ts', import.meta.url));
-const README = fileURLToPath(new URL('../../README.md', import.meta.url));
+const README = fileURLToPath(new URL('../../docs/runs.md', import.meta.url));
 const MAX_TOKENS_FIELD = Buffer.byteLength(',"max_tokens":4096');
 
 let server: MessagesServer;
@@ -33,8 +33,8 @@ afterAll(async () => {
 const toolUse = (id: string, name: string, input: unknown): WireBlock => ({ type: 'tool_use', id, name, input });
 const text = (t: string): WireBlock => ({ type: 'text', text: t, citations: null });
 
-describe('the agent loop of the README (examples/run-agent-loop.ts)', () => {
-  it('is the code the README shows', () => {
+describe('the agent loop of docs/runs.md (examples/run-agent-loop.ts)', () => {
+  it('is the code docs/runs.md shows', () => {
     const readme = readFileSync(README, 'utf8');
     const file = readFileSync(EXAMPLE, 'utf8');
     const start = file.indexOf('export interface AgentLoop');

@@ -4,7 +4,7 @@ import { answer, answerStreamed } from '../../examples/write-turns.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { pairCount } from '../support/fixtures.ts';
 
-/** The README's turn helpers are examples/write-turns.ts; run here against a real database. */
+/** The turn helpers of docs/turns.md are examples/write-turns.ts; run here against a real database. */
 const db = await createTestDatabase();
 const { pool } = db;
 const scope = 'tenant-42';
@@ -14,9 +14,9 @@ const statuses = async (conversationId: string) => (await pool.query(
    left join sourcebound.messages a on a.run_id = r.id and a.role = 'assistant'
    where r.conversation_id = $1 order by r.seq`, [conversationId])).rows;
 
-describe('the turn helpers of the README (examples/write-turns.ts)', () => {
-  it('is the code the README shows', () => {
-    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+describe('the turn helpers of docs/turns.md (examples/write-turns.ts)', () => {
+  it('is the code docs/turns.md shows', () => {
+    const readme = readFileSync(new URL('../../docs/turns.md', import.meta.url), 'utf8');
     const file = readFileSync(new URL('../../examples/write-turns.ts', import.meta.url), 'utf8');
     const code = file.slice(file.indexOf('export async function answer(')).trim();
     expect(code.length).toBeGreaterThan(500);
