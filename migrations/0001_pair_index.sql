@@ -107,7 +107,7 @@ $$;
 CREATE FUNCTION sourcebound.pair_write_refused() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION 'sourcebound: the runs and messages of a conversation are written under READ COMMITTED, not %', upper(current_setting('transaction_isolation'))
-    USING ERRCODE = 'feature_not_supported',
+    USING ERRCODE = 'feature_not_supported', CONSTRAINT = 'pair_write_isolation',
           DETAIL = 'The pair index is computed from the latest committed rows; a transaction snapshot (REPEATABLE READ, SERIALIZABLE) misses what another writer committed after it was taken.',
           HINT = 'Write them in a READ COMMITTED transaction (PostgreSQL''s default).';
 END
@@ -461,7 +461,7 @@ BEGIN
     PERFORM sourcebound.pair_write_refused();
   END IF;
   IF NOT EXISTS (SELECT 1 FROM sourcebound.conversations WHERE id = p_conversation_id) THEN
-    RAISE EXCEPTION 'sourcebound: conversation % does not exist', p_conversation_id USING ERRCODE = 'no_data_found';
+    RAISE EXCEPTION 'sourcebound: conversation % does not exist', p_conversation_id USING ERRCODE = 'no_data_found', CONSTRAINT = 'conversation_missing';
   END IF;
   -- Conversations whose index holds a run of this one, and conversations
   -- owning a run this one's index holds.

@@ -46,7 +46,7 @@ $$;
 -- add_job in unsafe_dedupe mode, a single insert when no job has the key (the
 -- usual crossing); only when a job existed are the preserve_run_at rules
 -- applied with the ordinary add_job.
--- Raises sourcebound_conversation_missing for an unknown conversation.
+-- Raises conversation_missing (src/db/conditions.ts) for an unknown conversation.
 CREATE FUNCTION sourcebound.enqueue_compaction(p_conversation_id uuid)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -55,7 +55,7 @@ DECLARE
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM sourcebound.conversations WHERE id = p_conversation_id) THEN
     RAISE EXCEPTION 'sourcebound: conversation % does not exist', p_conversation_id
-      USING ERRCODE = 'no_data_found';
+      USING ERRCODE = 'no_data_found', CONSTRAINT = 'conversation_missing';
   END IF;
   PERFORM pg_advisory_xact_lock(74201, hashtext(p_conversation_id::text));
   PERFORM sourcebound.compaction_key_lock(p_conversation_id);

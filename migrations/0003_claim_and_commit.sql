@@ -265,7 +265,7 @@ BEGIN
 
   IF p_outcome = 'ok' THEN
     IF v_rec.hash_version <> 1 THEN
-      RAISE EXCEPTION 'sourcebound: source hash version % cannot be computed here', v_rec.hash_version;
+      RAISE EXCEPTION 'sourcebound: source hash version % cannot be computed here', v_rec.hash_version USING CONSTRAINT = 'source_hash_version_unknown';
     END IF;
     SELECT generation INTO v_generation FROM sourcebound.compaction_marks
     WHERE conversation_id = v_rec.conversation_id AND from_pair = v_rec.from_pair;
@@ -324,7 +324,7 @@ BEGIN
     END IF;
     commit_kind := p_outcome;
   ELSE
-    RAISE EXCEPTION 'sourcebound: unknown outcome %', p_outcome;
+    RAISE EXCEPTION 'sourcebound: unknown outcome %', p_outcome USING CONSTRAINT = 'commit_outcome_unknown';
   END IF;
   rec := v_rec;
   marks_remain := EXISTS (SELECT 1 FROM sourcebound.compaction_marks m WHERE m.conversation_id = v_rec.conversation_id);
@@ -349,13 +349,13 @@ BEGIN
     -- already gone; any other delete finds it and is refused.
     IF EXISTS (SELECT 1 FROM sourcebound.conversations WHERE id = OLD.conversation_id) THEN
       RAISE EXCEPTION 'sourcebound: summary record % cannot be deleted; delete its conversation to erase it', OLD.id
-        USING ERRCODE = 'integrity_constraint_violation';
+        USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_record_delete';
     END IF;
     RETURN OLD;
   END IF;
   IF OLD.status IN ('completed', 'failed') THEN
     RAISE EXCEPTION 'sourcebound: summary record % is % and immutable', OLD.id, OLD.status
-      USING ERRCODE = 'integrity_constraint_violation';
+      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_record_immutable';
   END IF;
   -- The identity and the spent attempts of an open record never go back.
   IF NEW.conversation_id <> OLD.conversation_id OR NEW.scope <> OLD.scope
@@ -364,11 +364,11 @@ BEGIN
      OR NEW.hash_version <> OLD.hash_version OR NEW.model <> OLD.model
      OR NEW.prompt_version <> OLD.prompt_version THEN
     RAISE EXCEPTION 'sourcebound: the identity of summary record % cannot change', OLD.id
-      USING ERRCODE = 'integrity_constraint_violation';
+      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_record_identity';
   END IF;
   IF NEW.attempts_spent < OLD.attempts_spent THEN
     RAISE EXCEPTION 'sourcebound: spent attempts of summary record % cannot decrease', OLD.id
-      USING ERRCODE = 'integrity_constraint_violation';
+      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_record_attempts_decrease';
   END IF;
   NEW.updated_at := now();
   RETURN NEW;
@@ -399,17 +399,17 @@ BEGIN
   IF TG_OP = 'DELETE' THEN
     IF EXISTS (SELECT 1 FROM sourcebound.conversation_summaries WHERE id = OLD.summary_id) THEN
       RAISE EXCEPTION 'sourcebound: attempt % cannot be deleted', OLD.id
-        USING ERRCODE = 'integrity_constraint_violation';
+        USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_attempt_delete';
     END IF;
     RETURN OLD;
   END IF;
   IF OLD.outcome IS NOT NULL THEN
     RAISE EXCEPTION 'sourcebound: attempt % is settled (%) and immutable', OLD.id, OLD.outcome
-      USING ERRCODE = 'integrity_constraint_violation';
+      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_attempt_immutable';
   END IF;
   IF NEW.summary_id <> OLD.summary_id OR NEW.worker_id <> OLD.worker_id OR NEW.started_at <> OLD.started_at THEN
     RAISE EXCEPTION 'sourcebound: attempt % cannot change its identity', OLD.id
-      USING ERRCODE = 'integrity_constraint_violation';
+      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_attempt_identity';
   END IF;
   RETURN NEW;
 END
@@ -432,7 +432,7 @@ CREATE TRIGGER conversation_summary_attempts_guard_update BEFORE UPDATE ON sourc
 CREATE FUNCTION sourcebound.refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION 'sourcebound: % keeps immutable records and cannot be truncated; delete conversations to erase them', TG_TABLE_NAME
-    USING ERRCODE = 'integrity_constraint_violation';
+    USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'truncate_refused';
 END
 $$;
 --> statement-breakpoint
