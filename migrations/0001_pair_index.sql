@@ -195,7 +195,7 @@ BEGIN
         RETURN;
       END IF;
     ELSE
-      -- A message id changed (0015): same place, new identity.
+      -- A message id changed: same place, new identity.
       UPDATE sourcebound.pairs SET user_message_id = v_new_user, assistant_message_id = v_new_assistant
       WHERE run_id = p_run_id;
     END IF;
@@ -212,7 +212,7 @@ BEGIN
       DELETE FROM sourcebound.pairs WHERE run_id = p_run_id;
     ELSE
       SELECT coalesce(max(pair_index) + 1, 0) INTO v_count FROM sourcebound.pairs WHERE conversation_id = v_cur_conversation;
-      -- Row triggers run once the whole statement has changed its rows (0033).
+      -- Row triggers run once the whole statement has changed its rows.
       -- When one of the next eight pairs has left its place too (gone, moved
       -- to another conversation or to a new seq), the statement is taking
       -- several: every later pair of the conversation no longer in its place
@@ -297,11 +297,11 @@ BEGIN
   IF TG_OP = 'INSERT' AND NEW.run_id IS NULL THEN
     RETURN NULL;
   END IF;
-  -- A message of a run: what follows reads other rows (0031). Erasing a
+  -- A message of a run: what follows reads other rows (see pair_write_refused). Erasing a
   -- conversation (its messages go by cascade) reads nothing that matters.
   -- Two IFs: the outer test alone is a simple expression, which PL/pgSQL
   -- evaluates without the executor; with the EXISTS in the same expression
-  -- every message write paid an executor run (P1: 4-5% of a write).
+  -- every message write paid an executor run (4-5% of a write).
   IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
     IF TG_OP = 'INSERT'
        OR TG_OP = 'UPDATE' AND (OLD.run_id IS NOT NULL OR NEW.run_id IS NOT NULL)
@@ -371,7 +371,7 @@ BEGIN
       PERFORM sourcebound.pair_write_refused();
     END IF;
     IF NEW.status IN ('completed', 'partial', 'clarify_pending') THEN
-      -- The lock comes before the definition is read (0003).
+      -- The lock comes before the definition is read (see refresh_pair).
       PERFORM pg_advisory_xact_lock(74201, hashtext(NEW.conversation_id::text));
       INSERT INTO sourcebound.pairs (run_id, conversation_id, run_seq, pair_index, user_message_id, assistant_message_id)
       SELECT NEW.id, NEW.conversation_id, NEW.seq, coalesce(last.pair_index + 1, 0), u.id, a.id
@@ -396,7 +396,7 @@ BEGIN
       END IF;
     END IF;
   END IF;
-  -- Erasing a conversation (its runs go by cascade) reads nothing that matters (0031).
+  -- Erasing a conversation (its runs go by cascade) reads nothing that matters.
   IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
     IF TG_OP = 'UPDATE' OR EXISTS (SELECT 1 FROM sourcebound.conversations WHERE id = OLD.conversation_id) THEN
       PERFORM sourcebound.pair_write_refused();

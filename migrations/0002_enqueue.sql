@@ -59,7 +59,7 @@ BEGIN
   END IF;
   PERFORM pg_advisory_xact_lock(74201, hashtext(p_conversation_id::text));
   PERFORM sourcebound.compaction_key_lock(p_conversation_id);
-  -- A fresh job waiting: what preserve_run_at would leave it as (0024). Its
+  -- A fresh job waiting: what preserve_run_at would leave it as. Its
   -- row lock keeps a worker from starting it before our changes are visible.
   PERFORM 1 FROM graphile_worker._private_jobs j
   WHERE j.key = v_key AND j.locked_at IS NULL AND j.attempts = 0
@@ -124,7 +124,7 @@ BEGIN
   END IF;
   IF v_marked > 0 THEN
     -- Its job key dedupes, preserve_run_at keeps a deferral's backoff; a
-    -- fresh job costs one insert (0021).
+    -- fresh job costs one insert (enqueue_compaction).
     PERFORM sourcebound.enqueue_compaction(p_conversation_id);
   END IF;
 END

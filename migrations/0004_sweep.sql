@@ -103,7 +103,7 @@ DECLARE
   v_count integer := 0;
   v_seen integer := 0;
 BEGIN
-  -- Dead claims no claim will come for (0032, 0035): lease over, and the
+  -- Dead claims no claim will come for: lease over, and the
   -- range's source is not theirs now, or the range is no longer plannable,
   -- or it has no mark (no_claim_will_come).
   -- Looked for in the claims in flight only; a few at a time; one that a
@@ -134,7 +134,7 @@ BEGIN
     FROM settled WHERE a.summary_id = settled.id AND a.outcome IS NULL;
   END IF;
 
-  -- Pending records no claim will come for (0036): the same three cases, past their not_before.
+  -- Pending records no claim will come for: the same three cases, past their not_before.
   IF EXISTS (SELECT 1 FROM sourcebound.conversation_summaries s WHERE s.status = 'pending' AND (s.not_before IS NULL OR s.not_before <= now())) THEN
     WITH judged AS (
       SELECT s.id, sourcebound.no_claim_will_come(s.conversation_id, s.from_pair, s.source_hash, s.source_message_ids) AS why

@@ -749,7 +749,7 @@ BEGIN
   END IF;
   PERFORM pg_advisory_xact_lock(74201, hashtext(p_conversation_id::text));
   PERFORM sourcebound.compaction_key_lock(p_conversation_id);
-  -- A fresh job waiting: what preserve_run_at would leave it as (0024). Its
+  -- A fresh job waiting: what preserve_run_at would leave it as. Its
   -- row lock keeps a worker from starting it before our changes are visible.
   PERFORM 1 FROM graphile_worker._private_jobs j
   WHERE j.key = v_key AND j.locked_at IS NULL AND j.attempts = 0
@@ -797,11 +797,11 @@ BEGIN
   IF TG_OP = 'INSERT' AND NEW.run_id IS NULL THEN
     RETURN NULL;
   END IF;
-  -- A message of a run: what follows reads other rows (0031). Erasing a
+  -- A message of a run: what follows reads other rows (see pair_write_refused). Erasing a
   -- conversation (its messages go by cascade) reads nothing that matters.
   -- Two IFs: the outer test alone is a simple expression, which PL/pgSQL
   -- evaluates without the executor; with the EXISTS in the same expression
-  -- every message write paid an executor run (P1: 4-5% of a write).
+  -- every message write paid an executor run (4-5% of a write).
   IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
     IF TG_OP = 'INSERT'
        OR TG_OP = 'UPDATE' AND (OLD.run_id IS NOT NULL OR NEW.run_id IS NOT NULL)
@@ -928,7 +928,7 @@ BEGIN
   END IF;
   IF v_marked > 0 THEN
     -- Its job key dedupes, preserve_run_at keeps a deferral's backoff; a
-    -- fresh job costs one insert (0021).
+    -- fresh job costs one insert (enqueue_compaction).
     PERFORM sourcebound.enqueue_compaction(p_conversation_id);
   END IF;
 END
@@ -1260,7 +1260,7 @@ BEGIN
         RETURN;
       END IF;
     ELSE
-      -- A message id changed (0015): same place, new identity.
+      -- A message id changed: same place, new identity.
       UPDATE sourcebound.pairs SET user_message_id = v_new_user, assistant_message_id = v_new_assistant
       WHERE run_id = p_run_id;
     END IF;
@@ -1277,7 +1277,7 @@ BEGIN
       DELETE FROM sourcebound.pairs WHERE run_id = p_run_id;
     ELSE
       SELECT coalesce(max(pair_index) + 1, 0) INTO v_count FROM sourcebound.pairs WHERE conversation_id = v_cur_conversation;
-      -- Row triggers run once the whole statement has changed its rows (0033).
+      -- Row triggers run once the whole statement has changed its rows.
       -- When one of the next eight pairs has left its place too (gone, moved
       -- to another conversation or to a new seq), the statement is taking
       -- several: every later pair of the conversation no longer in its place
@@ -1645,7 +1645,7 @@ BEGIN
       PERFORM sourcebound.pair_write_refused();
     END IF;
     IF NEW.status IN ('completed', 'partial', 'clarify_pending') THEN
-      -- The lock comes before the definition is read (0003).
+      -- The lock comes before the definition is read (see refresh_pair).
       PERFORM pg_advisory_xact_lock(74201, hashtext(NEW.conversation_id::text));
       INSERT INTO sourcebound.pairs (run_id, conversation_id, run_seq, pair_index, user_message_id, assistant_message_id)
       SELECT NEW.id, NEW.conversation_id, NEW.seq, coalesce(last.pair_index + 1, 0), u.id, a.id
@@ -1670,7 +1670,7 @@ BEGIN
       END IF;
     END IF;
   END IF;
-  -- Erasing a conversation (its runs go by cascade) reads nothing that matters (0031).
+  -- Erasing a conversation (its runs go by cascade) reads nothing that matters.
   IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
     IF TG_OP = 'UPDATE' OR EXISTS (SELECT 1 FROM sourcebound.conversations WHERE id = OLD.conversation_id) THEN
       PERFORM sourcebound.pair_write_refused();
@@ -1739,7 +1739,7 @@ DECLARE
   v_count integer := 0;
   v_seen integer := 0;
 BEGIN
-  -- Dead claims no claim will come for (0032, 0035): lease over, and the
+  -- Dead claims no claim will come for: lease over, and the
   -- range's source is not theirs now, or the range is no longer plannable,
   -- or it has no mark (no_claim_will_come).
   -- Looked for in the claims in flight only; a few at a time; one that a
@@ -1770,7 +1770,7 @@ BEGIN
     FROM settled WHERE a.summary_id = settled.id AND a.outcome IS NULL;
   END IF;
 
-  -- Pending records no claim will come for (0036): the same three cases, past their not_before.
+  -- Pending records no claim will come for: the same three cases, past their not_before.
   IF EXISTS (SELECT 1 FROM sourcebound.conversation_summaries s WHERE s.status = 'pending' AND (s.not_before IS NULL OR s.not_before <= now())) THEN
     WITH judged AS (
       SELECT s.id, sourcebound.no_claim_will_come(s.conversation_id, s.from_pair, s.source_hash, s.source_message_ids) AS why
