@@ -2,6 +2,7 @@ import { packageFile } from '../package-files.ts';
 import pg from 'pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { Logger as GraphileLogger, runMigrations } from 'graphile-worker';
 import type { Logger } from '../logger.ts';
 import { LOCK_NS } from './locks.ts';
@@ -39,6 +40,7 @@ export async function migrateDatabase(connectionString: string, logger: Logger, 
     });
     await client.query('set lock_timeout = 0');
     try {
+      await refuseSquashedChain(client);
       await runMigrations({ connectionString, logger: graphileLogger(logger) });
       await migrate(drizzle(client), { migrationsFolder: MIGRATIONS_FOLDER, migrationsSchema: MIGRATIONS_SCHEMA });
     } finally {
@@ -48,6 +50,39 @@ export async function migrateDatabase(connectionString: string, logger: Logger, 
     await client.end();
   }
   logger.info('database migrated');
+}
+
+/**
+ * Thrown, before anything is migrated, for a database made by the migrations that 0.1.0
+ * squashed into its baseline: drizzle's migrator would take the baseline for new migrations
+ * (it compares timestamps only) and fail on its first CREATE.
+ */
+export class SquashedMigrationsError extends Error {
+  override name = 'SquashedMigrationsError';
+}
+
+/**
+ * A database whose migration table records migrations this package's journal does not know,
+ * older than its baseline, was made by the chain squashed in 0.1.0: stop with what to do.
+ * (Unknown migrations newer than the baseline are a newer package's: drizzle skips them, as before.)
+ */
+async function refuseSquashedChain(client: pg.Client): Promise<void> {
+  const table = `${MIGRATIONS_SCHEMA}.__drizzle_migrations`;
+  const { rows: [found] } = await client.query<{ ok: boolean }>('select to_regclass($1) is not null as ok', [table]);
+  if (!found?.ok) return;
+  const journal = readMigrationFiles({ migrationsFolder: MIGRATIONS_FOLDER });
+  const known = new Set(journal.map((m) => m.hash));
+  const baseline = journal[0]?.folderMillis ?? Infinity;
+  const { rows } = await client.query<{ hash: string; created_at: string }>(`select hash, created_at::text from ${table}`);
+  const old = rows.filter((r) => !known.has(r.hash) && Number(r.created_at) < baseline);
+  if (old.length === 0) return;
+  const last = new Date(Math.max(...old.map((r) => Number(r.created_at)))).toISOString();
+  throw new SquashedMigrationsError(
+    `sourcebound: this database was migrated by sourcebound before 0.1.0 (${table} records ${old.length} migrations of that chain, the newest from ${last}). ` +
+    '0.1.0 squashed those migrations into one baseline, which cannot be applied on top of them, so nothing was migrated or changed. ' +
+    'To keep the data: pg_dump --data-only --disable-triggers --schema=sourcebound (as a superuser) to a file; ' +
+    'drop schema sourcebound cascade; drop schema sourcebound_migrations cascade; migrate again; then restore the file with psql (as a superuser). ' +
+    'Without data to keep, the two drop statements and a migrate are enough.');
 }
 
 /** graphile-worker's logger, forwarding to pino with the same scope fields. */

@@ -5,6 +5,7 @@ import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, r
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
 import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
+import { isCondition } from '../db/conditions.ts';
 import { ESCAPED_JSON_KEY, INT4_MAX, isInt4, isUuid, runIdOf, toStoredJson, toStoredText } from './stored.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ThinkingBlock, ToolProposal } from './types.ts';
 
@@ -194,7 +195,7 @@ export async function recordCorrection(options: RunAddress & { text: string }): 
     try {
       return await runCorrectionInsert(pool, runId, text);
     } catch (error) {
-      const raced = isUniqueViolation(error) || /the next correction of run/.test((error as Error).message);
+      const raced = isUniqueViolation(error) || isCondition(error, 'run_correction_revision');
       if (attempt < 10 && raced) continue;
       throw historyErrorFrom(error, 'recordCorrection');
     }

@@ -1,18 +1,39 @@
--- One judgment for both of the sweep's settlements (0035's dead claims and
--- 0036's orphaned pending records): why no claim will come for a record.
--- 0035 and 0036 each wrote the same three tests (source changed, range no
--- longer plannable, range unmarked) and the same reasons inline; here they
--- become one function, sourcebound.no_claim_will_come(), and
--- sweep_compaction calls it in both places. What the sweep settles, and
--- with which reason, is unchanged.
+-- The sweep: repairs lost jobs and settles records no claim will come for.
 
+-- The definition the marks maintain: a plannable range needs work unless a
+-- completed or failed record binds its current source. It reads and hashes the
+-- range, so it is for audits and tests, not for every sweep (which reads the
+-- marks).
+CREATE FUNCTION sourcebound.range_needs_work(p_conversation_id uuid, p_from_pair integer)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT NOT EXISTS (
+    SELECT 1
+    FROM sourcebound.range_source(p_conversation_id, p_from_pair) src
+    JOIN sourcebound.conversation_summaries s
+      ON s.conversation_id = p_conversation_id AND s.from_pair = p_from_pair
+     AND s.status IN ('completed', 'failed') AND s.hash_version = 1
+     AND s.source_hash = src.source_hash AND s.source_message_ids = src.source_message_ids
+    WHERE src.pairs = 10
+  )
+$$;
+--> statement-breakpoint
+-- Every plannable range of a conversation that needs work by range_needs_work()
+-- (the audit: tests check the marks always cover it).
+CREATE FUNCTION sourcebound.ranges_needing_work(p_conversation_id uuid)
+RETURNS SETOF integer LANGUAGE sql STABLE AS $$
+  SELECT 10 * k
+  FROM generate_series(0, sourcebound.plannable_range_count(
+         (SELECT coalesce(max(pair_index) + 1, 0)::int FROM sourcebound.pairs WHERE conversation_id = p_conversation_id)) - 1) k
+  WHERE sourcebound.range_needs_work(p_conversation_id, 10 * k)
+$$;
+--> statement-breakpoint
 -- Why no claim will come for a record of this range and source, or NULL when
 -- one will: its source changed (a claim binds a new record), its range is no
--- longer plannable (pairs removed: no mark is kept, a claim answers 'gone'),
--- or its range has no mark (a completed or failed record of another
--- summarizer identity binds the source, by the marks' invariant: no job
--- comes). In that order: the first that holds is the reason.
-CREATE OR REPLACE FUNCTION sourcebound.no_claim_will_come(p_conversation_id uuid, p_from_pair integer, p_source_hash text, p_source_message_ids uuid[])
+-- longer plannable (pairs removed: no mark, a claim answers 'gone'), or its
+-- range has no mark (a record of another model or prompt version binds the
+-- source, so no job comes). The first that holds is the reason. One function
+-- for both of the sweep's settlements, so they cannot disagree.
+CREATE FUNCTION sourcebound.no_claim_will_come(p_conversation_id uuid, p_from_pair integer, p_source_hash text, p_source_message_ids uuid[])
  RETURNS text
  LANGUAGE sql
  STABLE
@@ -30,7 +51,48 @@ AS $function$
   END
 $function$;
 --> statement-breakpoint
-CREATE OR REPLACE FUNCTION sourcebound.sweep_compaction(p_limit integer DEFAULT 1000)
+-- The sweep's enqueue, which never waits for a conversation's locks. A job
+-- waiting under the key that never failed (not locked, no attempt: new, or
+-- scheduled for a deferral or retry) will run when it should. Anything else is
+-- enqueued again: a failed job (backoff grows to hours) is reset to run now; a
+-- locked one proves nothing (a SIGKILLed worker's job stays locked for hours),
+-- so add_job starts a new job beside it, which finds the range busy while the
+-- holder lives. A conversation busy with a writer is left to that writer's own
+-- enqueue and the next sweep. graphile_worker._private_jobs is read by its
+-- unique `key` only.
+CREATE FUNCTION sourcebound.compaction_enqueue_if_lost(p_conversation_id uuid)
+RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (
+    SELECT 1 FROM graphile_worker._private_jobs j
+    WHERE j.key = 'sourcebound:compact:' || p_conversation_id::text
+      AND j.locked_at IS NULL AND j.attempts = 0) THEN
+    RETURN 0;
+  END IF;
+  IF NOT pg_try_advisory_xact_lock(74201, hashtext(p_conversation_id::text))
+     OR NOT pg_try_advisory_xact_lock(74203, hashtext('sourcebound:compact:' || p_conversation_id::text)) THEN
+    RETURN 0;
+  END IF;
+  PERFORM sourcebound.enqueue_compaction(p_conversation_id);
+  RETURN 1;
+END
+$$;
+--> statement-breakpoint
+-- Invariant: a lost compaction job is repaired, not permanent, and no record
+-- stays open ('running' or 'pending') for good. The crontab task calls this:
+-- - a claim whose worker died (lease over) and for which no claim will come
+--   (no_claim_will_come) is settled as a takeover would: the attempt unknown
+--   and spent, the record stale (failed when that was its second attempt);
+-- - a pending record past its not_before for which no claim will come is
+--   settled stale, with no attempt spent;
+-- - every marked conversation with no fresh job waiting is enqueued
+--   (compaction_enqueue_if_lost), in conversation order from where the last
+--   run stopped (compaction_sweep_cursor), so more than p_limit of them are
+--   all reached over a few runs.
+-- A live claim is never touched; rows a claim or commit holds are skipped (SKIP
+-- LOCKED). It reads the open records (the open index) and the marks, never the
+-- history.
+CREATE FUNCTION sourcebound.sweep_compaction(p_limit integer DEFAULT 1000)
  RETURNS integer
  LANGUAGE plpgsql
 AS $function$
@@ -41,7 +103,7 @@ DECLARE
   v_count integer := 0;
   v_seen integer := 0;
 BEGIN
-  -- Dead claims no claim will come for (0032, 0035): lease over, and the
+  -- Dead claims no claim will come for: lease over, and the
   -- range's source is not theirs now, or the range is no longer plannable,
   -- or it has no mark (no_claim_will_come).
   -- Looked for in the claims in flight only; a few at a time; one that a
@@ -72,7 +134,7 @@ BEGIN
     FROM settled WHERE a.summary_id = settled.id AND a.outcome IS NULL;
   END IF;
 
-  -- Pending records no claim will come for (0036): the same three cases, past their not_before.
+  -- Pending records no claim will come for: the same three cases, past their not_before.
   IF EXISTS (SELECT 1 FROM sourcebound.conversation_summaries s WHERE s.status = 'pending' AND (s.not_before IS NULL OR s.not_before <= now())) THEN
     WITH judged AS (
       SELECT s.id, sourcebound.no_claim_will_come(s.conversation_id, s.from_pair, s.source_hash, s.source_message_ids) AS why

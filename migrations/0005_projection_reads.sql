@@ -1,24 +1,32 @@
--- The projection's reads as PL/pgSQL functions (projectConversationHistory,
--- src/db/queries/projection.ts), for their plans: a statement sent as text is
--- parsed and planned on every call, and the pairs page (the eligible_pairs
--- view, four relations) and the summaries read each took longer to plan than
--- to run (PostgreSQL 15, EXPLAIN: 0.65-2.1 ms planning against 0.5 ms
--- execution; 2.0 -> 1.2 ms a page as the client sees it). PL/pgSQL keeps each
--- statement's plan for the life of the connection, so every call after the
--- first few runs without planning. Named prepared statements would do the
--- same, but not through a transaction pooler (PgBouncer in transaction mode
--- runs each transaction on any server connection), and the projection is
--- called with the application's pool, whatever that reaches: a function call
--- is a plain statement anywhere.
---
--- Same rows, columns and order as the statements they replace, with two
--- changes of form: the record's source ids and ungrounded facts come as JSON
--- (node-postgres parses a text[] character by character in JavaScript,
--- JSON natively), and the pair count is a scalar (null: no such conversation
--- in this scope). STABLE: they read in the caller's snapshot (the
--- projection's one REPEATABLE READ transaction).
+-- Projection reads: what the projection reads of pairs, summaries and stored
+-- layouts, and the edit stamp it needs to price cached prefixes.
 
--- The pair count of a conversation in a scope (max(pair_index) + 1: an index lookup), or null.
+-- Invariant: the projection never counts as cached a request that an edit has
+-- changed since. messages.edited_at records when the content of a completed
+-- message last changed; the WHEN clause (evaluated in C) holds only for such
+-- an edit, so a streaming message completing, or a write that keeps the
+-- content, does not enter PL/pgSQL.
+CREATE FUNCTION sourcebound.messages_note_edit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  NEW.edited_at := now();
+  RETURN NEW;
+END
+$$;
+--> statement-breakpoint
+CREATE TRIGGER messages_note_edit BEFORE UPDATE OF content ON sourcebound.messages
+  FOR EACH ROW WHEN (OLD.status = 'completed' AND NEW.content IS DISTINCT FROM OLD.content)
+  EXECUTE FUNCTION sourcebound.messages_note_edit();
+--> statement-breakpoint
+-- The projection's reads (src/db/queries/projection.ts) are PL/pgSQL functions
+-- for their plans: a statement sent as text is parsed and planned on every
+-- call, and these took longer to plan than to run; PL/pgSQL keeps each plan for
+-- the connection's life. Named prepared statements would do the same but not
+-- through a transaction pooler; a function call is a plain statement anywhere.
+-- Source ids and ungrounded facts come as JSON (node-postgres parses text[] in
+-- JavaScript, JSON natively). STABLE: they read in the caller's snapshot (the
+-- projection's one REPEATABLE READ transaction).
+-- This one: the pair count of a conversation in a scope (max(pair_index) + 1,
+-- an index lookup), or null when there is no such conversation in the scope.
 CREATE FUNCTION sourcebound.projection_pair_count(p_conversation_id uuid, p_scope text)
 RETURNS integer LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -53,7 +61,7 @@ END
 $$;
 --> statement-breakpoint
 -- Completed and failed records whose from_pair lies in p_from_pair..p_to_pair,
--- by from_pair, newest first within a range; with the facts the last ok
+-- by from_pair, newest first within a range, with the facts the last ok
 -- attempt's grounding check did not find (the `flag` policy's label).
 CREATE FUNCTION sourcebound.projection_summaries(p_conversation_id uuid, p_scope text, p_from_pair integer, p_to_pair integer)
 RETURNS TABLE (id uuid, "fromPair" integer, "toPair" integer, "sourceMessageIds" json, "sourceHash" text, "hashVersion" integer,
@@ -75,14 +83,20 @@ BEGIN
 END
 $$;
 --> statement-breakpoint
--- The stored layout of a conversation in a scope at a budget (no row: none).
+-- The stored layout of a conversation in a scope at a budget (no row: none),
+-- with its ledger (savedCost, savesBytes), the head's own hash (headSha256,
+-- null when the layout has no gap: an edit after the head leaves the head
+-- cached) and usedAt (when a request last sent it, in the app's clock: a
+-- layout is kept only while the prompt cache can still hold it).
 CREATE FUNCTION sourcebound.projection_layout(p_conversation_id uuid, p_scope text, p_budget_bytes integer)
-RETURNS TABLE ("startPair" integer, "endPair" integer, summaries jsonb, gaps jsonb, "prefixSha256" text, "prefixBytes" integer)
+RETURNS TABLE ("startPair" integer, "endPair" integer, summaries jsonb, gaps jsonb, "prefixSha256" text, "prefixBytes" integer,
+               "savedCost" double precision, "savesBytes" double precision, "headSha256" text, "usedAt" timestamp with time zone)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY
-  SELECT l.start_pair, l.end_pair, l.summaries, l.gaps, l.prefix_sha256, l.prefix_bytes
+  SELECT l.start_pair, l.end_pair, l.summaries, l.gaps, l.prefix_sha256, l.prefix_bytes, l.saved_cost, l.saves_bytes::float8, l.head_sha256,
+         l.used_at
   FROM sourcebound.projection_layouts l
   JOIN sourcebound.conversations c ON c.id = l.conversation_id AND c.scope = p_scope
   WHERE l.conversation_id = p_conversation_id AND l.budget_bytes = p_budget_bytes;
