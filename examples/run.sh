@@ -2,15 +2,16 @@
 # The examples, end to end, as a new user runs them: packs sourcebound (prepack builds dist/), installs
 # the tarball and the model clients (the versions pinned in package.json, from the npm cache when there)
 # into a temporary app folder, starts `sourcebound worker` (offline summarizer) and a local stand-in for
-# the model APIs (harness/stand-in.mjs: Anthropic Messages and OpenAI Chat Completions), then runs each
-# chat service and drives it through 36 turns of a real conversation (demo/oasst1-sample.jsonl) with one
-# overloaded turn (harness/drive.mjs says what it checks):
+# the model APIs (harness/stand-in.mjs: Anthropic Messages and OpenAI Chat Completions), then runs the
+# chat services side by side and drives each through 36 turns of a real conversation
+# (demo/oasst1-sample.jsonl) with one overloaded turn (harness/drive.mjs says what it checks):
 #   anthropic/server.mjs            @anthropic-ai/sdk
 #   openai/server.mjs               openai (Chat Completions)
 #   ai-sdk/server.mjs               ai + @ai-sdk/anthropic, then ai + @ai-sdk/openai (.chat)
-# It also checks each example's sourcebound-specific code (lines marked `// sourcebound`) is at most 15
-# lines. With DATABASE_URL: a fresh database on that server, dropped after. Without: `sourcebound dev-db`
-# (embedded PostgreSQL) in the app folder. Any failure fails the script. KEEP_EXAMPLES_APP=1 keeps the app folder.
+# It also checks each example's sourcebound-specific code (code lines marked `// sourcebound`: every line
+# that exists because of sourcebound) is at most 15 lines, with no SQL. With DATABASE_URL: a fresh
+# database on that server, dropped after. Without: `sourcebound dev-db` (embedded PostgreSQL) in the app
+# folder. Any failure fails the script. KEEP_EXAMPLES_APP=1 keeps the app folder and its logs.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,6 +28,7 @@ ADMIN_URL="${DATABASE_URL:-}"
 
 cleanup() {
   local rc=$?
+  for file in "$APP"/*.pid; do [ -f "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ "$rc" -ne 0 ]; then
@@ -49,9 +51,9 @@ wait_for_line() {
   done
 }
 
-step "sourcebound-specific lines per example (marked // sourcebound; at most $MAX_SOURCEBOUND_LINES)"
+step "sourcebound-specific lines per example (code lines marked // sourcebound; at most $MAX_SOURCEBOUND_LINES)"
 for example in anthropic openai ai-sdk; do
-  n="$(grep -c '// sourcebound' "$HERE/$example/server.mjs")"
+  n="$(grep -vE '^[[:space:]]*//' "$HERE/$example/server.mjs" | grep -c '// sourcebound')"
   raw_sql="$(grep -ciE '\b(select|insert|update|delete)\b.*\b(from|into|set)\b' "$HERE/$example/server.mjs" || true)"
   echo "   $example: $n lines, raw SQL lines: $raw_sql"
   [ "$n" -le "$MAX_SOURCEBOUND_LINES" ] || { echo "$example: $n sourcebound lines, more than $MAX_SOURCEBOUND_LINES" >&2; exit 1; }
@@ -104,22 +106,32 @@ STAND_IN_URL="http://127.0.0.1:$(grep -m1 -oE '[0-9]+$' stand-in.log)"
 # run_example <label> <server.mjs> [VAR=value ...]: starts the chat service with the variables, drives it, stops it.
 run_example() {
   local label="$1" server="$2"; shift 2
-  step "$label: $server"
   env -u ANTHROPIC_BASE_URL -u OPENAI_BASE_URL PORT=0 BUDGET_TOKENS="$BUDGET_TOKENS" MODEL="stand-in-$label" \
     ANTHROPIC_API_KEY=stand-in-key OPENAI_API_KEY=stand-in-key "$@" node "$server" > "$label.log" 2>&1 &
   local pid=$!
-  PIDS+=($pid)
+  echo "$pid" > "$label.pid"   # cleanup stops it if this fails half way
   wait_for_line "$label.log" '^chat service listening on [0-9]+'
   CHAT_URL="http://127.0.0.1:$(grep -m1 -oE '[0-9]+$' "$label.log")" STAND_IN_URL="$STAND_IN_URL" MODEL="stand-in-$label" \
     node harness/drive.mjs "$label"
   kill -TERM "$pid"
-  wait "$pid"
+  wait "$pid" || { echo "$label: the chat service exited $? after SIGTERM" >&2; return 1; }
+  rm "$label.pid"
 }
 
-run_example anthropic anthropic/server.mjs ANTHROPIC_BASE_URL="$STAND_IN_URL"
-run_example openai openai/server.mjs OPENAI_BASE_URL="$STAND_IN_URL/v1"
-run_example ai-sdk-anthropic ai-sdk/server.mjs PROVIDER=anthropic ANTHROPIC_BASE_URL="$STAND_IN_URL/v1"
-run_example ai-sdk-openai ai-sdk/server.mjs PROVIDER=openai OPENAI_BASE_URL="$STAND_IN_URL/v1"
+# The four side by side (one stand-in, one worker, a conversation and scope each): the clients' retry
+# back-off (up to 6 s for the AI SDK) overlaps.
+step "the chat services, side by side: anthropic, openai, ai-sdk-anthropic, ai-sdk-openai"
+EXAMPLE_PIDS=()
+( run_example anthropic anthropic/server.mjs ANTHROPIC_BASE_URL="$STAND_IN_URL" ) > anthropic.out 2>&1 & EXAMPLE_PIDS+=($!)
+( run_example openai openai/server.mjs OPENAI_BASE_URL="$STAND_IN_URL/v1" ) > openai.out 2>&1 & EXAMPLE_PIDS+=($!)
+( run_example ai-sdk-anthropic ai-sdk/server.mjs PROVIDER=anthropic ANTHROPIC_BASE_URL="$STAND_IN_URL/v1" ) > ai-sdk-anthropic.out 2>&1 & EXAMPLE_PIDS+=($!)
+( run_example ai-sdk-openai ai-sdk/server.mjs PROVIDER=openai OPENAI_BASE_URL="$STAND_IN_URL/v1" ) > ai-sdk-openai.out 2>&1 & EXAMPLE_PIDS+=($!)
+failed=0
+for i in "${!EXAMPLE_PIDS[@]}"; do
+  label="$(echo anthropic openai ai-sdk-anthropic ai-sdk-openai | cut -d' ' -f$((i + 1)))"
+  if wait "${EXAMPLE_PIDS[$i]}"; then cat "$label.out"; else echo "-- $label FAILED:" >&2; cat "$label.out" >&2; failed=1; fi
+done
+[ "$failed" -eq 0 ]
 
 step "SIGTERM ends the worker with exit 0"
 kill -TERM "$WORKER_PID"

@@ -2,7 +2,7 @@
 // POST /chat {conversationId?, scope, text} -> {conversationId, runId, reply}.
 // Each request: begin a turn with the user message, project the history within the budget (measured in
 // the AI SDK's ModelMessage JSON), call the model, complete the turn with its reply; a failed call fails
-// the turn (502). Lines marked `// sourcebound` are all the sourcebound-specific code. Run it beside
+// the turn (502). Code lines marked `// sourcebound` are all the sourcebound-specific code (every line that exists because of it). Run it beside
 // `npx sourcebound worker` (examples/README.md).
 import { createServer } from 'node:http';
 import pg from 'pg';
@@ -14,22 +14,22 @@ import { beginTurn, completeTurn, failTurn, projectConversationHistory, toModelM
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sourcebound
 const model = process.env.PROVIDER === 'openai' ? openai.chat(process.env.MODEL ?? 'gpt-4.1') : anthropic(process.env.MODEL ?? 'claude-sonnet-4-5');
 const system = process.env.SYSTEM_PROMPT ?? 'You are a helpful assistant. Answer the last message; earlier turns are context.';
-const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 100_000); // the whole request: system, history, new message
+const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 100_000); // sourcebound: the whole request (system, history, new message)
 
 async function chat({ conversationId, scope, text }) {
   const turn = await beginTurn({ pool, scope, conversationId, userText: text }); // sourcebound
-  try {
-    const newMessage = { role: 'user', content: text };
+  try { // sourcebound: a turn that fails is marked failed, never left running
+    const newMessage = { role: 'user', content: text }; // sourcebound: reserved, so a variable
     const history = await projectConversationHistory({ pool, scope, conversationId: turn.conversationId, budgetTokens, format: 'ai-sdk', // sourcebound
       reserve: { system, newMessage, bytes: 300 } }); // sourcebound: 300 bytes for the request's own fields and the JSON around them
     // Anthropic cache control rides in providerOptions where the Anthropic adapter puts its breakpoints; OpenAI ignores it.
     const { text: reply } = await generateText({ model, maxOutputTokens: 1024, system, messages: [...toModelMessages(history), newMessage] }); // sourcebound
     await completeTurn({ pool, scope, runId: turn.runId, assistantText: reply }); // sourcebound
     return { conversationId: turn.conversationId, runId: turn.runId, reply };
-  } catch (error) {
+  } catch (error) { // sourcebound
     await failTurn({ pool, scope, runId: turn.runId, status: 'failed' }); // sourcebound
-    throw Object.assign(error, { runId: turn.runId });
-  }
+    throw Object.assign(error, { runId: turn.runId }); // sourcebound
+  } // sourcebound
 }
 
 const server = createServer(async (req, res) => {
@@ -45,4 +45,4 @@ const server = createServer(async (req, res) => {
   }
 });
 server.listen(Number(process.env.PORT ?? 3000), '127.0.0.1', () => console.log(`chat service listening on ${server.address().port}`));
-process.on('SIGTERM', () => server.close(() => pool.end()));
+process.on('SIGTERM', () => server.close(() => pool.end())); // sourcebound: the pool is sourcebound's

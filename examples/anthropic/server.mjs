@@ -1,7 +1,7 @@
 // A chat service on the Anthropic SDK: POST /chat {conversationId?, scope, text} -> {conversationId, runId, reply}.
 // Each request: begin a turn with the user message, project the history within the budget, call the model,
-// complete the turn with its reply; a failed call fails the turn (502). Lines marked `// sourcebound` are
-// all the sourcebound-specific code. Run it beside `npx sourcebound worker` (examples/README.md).
+// complete the turn with its reply; a failed call fails the turn (502). Code lines marked `// sourcebound` are
+// all the sourcebound-specific code (every line that exists because of it). Run it beside `npx sourcebound worker` (examples/README.md).
 import { createServer } from 'node:http';
 import pg from 'pg';
 import Anthropic from '@anthropic-ai/sdk';
@@ -11,12 +11,12 @@ const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sou
 const client = new Anthropic(); // ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL
 const model = process.env.MODEL ?? 'claude-sonnet-4-5';
 const system = process.env.SYSTEM_PROMPT ?? 'You are a helpful assistant. Answer the last message; earlier turns are context.';
-const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 150_000); // the whole request: system, history, new message
+const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 150_000); // sourcebound: the whole request (system, history, new message)
 
 async function chat({ conversationId, scope, text }) {
   const turn = await beginTurn({ pool, scope, conversationId, userText: text }); // sourcebound
-  try {
-    const newMessage = { role: 'user', content: text };
+  try { // sourcebound: a turn that fails is marked failed, never left running
+    const newMessage = { role: 'user', content: text }; // sourcebound: reserved, so a variable
     const history = await projectConversationHistory({ pool, scope, conversationId: turn.conversationId, budgetTokens, // sourcebound
       reserve: { system, newMessage, bytes: 200 } }); // sourcebound: 200 bytes for model, max_tokens and the JSON around them
     // The default shape carries cache_control breakpoints (at most three; a fourth is yours).
@@ -24,10 +24,10 @@ async function chat({ conversationId, scope, text }) {
     const reply = response.content.filter((block) => block.type === 'text').map((block) => block.text).join('');
     await completeTurn({ pool, scope, runId: turn.runId, assistantText: reply }); // sourcebound
     return { conversationId: turn.conversationId, runId: turn.runId, reply };
-  } catch (error) {
+  } catch (error) { // sourcebound
     await failTurn({ pool, scope, runId: turn.runId, status: 'failed' }); // sourcebound
-    throw Object.assign(error, { runId: turn.runId });
-  }
+    throw Object.assign(error, { runId: turn.runId }); // sourcebound
+  } // sourcebound
 }
 
 const server = createServer(async (req, res) => {
@@ -43,4 +43,4 @@ const server = createServer(async (req, res) => {
   }
 });
 server.listen(Number(process.env.PORT ?? 3000), '127.0.0.1', () => console.log(`chat service listening on ${server.address().port}`));
-process.on('SIGTERM', () => server.close(() => pool.end()));
+process.on('SIGTERM', () => server.close(() => pool.end())); // sourcebound: the pool is sourcebound's

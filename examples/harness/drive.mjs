@@ -100,7 +100,7 @@ try {
   console.log(`${label}: ${TURNS} turns + 1 failed (${failures.length} attempts, ${failures[0].status}) in ${((Date.now() - started) / 1000).toFixed(1)} s; ` +
     `summary of pairs 0..9 ready after turn 30; ` +
     `largest request ${max} of ${requests[0].budgetBytes} bytes; ${withSummary.length} of the ${later.length} requests after it carry the summary; ` +
-    `cache breakpoints per request ${breakpoints}`);
+    `cache breakpoints per request ${breakpoints}; request fields ${Math.max(...requests.map((r) => r.envelopeBytes))} bytes at most`);
 } finally {
   await pool.end();
 }

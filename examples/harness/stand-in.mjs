@@ -57,6 +57,8 @@ const server = createServer(async (req, res) => {
     summary: text.includes(SUMMARY_LABEL),
     cacheBreakpoints: text.split('"cache_control":').length - 1,
     system: systemText(wire, body) === expectedSystem,
+    // What the request's own fields take (model, max_tokens, the JSON around them): the reserve's `bytes` must cover it.
+    envelopeBytes: raw.length - Buffer.byteLength(JSON.stringify(body.messages)) - (wire === 'anthropic' ? Buffer.byteLength(JSON.stringify(body.system ?? '')) : 0),
     status: 200, problem: null,
   };
   requests.push(record);

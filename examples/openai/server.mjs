@@ -2,7 +2,7 @@
 // POST /chat {conversationId?, scope, text} -> {conversationId, runId, reply}.
 // Each request: begin a turn with the user message, project the history within the budget (measured in
 // Chat Completions JSON), call the model, complete the turn with its reply; a failed call fails the turn (502).
-// Lines marked `// sourcebound` are all the sourcebound-specific code. Run it beside `npx sourcebound worker`.
+// Code lines marked `// sourcebound` are all the sourcebound-specific code (every line that exists because of it). Run it beside `npx sourcebound worker`.
 import { createServer } from 'node:http';
 import pg from 'pg';
 import OpenAI from 'openai';
@@ -12,22 +12,22 @@ const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sou
 const client = new OpenAI(); // OPENAI_API_KEY, OPENAI_BASE_URL
 const model = process.env.MODEL ?? 'gpt-4.1';
 const system = { role: 'system', content: process.env.SYSTEM_PROMPT ?? 'You are a helpful assistant. Answer the last message; earlier turns are context.' };
-const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 100_000); // the whole request: system, history, new message
+const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 100_000); // sourcebound: the whole request (system, history, new message)
 
 async function chat({ conversationId, scope, text }) {
   const turn = await beginTurn({ pool, scope, conversationId, userText: text }); // sourcebound
-  try {
-    const newMessage = { role: 'user', content: text };
+  try { // sourcebound: a turn that fails is marked failed, never left running
+    const newMessage = { role: 'user', content: text }; // sourcebound: reserved, so a variable
     const history = await projectConversationHistory({ pool, scope, conversationId: turn.conversationId, budgetTokens, format: 'openai', // sourcebound
       reserve: { system, newMessage, bytes: 200 } }); // sourcebound: 200 bytes for model, max_completion_tokens and the JSON around them
     const completion = await client.chat.completions.create({ model, max_completion_tokens: 1024, messages: [system, ...toOpenAIMessages(history), newMessage] }); // sourcebound
     const reply = completion.choices[0].message.content ?? '';
     await completeTurn({ pool, scope, runId: turn.runId, assistantText: reply }); // sourcebound
     return { conversationId: turn.conversationId, runId: turn.runId, reply };
-  } catch (error) {
+  } catch (error) { // sourcebound
     await failTurn({ pool, scope, runId: turn.runId, status: 'failed' }); // sourcebound
-    throw Object.assign(error, { runId: turn.runId });
-  }
+    throw Object.assign(error, { runId: turn.runId }); // sourcebound
+  } // sourcebound
 }
 
 const server = createServer(async (req, res) => {
@@ -43,4 +43,4 @@ const server = createServer(async (req, res) => {
   }
 });
 server.listen(Number(process.env.PORT ?? 3000), '127.0.0.1', () => console.log(`chat service listening on ${server.address().port}`));
-process.on('SIGTERM', () => server.close(() => pool.end()));
+process.on('SIGTERM', () => server.close(() => pool.end())); // sourcebound: the pool is sourcebound's
