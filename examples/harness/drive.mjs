@@ -8,6 +8,7 @@
 // - every request the stand-in received is at most the budget the example asked for (body bytes, with the
 //   system prompt and the new message, which the example reserves);
 // - once the worker has summarized pairs 0..9, a later request carries the summary;
+// - a blank message and a conversation of another scope are refused (400, naming what is wrong) before a turn begins;
 // - the overloaded turn (FAIL_AT) answers 502 and leaves a failed run, not a running one, and the
 //   conversation goes on; no run of the conversation is left in a non-final status.
 import assert from 'node:assert/strict';
@@ -55,6 +56,15 @@ try {
     assert.equal(turn.body.reply, assistant, `turn ${i}: the reply is the real one`);
     conversationId ??= turn.body.conversationId;
     assert.equal(turn.body.conversationId, conversationId);
+    if (i === 0) {
+      // Mistakes are refused before a turn begins: 400, naming the field; nothing is written, the model is not called.
+      const blank = await post({ conversationId, scope: SCOPE, text: ' ' });
+      assert.equal(blank.status, 400);
+      assert.match(blank.body.error, /userText must be a string with non-whitespace text/);
+      const otherScope = await post({ conversationId, scope: `${SCOPE}-other`, text: user });
+      assert.equal(otherScope.status, 400);
+      assert.match(otherScope.body.error, /not found/i, 'a conversation of another scope is not found');
+    }
     if (i === 29) {
       // 30 pairs: pairs 0..9 are plannable (the newest 20 are never summarized); the worker summarizes them.
       const deadline = Date.now() + SUMMARY_WAIT_MS;
