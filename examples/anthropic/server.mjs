@@ -1,7 +1,8 @@
 // A chat service on the Anthropic SDK: POST /chat {conversationId?, scope, text} -> {conversationId, runId, reply}.
 // Each request: begin a turn with the user message, project the history within the budget, call the model,
-// complete the turn with its reply; a failed call fails the turn (502). Code lines marked `// sourcebound` are
-// all the sourcebound-specific code (every line that exists because of it). Run it beside `npx sourcebound worker` (examples/README.md).
+// complete the turn with its reply; a failed call fails the turn (502). Code lines marked `// sourcebound`
+// are all the sourcebound-specific code (every line that exists because of it). Run it beside
+// `npx sourcebound worker` (examples/README.md).
 import { createServer } from 'node:http';
 import pg from 'pg';
 import Anthropic from '@anthropic-ai/sdk';

@@ -2,7 +2,8 @@
 // POST /chat {conversationId?, scope, text} -> {conversationId, runId, reply}.
 // Each request: begin a turn with the user message, project the history within the budget (measured in
 // Chat Completions JSON), call the model, complete the turn with its reply; a failed call fails the turn (502).
-// Code lines marked `// sourcebound` are all the sourcebound-specific code (every line that exists because of it). Run it beside `npx sourcebound worker`.
+// Code lines marked `// sourcebound` are all the sourcebound-specific code (every line that exists because
+// of it). Run it beside `npx sourcebound worker` (examples/README.md).
 import { createServer } from 'node:http';
 import pg from 'pg';
 import OpenAI from 'openai';
