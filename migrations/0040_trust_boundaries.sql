@@ -101,26 +101,12 @@ CREATE TRIGGER messages_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebo
   EXECUTE FUNCTION sourcebound.scope_fixed();
 --> statement-breakpoint
 
--- Only the commit path makes a summary authentic: a summary becomes completed
--- only with an `ok` attempt of its own that recorded a grounding verdict
--- (commit_summary() settles the attempt first, then the summary). A row
--- inserted completed has no attempt yet and is refused.
-CREATE FUNCTION sourcebound.summary_completed_by_commit() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = sourcebound, pg_temp AS $$
-BEGIN
-  IF NOT EXISTS (SELECT 1 FROM sourcebound.conversation_summary_attempts a
-                 WHERE a.summary_id = NEW.id AND a.outcome = 'ok' AND a.grounding_checked IS NOT NULL) THEN
-    RAISE EXCEPTION 'sourcebound: summary % can only be completed by commit_summary() with an ok, grounded attempt', NEW.id
-      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'summary_completed_by_commit';
-  END IF;
-  RETURN NEW;
-END
-$$;
---> statement-breakpoint
-CREATE TRIGGER conversation_summaries_completed_by_commit BEFORE INSERT OR UPDATE OF status ON sourcebound.conversation_summaries
-  FOR EACH ROW WHEN (NEW.status = 'completed')
-  EXECUTE FUNCTION sourcebound.summary_completed_by_commit();
---> statement-breakpoint
+-- Only the commit path makes a summary authentic: no runtime role may write
+-- conversation_summaries or their attempts (grants below); claim_range() and
+-- commit_summary() write them with their owner's rights, and commit_summary()
+-- completes a summary only after its ok attempt, with its grounding verdict,
+-- is recorded. The owner (the migrating role) can write anything: it is never
+-- a runtime role.
 
 -- Every SQL entry point an app calls names the conversation's scope. A
 -- conversation of another scope and one that does not exist get the same
