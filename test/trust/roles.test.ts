@@ -7,7 +7,7 @@ import { projectConversationHistory } from '../../src/projection/index.ts';
 import { beginTurn, completeTurn } from '../../src/turns/index.ts';
 import { startWorker } from '../../src/worker.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { until } from '../support/processes.ts';
+import { spawnSourcebound, until } from '../support/processes.ts';
 
 /**
  * The trust boundaries hold in PostgreSQL itself, probed as the runtime roles
@@ -190,5 +190,15 @@ describe('a deployment on runtime roles', () => {
     expect(visible.rows[0].n).toBe(2);
     const write = await refusal(reader, `insert into sourcebound.conversations (scope) values ('x')`);
     expect(write.code).toBe('42501');
+  });
+});
+
+describe('the owner migrates; a runtime role cannot', () => {
+  it('migrate as the app role stops with PostgreSQL\'s own message and SQLSTATE, and names the fix', async () => {
+    const migrate = spawnSourcebound(['migrate'], { DATABASE_URL: urlAs(names.app) });
+    expect(await migrate.exited).toBe(1);
+    expect(migrate.stderr).toMatch(/^sourcebound migrate: the database refused: permission denied for [^\n]+ \(SQLSTATE 42501\); does this role have the grants it needs\?/);
+    expect(migrate.stderr).not.toContain(PASSWORD);
+    expect(migrate.stderr.split('\n').filter(Boolean)).toHaveLength(1);
   });
 });
