@@ -54,8 +54,8 @@ BEGIN
       'run_checkpoints_guard', 'run_model_requests_guard', 'run_results_guard', 'run_summary_requests_guard',
       'run_tool_units_guard', 'run_turns_guard',
       -- the pair index and the compaction queue
-      'refresh_pair', 'pairs_changed', 'pairs_lock', 'pairs_rebuild',
-      'compaction_enqueue_if_lost', 'compaction_job_at', 'compaction_key_lock', 'compaction_mark_clear',
+      'refresh_pair', 'pairs_lock', 'pairs_rebuild',
+      'compaction_enqueue_if_lost', 'compaction_job_at', 'compaction_mark_clear',
       'enqueue_compaction',
       -- the claim and commit path
       'claim_range', 'commit_summary', 'sweep_compaction',
