@@ -108,6 +108,31 @@ CREATE TRIGGER messages_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebo
 -- is recorded. The owner (the migrating role) can write anything: it is never
 -- a runtime role.
 
+-- Limits: a message's content is at most sourcebound.max_message_bytes bytes
+-- of UTF-8 (default 1 MiB, at least 64 KiB), set per database or role by the
+-- owner (ALTER DATABASE ... SET sourcebound.max_message_bytes = '4194304').
+-- The WHEN clause lets every message under 64 KiB through without a function
+-- call. It guards against mistakes (a pasted dump, a runaway tool output); a
+-- session that sends raw SQL can raise its own setting.
+CREATE FUNCTION sourcebound.message_size_limit() RETURNS trigger
+LANGUAGE plpgsql SET search_path = sourcebound, pg_temp AS $$
+DECLARE
+  v_limit bigint := greatest(65536, coalesce(nullif(current_setting('sourcebound.max_message_bytes', true), '')::bigint, 1048576));
+  v_bytes bigint := octet_length(NEW.content);
+BEGIN
+  IF v_bytes > v_limit THEN
+    RAISE EXCEPTION 'sourcebound: a % message of % bytes is over the limit of % bytes (sourcebound.max_message_bytes)', NEW.role, v_bytes, v_limit
+      USING ERRCODE = 'program_limit_exceeded', CONSTRAINT = 'message_size_limit';
+  END IF;
+  RETURN NEW;
+END
+$$;
+--> statement-breakpoint
+CREATE TRIGGER messages_size_limit BEFORE INSERT OR UPDATE OF content ON sourcebound.messages
+  FOR EACH ROW WHEN (octet_length(NEW.content) > 65536)
+  EXECUTE FUNCTION sourcebound.message_size_limit();
+--> statement-breakpoint
+
 -- Every SQL entry point an app calls names the conversation's scope. A
 -- conversation of another scope and one that does not exist get the same
 -- answer: no error confirms another tenant's ids.

@@ -202,3 +202,19 @@ describe('the owner migrates; a runtime role cannot', () => {
     expect(migrate.stderr.split('\n').filter(Boolean)).toHaveLength(1);
   });
 });
+
+describe('limits', () => {
+  it('a message over sourcebound.max_message_bytes is refused at write, naming the limit; the owner sets it per database or role', async () => {
+    const big = 'x'.repeat(1024 * 1024 + 1);
+    const r = await refusal(app, `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [tenantA.id, big]);
+    expect(r).toMatchObject({ code: '54000', constraint: 'message_size_limit' });
+    expect(r.message).toBe('sourcebound: a user message of 1048577 bytes is over the limit of 1048576 bytes (sourcebound.max_message_bytes)');
+    const grown = await refusal(app, `update sourcebound.messages set content = $2 where conversation_id = $1 and role = 'assistant'`, [tenantA.id, big]);
+    expect(grown.constraint).toBe('message_size_limit');
+    // Under the limit: stored; a lower limit set for the role refuses it.
+    await app.query(`insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [tenantA.id, 'y'.repeat(100_000)]);
+    const lowered = await refusal(app, `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [tenantA.id, 'y'.repeat(100_000)],
+      `set local sourcebound.max_message_bytes = '70000'`);
+    expect(lowered.message).toContain('over the limit of 70000 bytes');
+  });
+});
