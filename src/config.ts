@@ -62,6 +62,8 @@ const httpUrl = z.string().superRefine((text, ctx) => {
     return;
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') ctx.addIssue({ code: 'custom', message: `an http:// or https:// URL, got ${url.protocol}//...` });
+  // A key in the URL would be logged and sent where a key does not belong; every request would then be refused and spend an attempt.
+  if (url.username !== '' || url.password !== '') ctx.addIssue({ code: 'custom', message: 'holds credentials (user:password@): remove them and pass the key in the API key variable' });
 });
 
 /** The summarizers configuration can choose (a custom one is plugged in through code or `sourcebound worker --summarizer`). */

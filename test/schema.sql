@@ -85,6 +85,7 @@
   constraint conversations_id_scope_key: UNIQUE (id, scope)
   constraint conversations_pkey: PRIMARY KEY (id)
   constraint conversations_scope_not_empty: CHECK (length(scope) > 0)
+  CREATE TRIGGER conversations_scope_fixed BEFORE UPDATE OF id, scope ON sourcebound.conversations FOR EACH ROW WHEN (new.scope IS DISTINCT FROM old.scope OR new.id IS DISTINCT FROM old.id) EXECUTE FUNCTION sourcebound.scope_fixed()
 
 -- view eligible_pairs
 SELECT p.conversation_id,
@@ -119,6 +120,8 @@ SELECT p.conversation_id,
   CREATE TRIGGER messages_refresh_pair_del AFTER DELETE ON sourcebound.messages FOR EACH ROW WHEN (old.run_id IS NOT NULL) EXECUTE FUNCTION sourcebound.messages_refresh_pair()
   CREATE TRIGGER messages_refresh_pair_ins AFTER INSERT ON sourcebound.messages FOR EACH ROW WHEN (ARRAY[new.role, new.status] && '{user,completed}'::text[]) EXECUTE FUNCTION sourcebound.messages_refresh_pair()
   CREATE TRIGGER messages_refresh_pair_upd AFTER UPDATE ON sourcebound.messages FOR EACH ROW WHEN (ARRAY[old.role, old.status, new.role, new.status] && '{user,completed}'::text[]) EXECUTE FUNCTION sourcebound.messages_refresh_pair()
+  CREATE TRIGGER messages_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebound.messages FOR EACH ROW WHEN (new.conversation_id IS DISTINCT FROM old.conversation_id) EXECUTE FUNCTION sourcebound.scope_fixed()
+  CREATE TRIGGER messages_size_limit BEFORE INSERT OR UPDATE OF content ON sourcebound.messages FOR EACH ROW WHEN (octet_length(new.content) > 65536) EXECUTE FUNCTION sourcebound.message_size_limit()
   CREATE TRIGGER messages_truncate_pairs AFTER TRUNCATE ON sourcebound.messages FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.pairs_truncated()
 
 -- table pairs
@@ -389,6 +392,7 @@ END)
   CREATE INDEX runs_conversation_seq_idx ON sourcebound.runs USING btree (conversation_id, seq)
   CREATE TRIGGER runs_refresh_pair_del AFTER DELETE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
   CREATE TRIGGER runs_refresh_pair_upd AFTER UPDATE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
+  CREATE TRIGGER runs_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebound.runs FOR EACH ROW WHEN (new.conversation_id IS DISTINCT FROM old.conversation_id) EXECUTE FUNCTION sourcebound.scope_fixed()
 
 -- sequence runs_seq_seq (owned by sourcebound.runs.seq)
 
@@ -396,6 +400,8 @@ END)
 CREATE OR REPLACE FUNCTION sourcebound.claim_range(p_conversation_id uuid, p_after integer, p_wrap boolean, p_skip_from integer[], p_skip_generation bigint[], p_model text, p_prompt_version text, p_worker_id text, p_lease_ms double precision)
  RETURNS TABLE(claim_kind text, claim_from_pair integer, claim_generation bigint, rec sourcebound.conversation_summaries, claim_attempt_id bigint, claim_until timestamp with time zone, claim_assistant_ids uuid[], claim_assistant_texts text[])
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_from integer;
@@ -428,6 +434,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.claim_range(p_conversation_id uuid, p_from_pair integer, p_model text, p_prompt_version text, p_worker_id text, p_lease_ms double precision)
  RETURNS TABLE(claim_kind text, rec sourcebound.conversation_summaries, claim_attempt_id bigint, claim_until timestamp with time zone, claim_assistant_ids uuid[], claim_assistant_texts text[])
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_generation bigint;
@@ -541,6 +549,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.commit_summary(p_summary_id uuid, p_attempt_id bigint, p_worker_id text, p_outcome text, p_summary text, p_reason text, p_request_id text, p_usage jsonb, p_not_before_ms double precision, p_grounding_checked text[], p_grounding_ungrounded text[])
  RETURNS TABLE(commit_kind text, rec sourcebound.conversation_summaries, marks_remain boolean)
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_rec sourcebound.conversation_summaries;
@@ -635,6 +645,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.compaction_enqueue_if_lost(p_conversation_id uuid)
  RETURNS integer
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   IF EXISTS (
@@ -656,6 +668,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.compaction_job_at(p_conversation_id uuid, p_run_at timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   PERFORM sourcebound.compaction_key_lock(p_conversation_id);
@@ -676,6 +690,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.conversation_summaries_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -713,6 +729,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.conversation_summary_attempts_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -734,10 +752,35 @@ BEGIN
 END
 $function$
 
+-- function sourcebound.current_scope()
+CREATE OR REPLACE FUNCTION sourcebound.current_scope()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+AS $function$ SELECT nullif(current_setting('sourcebound.scope', true), '') $function$
+
+-- function sourcebound.enqueue_compaction(text,uuid)
+CREATE OR REPLACE FUNCTION sourcebound.enqueue_compaction(p_scope text, p_conversation_id uuid)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM sourcebound.conversations WHERE id = p_conversation_id AND scope = p_scope) THEN
+    RAISE EXCEPTION 'sourcebound: no conversation % in scope %', p_conversation_id, p_scope
+      USING ERRCODE = 'no_data_found', CONSTRAINT = 'conversation_in_scope';
+  END IF;
+  PERFORM sourcebound.enqueue_compaction(p_conversation_id);
+END
+$function$
+
 -- function sourcebound.enqueue_compaction(uuid)
 CREATE OR REPLACE FUNCTION sourcebound.enqueue_compaction(p_conversation_id uuid)
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_key text := 'sourcebound:compact:' || p_conversation_id::text;
@@ -774,10 +817,120 @@ BEGIN
 END
 $function$
 
+-- function sourcebound.grant_runtime_roles()
+CREATE OR REPLACE FUNCTION sourcebound.grant_runtime_roles()
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_have text[] := ARRAY(SELECT rolname::text FROM pg_roles
+                         WHERE rolname IN ('sourcebound_app', 'sourcebound_worker', 'sourcebound_reader'));
+  v_fn text;
+BEGIN
+  IF 'sourcebound_reader' = ANY (v_have) THEN
+    GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;
+    GRANT SELECT ON ALL TABLES IN SCHEMA sourcebound TO sourcebound_reader;
+    FOREACH v_fn IN ARRAY ARRAY['projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
+        'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
+        'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
+        'range_source(uuid,integer)', 'pairs_drift(uuid)', 'pair_of_run(uuid)', 'run_parent_alive(uuid)',
+        'source_hash_v1(uuid[],text[],uuid[],text[])', 'source_hash_v1_field(text)', 'source_hash_v1_of(integer,bytea)',
+        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'] LOOP
+      EXECUTE format('GRANT EXECUTE ON FUNCTION sourcebound.%s TO sourcebound_reader', v_fn);
+    END LOOP;
+  END IF;
+
+  IF 'sourcebound_app' = ANY (v_have) THEN
+    GRANT USAGE ON SCHEMA sourcebound TO sourcebound_app;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON sourcebound.conversations, sourcebound.runs, sourcebound.messages,
+      sourcebound.projection_layouts, sourcebound.run_budgets, sourcebound.run_checkpoints, sourcebound.run_model_requests,
+      sourcebound.run_results, sourcebound.run_summary_requests, sourcebound.run_tool_units, sourcebound.run_turns
+      TO sourcebound_app;
+    GRANT SELECT ON sourcebound.conversation_summaries, sourcebound.conversation_summary_attempts, sourcebound.pairs,
+      sourcebound.eligible_pairs TO sourcebound_app;
+    GRANT USAGE ON ALL SEQUENCES IN SCHEMA sourcebound TO sourcebound_app;
+    FOREACH v_fn IN ARRAY ARRAY['projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
+        'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
+        'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
+        'pair_of_run(uuid)', 'run_parent_alive(uuid)', 'enqueue_compaction(text,uuid)',
+        'source_hash_v1(uuid[],text[],uuid[],text[])', 'source_hash_v1_field(text)', 'source_hash_v1_of(integer,bytea)',
+        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'] LOOP
+      EXECUTE format('GRANT EXECUTE ON FUNCTION sourcebound.%s TO sourcebound_app', v_fn);
+    END LOOP;
+  END IF;
+
+  IF 'sourcebound_worker' = ANY (v_have) THEN
+    GRANT USAGE ON SCHEMA sourcebound TO sourcebound_worker;
+    GRANT SELECT ON ALL TABLES IN SCHEMA sourcebound TO sourcebound_worker;
+    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA sourcebound TO sourcebound_worker;
+    REVOKE EXECUTE ON FUNCTION sourcebound.row_security(boolean), sourcebound.grant_runtime_roles() FROM sourcebound_worker;
+    -- graphile-worker's queue: the worker runs jobs; graphile-worker's own
+    -- migrations are the owner's (sourcebound migrate).
+    IF EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'graphile_worker') THEN
+      GRANT USAGE ON SCHEMA graphile_worker TO sourcebound_worker;
+      GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA graphile_worker TO sourcebound_worker;
+      GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA graphile_worker TO sourcebound_worker;
+      GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA graphile_worker TO sourcebound_worker;
+      -- graphile-worker turns row security on for its private tables (no
+      -- policy: only their owner reaches them); the worker role is let in.
+      FOR v_fn IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = 'graphile_worker' AND c.relkind = 'r' AND c.relrowsecurity
+                    AND NOT EXISTS (SELECT 1 FROM pg_policies p WHERE p.schemaname = 'graphile_worker'
+                                    AND p.tablename = c.relname AND p.policyname = 'sourcebound_worker_all') LOOP
+        EXECUTE format('CREATE POLICY sourcebound_worker_all ON graphile_worker.%I TO sourcebound_worker USING (true) WITH CHECK (true)', v_fn);
+      END LOOP;
+    END IF;
+  END IF;
+
+  -- With row security on, the worker and reader see every row.
+  FOR v_fn IN SELECT sourcebound.row_security_tables() LOOP
+    IF 'sourcebound_worker' = ANY (v_have) AND NOT EXISTS (SELECT 1 FROM pg_policies
+         WHERE schemaname = 'sourcebound' AND tablename = v_fn AND policyname = 'worker_all') THEN
+      EXECUTE format('CREATE POLICY worker_all ON sourcebound.%I TO sourcebound_worker USING (true)', v_fn);
+    END IF;
+    IF 'sourcebound_reader' = ANY (v_have) AND NOT EXISTS (SELECT 1 FROM pg_policies
+         WHERE schemaname = 'sourcebound' AND tablename = v_fn AND policyname = 'reader_all') THEN
+      EXECUTE format('CREATE POLICY reader_all ON sourcebound.%I TO sourcebound_reader USING (true)', v_fn);
+    END IF;
+  END LOOP;
+END
+$function$
+
+-- function sourcebound.in_current_scope(uuid)
+CREATE OR REPLACE FUNCTION sourcebound.in_current_scope(p_conversation_id uuid)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+  SELECT EXISTS (SELECT 1 FROM sourcebound.conversations c
+                 WHERE c.id = p_conversation_id AND c.scope = nullif(current_setting('sourcebound.scope', true), ''))
+$function$
+
+-- function sourcebound.message_size_limit()
+CREATE OR REPLACE FUNCTION sourcebound.message_size_limit()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+DECLARE
+  v_limit bigint := greatest(65536, coalesce(nullif(current_setting('sourcebound.max_message_bytes', true), '')::bigint, 1048576));
+  v_bytes bigint := octet_length(NEW.content);
+BEGIN
+  IF v_bytes > v_limit THEN
+    RAISE EXCEPTION 'sourcebound: a % message of % bytes is over the limit of % bytes (sourcebound.max_message_bytes)', NEW.role, v_bytes, v_limit
+      USING ERRCODE = 'program_limit_exceeded', CONSTRAINT = 'message_size_limit';
+  END IF;
+  RETURN NEW;
+END
+$function$
+
 -- function sourcebound.messages_note_edit()
 CREATE OR REPLACE FUNCTION sourcebound.messages_note_edit()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   NEW.edited_at := now();
@@ -789,6 +942,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.messages_refresh_pair()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_conversation uuid;
@@ -878,6 +1033,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.pair_write_refused()
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   RAISE EXCEPTION 'sourcebound: the runs and messages of a conversation are written under READ COMMITTED, not %', upper(current_setting('transaction_isolation'))
@@ -963,6 +1120,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.pairs_lock(p_a uuid, p_b uuid)
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_a integer := hashtext(p_a::text);
@@ -985,6 +1144,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.pairs_rebuild(p_conversation_id uuid)
  RETURNS integer
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_others uuid[];
@@ -1044,6 +1205,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.pairs_truncated()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   -- TRUNCATE holds the messages exclusively: no pair write can
@@ -1068,7 +1231,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.projection_layout(p_conversation_id uuid, p_scope text, p_budget_bytes integer)
  RETURNS TABLE("startPair" integer, "endPair" integer, summaries jsonb, gaps jsonb, "prefixSha256" text, "prefixBytes" integer, "savedCost" double precision, "savesBytes" double precision, "headSha256" text, "usedAt" timestamp with time zone)
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 #variable_conflict use_column
 BEGIN
@@ -1085,7 +1249,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.projection_pair_count(p_conversation_id uuid, p_scope text)
  RETURNS integer
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_count integer;
@@ -1101,7 +1266,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.projection_pairs_page(p_conversation_id uuid, p_scope text, p_from_pair integer, p_to_pair integer, p_max_text_bytes bigint)
  RETURNS TABLE("pairIndex" integer, "runId" uuid, "userMessageId" uuid, "assistantMessageId" uuid, "userBytes" integer, "assistantBytes" integer, "userText" text, "assistantText" text)
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   RETURN QUERY
@@ -1122,7 +1288,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.projection_summaries(p_conversation_id uuid, p_scope text, p_from_pair integer, p_to_pair integer)
  RETURNS TABLE(id uuid, "fromPair" integer, "toPair" integer, "sourceMessageIds" json, "sourceHash" text, "hashVersion" integer, model text, "promptVersion" text, status text, summary text, "completedAt" timestamp with time zone, "createdAt" timestamp with time zone, ungrounded json)
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 #variable_conflict use_column
 BEGIN
@@ -1194,6 +1361,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.refresh_pair(p_conversation_id uuid, p_run_id uuid, p_content_changed boolean)
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_locked uuid[] := ARRAY[p_conversation_id];
@@ -1350,6 +1519,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.refuse_truncate()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   RAISE EXCEPTION 'sourcebound: % keeps immutable records and cannot be truncated; delete conversations to erase them', TG_TABLE_NAME
@@ -1357,10 +1528,37 @@ BEGIN
 END
 $function$
 
+-- function sourcebound.row_security(boolean)
+CREATE OR REPLACE FUNCTION sourcebound.row_security(p_on boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_table text;
+BEGIN
+  FOR v_table IN SELECT sourcebound.row_security_tables() LOOP
+    EXECUTE format('ALTER TABLE sourcebound.%I %s ROW LEVEL SECURITY', v_table, CASE WHEN p_on THEN 'ENABLE' ELSE 'DISABLE' END);
+  END LOOP;
+END
+$function$
+
+-- function sourcebound.row_security_tables()
+CREATE OR REPLACE FUNCTION sourcebound.row_security_tables()
+ RETURNS SETOF text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT unnest(ARRAY['conversations', 'conversation_summaries', 'conversation_summary_attempts', 'runs', 'messages', 'pairs', 'projection_layouts',
+                      'run_budgets', 'run_checkpoints', 'run_model_requests', 'run_results', 'run_summary_requests',
+                      'run_tool_units', 'run_turns'])
+$function$
+
 -- function sourcebound.run_checkpoints_guard()
 CREATE OR REPLACE FUNCTION sourcebound.run_checkpoints_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_last sourcebound.run_checkpoints%ROWTYPE;
@@ -1428,10 +1626,23 @@ BEGIN
 END
 $function$
 
+-- function sourcebound.run_in_current_scope(uuid)
+CREATE OR REPLACE FUNCTION sourcebound.run_in_current_scope(p_run_id uuid)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+  SELECT EXISTS (SELECT 1 FROM sourcebound.runs r JOIN sourcebound.conversations c ON c.id = r.conversation_id
+                 WHERE r.id = p_run_id AND c.scope = nullif(current_setting('sourcebound.scope', true), ''))
+$function$
+
 -- function sourcebound.run_model_requests_guard()
 CREATE OR REPLACE FUNCTION sourcebound.run_model_requests_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -1462,6 +1673,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.run_results_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -1494,6 +1707,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.run_summary_requests_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -1542,6 +1757,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.run_tool_units_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -1594,6 +1811,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.run_turns_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_next integer;
@@ -1633,6 +1852,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.runs_refresh_pair()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_index integer;
@@ -1687,6 +1908,27 @@ BEGIN
 END
 $function$
 
+-- function sourcebound.scope_fixed()
+CREATE OR REPLACE FUNCTION sourcebound.scope_fixed()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+BEGIN
+  IF TG_TABLE_NAME = 'conversations' THEN
+    RAISE EXCEPTION 'sourcebound: the scope and id of a conversation are fixed once written'
+      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'conversation_scope_fixed';
+  END IF;
+  IF (SELECT scope FROM sourcebound.conversations WHERE id = OLD.conversation_id)
+     IS DISTINCT FROM (SELECT scope FROM sourcebound.conversations WHERE id = NEW.conversation_id) THEN
+    RAISE EXCEPTION 'sourcebound: a % row cannot move to a conversation of another scope', TG_TABLE_NAME
+      USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'conversation_scope_fixed';
+  END IF;
+  RETURN NEW;
+END
+$function$
+
 -- function sourcebound.source_hash_v1(uuid[],text[],uuid[],text[])
 CREATE OR REPLACE FUNCTION sourcebound.source_hash_v1(p_user_ids uuid[], p_user_texts text[], p_assistant_ids uuid[], p_assistant_texts text[])
  RETURNS text
@@ -1731,6 +1973,8 @@ $function$
 CREATE OR REPLACE FUNCTION sourcebound.sweep_compaction(p_limit integer DEFAULT 1000)
  RETURNS integer
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
 AS $function$
 DECLARE
   v_after uuid;

@@ -87,7 +87,7 @@ describe('the schema', () => {
     const raised = [...dump.matchAll(/RAISE EXCEPTION 'sourcebound: (?:[^']|'')*'[^;]*;/g)].map((m) => m[0]);
     expect(raised.length).toBeGreaterThan(40);
     const codes: Record<string, string> = {
-      integrity_constraint_violation: '23000', no_data_found: 'P0002', feature_not_supported: '0A000',
+      integrity_constraint_violation: '23000', no_data_found: 'P0002', feature_not_supported: '0A000', program_limit_exceeded: '54000',
     };
     const seen = new Set<string>();
     for (const statement of raised) {

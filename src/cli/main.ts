@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { ConfigError } from '../config.ts';
+import { SourceboundError } from '../errors.ts';
 import { SummarizerConfigError } from '../compaction/compact.ts';
 import { DatabaseUnreachableError } from '../db/database.ts';
 import { UsageError, type Command } from './common.ts';
@@ -61,21 +62,43 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`sourcebound ${command.name}: ${error.message}\n\n${command.usage}\n`);
       return 2;
     }
-    if (error instanceof ConfigError || error instanceof DatabaseUnreachableError || error instanceof SummarizerConfigError || (error as { exitQuietly?: boolean }).exitQuietly) {
+    if (error instanceof ConfigError || error instanceof DatabaseUnreachableError || error instanceof SummarizerConfigError
+      || error instanceof SourceboundError || (error as { exitQuietly?: boolean }).exitQuietly) {
       process.stderr.write(`sourcebound ${command.name}: ${(error as Error).message}\n`);
       return 1;
     }
-    const code = (error as { code?: unknown }).code;
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
-      // The database refused (a state or a lock, not a bug here): its message and SQLSTATE, no stack.
-      // A missing table or schema (42P01, 3F000) is almost always a database nobody migrated.
-      const hint = code === '42P01' || code === '3F000' ? '; is the database migrated? run `sourcebound migrate` first' : '';
-      process.stderr.write(`sourcebound ${command.name}: the database refused: ${(error as Error).message} (SQLSTATE ${code})${hint}\n`);
+    const refused = databaseErrorIn(error);
+    if (refused) {
+      // The database refused (a state, a lock, a grant; not a bug here): PostgreSQL's own message and
+      // SQLSTATE, found under any wrapper (drizzle's "Failed query: ..."), and what was being done.
+      const { code } = refused;
+      const hint = code === '42P01' || code === '3F000' ? '; is the database migrated? run `sourcebound migrate` first'
+        : code === '42501' ? '; does this role have the grants it needs? see docs/deploy.md (roles)' : '';
+      const detail = refused.detail ? ` (${refused.detail})` : '';
+      const during = refused.error === error ? '' : ` [while: ${firstLine((error as Error).message)}]`;
+      process.stderr.write(`sourcebound ${command.name}: the database refused: ${refused.message}${detail} (SQLSTATE ${code})${hint}${during}\n`);
       return 1;
     }
     process.stderr.write(`sourcebound ${command.name}: ${(error as Error).stack ?? String(error)}\n`);
     return 1;
   }
+}
+
+/** The PostgreSQL error an error is or wraps (through `cause`), if any. */
+function databaseErrorIn(error: unknown): { error: unknown; code: string; message: string; detail?: string } | undefined {
+  for (let e = error, depth = 0; e && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
+      const detail = (e as { detail?: unknown }).detail;
+      return { error: e, code, message: (e as Error).message, detail: typeof detail === 'string' ? detail : undefined };
+    }
+  }
+  return undefined;
+}
+
+function firstLine(text: string): string {
+  const line = text.split('\n')[0] ?? '';
+  return line.length > 200 ? `${line.slice(0, 200)}...` : line;
 }
 
 const code = await main(process.argv.slice(2));

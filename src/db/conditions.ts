@@ -9,6 +9,12 @@ export const SOURCEBOUND_CONDITIONS = {
   pair_write_isolation: { code: '0A000' },
   /** enqueue_compaction() or pairs_rebuild() was given a conversation that does not exist. */
   conversation_missing: { code: 'P0002' },
+  /** A conversation's scope or id was changed, or a run or message moved to a conversation of another scope (scope_fixed). */
+  conversation_scope_fixed: { code: '23000' },
+  /** enqueue_compaction(scope, id) was given a conversation that is not in that scope (or does not exist: the same answer). */
+  conversation_in_scope: { code: 'P0002' },
+  /** A message's content is over sourcebound.max_message_bytes (message_size_limit). */
+  message_size_limit: { code: '54000' },
   /** commit_summary() met a record whose source hash version the database cannot compute. */
   source_hash_version_unknown: { code: 'P0001' },
   /** commit_summary() was given an outcome other than ok, invalid, unknown, deferred, config. */

