@@ -6,6 +6,7 @@ import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { Logger as GraphileLogger, runMigrations } from 'graphile-worker';
 import type { Logger } from '../logger.ts';
 import { LOCK_NS } from './locks.ts';
+import { assertSessionUrl } from './pooler-probe.ts';
 
 export const MIGRATIONS_FOLDER = packageFile('migrations');
 /** Where drizzle records applied migrations; our own schema, so an app's drizzle table is untouched. */
@@ -28,6 +29,8 @@ export const DEFAULT_MIGRATION_LOCK_TIMEOUT_MS = 600_000;
  */
 export async function migrateDatabase(connectionString: string, logger: Logger, options: { lockTimeoutMs?: number } = {}): Promise<void> {
   const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_MIGRATION_LOCK_TIMEOUT_MS;
+  // Through a transaction pooler the lock below would serialize nothing and stay held: refuse first.
+  await assertSessionUrl(connectionString);
   const client = new pg.Client({ connectionString, application_name: 'sourcebound-migrate' });
   client.on('error', (error) => logger.warn({ err: error }, 'migration connection failed'));
   await client.connect();

@@ -50,13 +50,14 @@ export async function sharesServerSessions(connectionString: string, rounds = 3)
 export class SessionPoolerError extends SourceboundError {
   override name = 'SessionPoolerError';
 
-  constructor(variable: string) {
-    super(`${variable} leads to a transaction pooler (two connections shared one server session), where LISTEN, session locks and migrations break: `
-      + 'set DATABASE_DIRECT_URL to a direct (or session-mode) URL of the same database');
+  constructor() {
+    super('the URL for session work (DATABASE_DIRECT_URL, or DATABASE_URL when it is unset) leads to a transaction pooler: '
+      + 'two connections were given one server session, and LISTEN, session locks and migrations break there. '
+      + 'Set DATABASE_DIRECT_URL to a direct (or session-mode) URL of the same database');
   }
 }
 
-/** Throws SessionPoolerError when the session URL is behind a transaction pooler. `variable`: the setting it came from, for the message. */
-export async function assertSessionUrl(connectionString: string, variable: string): Promise<void> {
-  if (await sharesServerSessions(connectionString)) throw new SessionPoolerError(variable);
+/** Throws SessionPoolerError when the URL for session work is behind a transaction pooler. */
+export async function assertSessionUrl(connectionString: string): Promise<void> {
+  if (await sharesServerSessions(connectionString)) throw new SessionPoolerError();
 }

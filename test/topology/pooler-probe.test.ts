@@ -2,6 +2,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { sharesServerSessions } from '../../src/db/pooler-probe.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { startPgBouncer } from '../support/pgbouncer.ts';
+import { spawnSourcebound } from '../support/processes.ts';
 
 /**
  * The probe that keeps session work (LISTEN, session locks, migrations) off a
@@ -20,5 +21,21 @@ describe('sharesServerSessions', () => {
 
   it('is false for the database reached directly, every time', async () => {
     for (let i = 0; i < 10; i++) expect(await sharesServerSessions(db.url)).toBe(false);
+  });
+});
+
+describe('session work refuses a transaction pooler at start', () => {
+  it('migrate with DATABASE_URL on the pooler and no DATABASE_DIRECT_URL: exit 1, one line naming DATABASE_DIRECT_URL, no lock left', async () => {
+    const migrate = spawnSourcebound(['migrate'], { DATABASE_URL: pooledUrl });
+    expect(await migrate.exited).toBe(1);
+    expect(migrate.stderr.split('\n').filter(Boolean)).toHaveLength(1);
+    expect(migrate.stderr).toMatch(/^sourcebound migrate: the URL for session work .* leads to a transaction pooler.*Set DATABASE_DIRECT_URL/);
+    const { rows } = await db.pool.query(`select count(*)::int as n from pg_locks where locktype = 'advisory'`);
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('migrate with DATABASE_DIRECT_URL beside the pooler goes through', async () => {
+    const migrate = spawnSourcebound(['migrate'], { DATABASE_URL: pooledUrl, DATABASE_DIRECT_URL: db.url });
+    expect(await migrate.exited).toBe(0);
   });
 });
