@@ -89,15 +89,15 @@ describe('what a projection sends', () => {
     const args = { conversationId: id, scope: 'tenant-a', budgetBytes: BUDGET };
     await projectConversationHistory({ ...args, pool: logging(first) });
     // The first call lays out anew: it reads further than one statement gives, inside one snapshot.
-    expect(first[0]).toMatch(/^select sourcebound\.projection_read\(/);
+    expect(first[0]).toMatch(/^select \* from sourcebound\.projection_read\(/);
     expect(first[1]).toMatch(/^begin isolation level repeatable read read only$/);
-    expect(first[2]).toMatch(/^select sourcebound\.projection_read\(/);
+    expect(first[2]).toMatch(/^select \* from sourcebound\.projection_read\(/);
     expect(first).toContain('rollback');
     const sent: string[] = [];
     const p = await projectConversationHistory({ ...args, pool: logging(sent) });
     expect(p.cache.rewrite).toBeNull();
     // One statement sees one snapshot (0040): the count, the layout, its pairs and its summaries' records.
-    expect(sent).toEqual(['select sourcebound.projection_read($1, $2, $3, $4, $5, $6, $7) as read']);
+    expect(sent).toEqual(['select * from sourcebound.projection_read($1, $2, $3, $4, $5, $6, $7)']);
     expect(await projectConversationHistory({ ...args, pool: db.pool })).toEqual(p);
   });
 });

@@ -142,16 +142,18 @@ export async function projectionRead(
   observe?: ReadObserver,
 ): Promise<ProjectionRead | null> {
   const budget = args.layoutBudget !== null && args.layoutBudget <= MAX_LAYOUT_BUDGET ? args.layoutBudget : null;
-  const { rows } = await db.query<{ read: RawRead | null }>(
-    'select sourcebound.projection_read($1, $2, $3, $4, $5, $6, $7) as read',
+  const { rows } = await db.query<ProjectionPairRow & { read: RawRead | null }>(
+    'select * from sourcebound.projection_read($1, $2, $3, $4, $5, $6, $7)',
     [args.conversationId, args.scope, budget,
       budget === null ? null : Math.ceil(budget * NEAR_BUDGET), budget === null ? null : Math.min(MAX_LAYOUT_BUDGET, Math.floor(budget / NEAR_BUDGET)),
       args.firstPage, args.maxTextBytes],
   );
+  // A first row with the rest as JSON, then the pairs as rows (0040).
   const raw = rows[0]?.read ?? null;
   const statement = 'projectionRead' as const;
   observe?.({ query: 'conversationPairCountRead', rows: raw === null ? 0 : 1, statement });
   if (raw === null) return null;
+  const pairs: ProjectionPairRow[] = rows.slice(1);
   const layout = raw.layout === null ? null : { ...raw.layout, usedAt: new Date(raw.layout.usedAt) };
   if (budget !== null) {
     observe?.({ query: 'projectionLayoutRead', rows: layout !== null && raw.layoutBudget === budget ? 1 : 0, statement });
@@ -159,7 +161,7 @@ export async function projectionRead(
   }
   if (raw.fromPair < raw.count) {
     observe?.({
-      query: 'pairsPageRead', rows: raw.pairs.length, textRows: raw.pairs.filter((r) => r.userText !== null).length,
+      query: 'pairsPageRead', rows: pairs.length, textRows: pairs.filter((r) => r.userText !== null).length,
       fromPair: raw.fromPair, toPair: raw.count - 1, statement,
     });
   }
@@ -172,10 +174,10 @@ export async function projectionRead(
       fromPair: raw.recordRanges[0]! * 10, toPair: raw.recordRanges.at(-1)! * 10 + 9,
     });
   }
-  return { count: raw.count, layout, layoutBudget: layout === null ? null : raw.layoutBudget, fromPair: raw.fromPair, pairs: raw.pairs, recordRanges: raw.recordRanges, records };
+  return { count: raw.count, layout, layoutBudget: layout === null ? null : raw.layoutBudget, fromPair: raw.fromPair, pairs, recordRanges: raw.recordRanges, records };
 }
 
-type RawRead = Omit<ProjectionRead, 'layout' | 'records'> & {
+type RawRead = Omit<ProjectionRead, 'layout' | 'records' | 'pairs'> & {
   layout: (Omit<ProjectionLayoutRow, 'usedAt'> & { usedAt: string }) | null;
   records: (Omit<ProjectionSummaryRow, 'completedAt' | 'createdAt'> & { completedAt: string | null; createdAt: string })[];
 };
