@@ -68,6 +68,8 @@ BEGIN
   IF v_layout IS NULL THEN
     v_ranges := ARRAY(SELECT g FROM generate_series(v_from / 10, (v_count - 1) / 10) g WHERE v_count > 0);
   END IF;
+  v_records := '[]'::json;
+  IF cardinality(v_ranges) > 0 THEN
   SELECT coalesce(json_agg(json_build_object(
            'id', s.id, 'fromPair', s.from_pair, 'toPair', s.to_pair, 'sourceMessageIds', to_json(s.source_message_ids),
            'sourceHash', s.source_hash, 'hashVersion', s.hash_version, 'model', s.model, 'promptVersion', s.prompt_version,
@@ -81,10 +83,11 @@ BEGIN
     AND s.from_pair BETWEEN 10 * v_ranges[1] AND 10 * v_ranges[cardinality(v_ranges)] + 9
     AND floor(s.from_pair::numeric / 10)::int = ANY (v_ranges)
     AND s.status IN ('completed', 'failed');
+  END IF;
 
   RETURN QUERY SELECT NULL::int, NULL::uuid, NULL::uuid, NULL::uuid, NULL::int, NULL::int, NULL::text, NULL::text,
     json_build_object('count', v_count, 'layout', v_layout, 'layoutBudget', v_layout_budget, 'fromPair', v_from,
-                      'recordRanges', to_json(v_ranges), 'records', v_records);
+                      'recordRanges', to_json(coalesce(v_ranges, '{}')), 'records', v_records);
   RETURN QUERY
   SELECT e.pair_index, e.run_id, e.user_message_id, e.assistant_message_id,
          octet_length(e.user_text), octet_length(e.assistant_text),

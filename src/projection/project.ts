@@ -29,16 +29,25 @@ export { MAX_PAGE_PAIRS } from './reader.ts';
  * Both never exceed the budget, never cut an item, report every omission and
  * use a summary only while its binding holds now.
  *
- * Reads run in one REPEATABLE READ READ ONLY snapshot (given a pool). A stable
- * rewrite then stores its layout in one upsert after the snapshot; a failed
- * write (a read-only replica, a read-only transaction of the caller) costs
- * only the cache, and is reported as `cache.layoutSaved: false`.
+ * Reads see one snapshot (given a pool). A stable call first reads in one
+ * statement (projection_read, 0040: the count, the stored layout, the pairs
+ * from its start and the records of its summaries; one statement sees one
+ * snapshot, so no transaction): a call that keeps its layout needs nothing
+ * more, one round trip. A call that must read further (a rewrite) is made
+ * again inside one REPEATABLE READ READ ONLY transaction, as is every
+ * newest-first call. A stable rewrite then stores its layout in one upsert
+ * after the snapshot; a failed write (a read-only replica, a read-only
+ * transaction of the caller) costs only the cache, and is reported as
+ * `cache.layoutSaved: false`. What does not change between calls (the items
+ * of pairs and summaries read again with the same content, their sizes, the
+ * source hashes over them, the layout hash, the JSON check) is computed
+ * once per pool (reader.ts ItemMemo): returned items are frozen.
  */
 
 export interface ProjectArgs {
   /**
-   * A pg.Pool: the reads run on one connection in one REPEATABLE READ READ
-   * ONLY transaction, so they all see one snapshot. Anything else with
+   * A pg.Pool: the reads run on one connection, in one statement or in one
+   * REPEATABLE READ READ ONLY transaction, so they all see one snapshot. Anything else with
    * `query` (a checked-out client): the reads run on it as they are, in the
    * caller's transaction (use REPEATABLE READ for a consistent snapshot), and
    * a layout is written inside a savepoint when the client is in a transaction.

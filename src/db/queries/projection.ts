@@ -5,7 +5,9 @@
  * `pair_index` ranges through the pairs index, so their cost follows what the
  * layout reaches (src/projection/reader.ts), not the conversation's length. The reads made on every call
  * are PL/pgSQL functions (0029_projection_reads.sql): their plans are kept
- * per connection, where a statement sent as text is planned every time.
+ * per connection, where a statement sent as text is planned every time. A
+ * call starts with projectionRead (0040): what a call that keeps its layout
+ * reads, in one statement.
  */
 import type pg from 'pg';
 
