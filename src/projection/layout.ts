@@ -245,7 +245,7 @@ function layoutOf(items: ProjectionItem[], omitted: OmittedSpan[], count: number
  */
 function layoutHash(items: ProjectionItem[], omitted: OmittedSpan[]): string {
   const key = hashKey(items, omitted);
-  let hash = hashes.get(key);
+  let hash = key === null ? undefined : hashes.get(key);
   if (hash === undefined) {
     hash = createHash('sha256').update(JSON.stringify(toAnthropicMessages({ items, omitted }, { cacheBreakpoint: false }))).digest('hex');
     remember(key, hash);
@@ -255,12 +255,16 @@ function layoutHash(items: ProjectionItem[], omitted: OmittedSpan[]): string {
 
 const hashes = new Map<string, string>();
 const MAX_HASHES = 1024;
+/** Layouts of more items than this are not memoized (bounds the memo's keys: at most MAX_HASHES x about 8 characters an item). */
+const MAX_KEY_ITEMS = 2000;
 
-function hashKey(items: readonly ProjectionItem[], omitted: readonly OmittedSpan[]): string {
+function hashKey(items: readonly ProjectionItem[], omitted: readonly OmittedSpan[]): string | null {
+  if (items.length > MAX_KEY_ITEMS) return null;
   return `${items.map(itemSerial).join(',')}|${omitted.map((s) => `${s.fromPair}-${s.toPair}-${s.reason}`).join(',')}`;
 }
 
-function remember(key: string, hash: string): void {
+function remember(key: string | null, hash: string): void {
+  if (key === null) return;
   hashes.delete(key);
   if (hashes.size >= MAX_HASHES) hashes.delete(hashes.keys().next().value!);
   hashes.set(key, hash);
