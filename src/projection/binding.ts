@@ -59,16 +59,21 @@ export function recordIdCheck(record: ProjectionSummaryRow, fromPair: number, cu
   return null;
 }
 
-/** The hash check over the range's current texts. Null when the binding holds. */
-export function recordHashCheck(record: ProjectionSummaryRow, pairs: readonly SourcePair[]): SummaryNotUsedReason | null {
-  let hash: string;
+/**
+ * The hash check over the range's current texts. Null when the binding holds.
+ * @param hash sourceHash, or a memo of it (the reader's: the same pairs hash the same).
+ */
+export function recordHashCheck(
+  record: ProjectionSummaryRow, pairs: readonly SourcePair[], hash: (pairs: readonly SourcePair[], version: number) => string = sourceHash,
+): SummaryNotUsedReason | null {
+  let computed: string;
   try {
-    hash = sourceHash(pairs, record.hashVersion);
+    computed = hash(pairs, record.hashVersion);
   } catch (error) {
     if (error instanceof RangeError) return 'hash_version_unknown';
     throw error;
   }
-  return hash === record.sourceHash.toLowerCase() ? null : 'binding_changed';
+  return computed === record.sourceHash.toLowerCase() ? null : 'binding_changed';
 }
 
 /** The current ids of a range in the order a record binds them. */

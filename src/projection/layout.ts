@@ -6,7 +6,7 @@ import { RANGE_SIZE } from '../plan.ts';
 import { firstPairOf, toAnthropicMessages } from './anthropic.ts';
 import { lowWaterBytes } from './cache.ts';
 import { gapWithinBound, HEAD_MAX_RATIO, planLayout, type Plan } from './fidelity.ts';
-import type { ConversationReader } from './reader.ts';
+import { itemSerial, type ConversationReader } from './reader.ts';
 import type { OmittedSpan, ProjectionCacheInfo, ProjectionItem, SummaryItem } from './types.ts';
 
 /**
@@ -69,10 +69,16 @@ export interface StableResult {
 /** A kept layout's `used_at` is written again only when it is older than this share of the cache's lifetime (one write per few turns, not per call). */
 const TOUCH_SHARE = 0.1;
 
-export async function stableProjection(db: Queryable, reader: ConversationReader, args: StableArgs): Promise<StableResult> {
-  let stored: ProjectionLayoutRow | null = await projectionLayoutRead(db, args, args.onRead);
-  let storedAt = args.budgetBytes;
-  if (stored === null) {
+/**
+ * @param read the stored layout and the budget it is stored under, when the
+ *   caller read it already (projectionRead); else it is read here.
+ */
+export async function stableProjection(
+  db: Queryable, reader: ConversationReader, args: StableArgs, read?: { layout: ProjectionLayoutRow | null; budgetBytes: number | null },
+): Promise<StableResult> {
+  let stored: ProjectionLayoutRow | null = read === undefined ? await projectionLayoutRead(db, args, args.onRead) : read.layout;
+  let storedAt = read?.layout != null && read.budgetBytes !== null ? read.budgetBytes : args.budgetBytes;
+  if (stored === null && read === undefined) {
     // A budget that moves a little from call to call (the window less the new message) keeps the layout
     // of a near one (larger first): it is kept while it fits this budget, and rewritten in its place.
     const near = await projectionLayoutNearRead(db, args, args.onRead);
@@ -216,12 +222,14 @@ function layoutOf(items: ProjectionItem[], omitted: OmittedSpan[], count: number
     .map((s) => ({ fromPair: s.fromPair, toPair: s.toPair, ...(s.reason === 'too_large' ? { reason: 'too_large' as const } : {}) }));
   const plain = JSON.stringify(toAnthropicMessages({ items, omitted }, { cacheBreakpoint: false }));
   const head = leadingSummaries(items);
+  const prefixSha256 = createHash('sha256').update(plain).digest('hex');
+  remember(hashKey(items, omitted), prefixSha256);
   return {
     startPair,
     endPair: count,
     summaries: items.flatMap((it) => (it.kind === 'summary' ? [{ fromPair: it.fromPair, recordId: it.recordId }] : [])),
     gaps,
-    prefixSha256: createHash('sha256').update(plain).digest('hex'),
+    prefixSha256,
     prefixBytes: Buffer.byteLength(plain, 'utf8'),
     headSha256: head.length === 0 ? null : layoutHash(head, spansOf(startPair, [])),
     savedCost: 0,
@@ -230,7 +238,34 @@ function layoutOf(items: ProjectionItem[], omitted: OmittedSpan[], count: number
   };
 }
 
-/** SHA-256 of the messages a layout's items produce (notes included, breakpoints not: they move every turn). */
+/**
+ * SHA-256 of the messages a layout's items produce (notes included, breakpoints not: they move every turn).
+ * Computed once for the same items (reader.ts ItemMemo: an item read again with the same content is the same
+ * frozen object) and spans: a kept layout is checked on every call, and its items rarely change.
+ */
 function layoutHash(items: ProjectionItem[], omitted: OmittedSpan[]): string {
-  return createHash('sha256').update(JSON.stringify(toAnthropicMessages({ items, omitted }, { cacheBreakpoint: false }))).digest('hex');
+  const key = hashKey(items, omitted);
+  let hash = key === null ? undefined : hashes.get(key);
+  if (hash === undefined) {
+    hash = createHash('sha256').update(JSON.stringify(toAnthropicMessages({ items, omitted }, { cacheBreakpoint: false }))).digest('hex');
+    remember(key, hash);
+  }
+  return hash;
+}
+
+const hashes = new Map<string, string>();
+const MAX_HASHES = 1024;
+/** Layouts of more items than this are not memoized (bounds the memo's keys: at most MAX_HASHES x about 8 characters an item). */
+const MAX_KEY_ITEMS = 2000;
+
+function hashKey(items: readonly ProjectionItem[], omitted: readonly OmittedSpan[]): string | null {
+  if (items.length > MAX_KEY_ITEMS) return null;
+  return `${items.map(itemSerial).join(',')}|${omitted.map((s) => `${s.fromPair}-${s.toPair}-${s.reason}`).join(',')}`;
+}
+
+function remember(key: string | null, hash: string): void {
+  if (key === null) return;
+  hashes.delete(key);
+  if (hashes.size >= MAX_HASHES) hashes.delete(hashes.keys().next().value!);
+  hashes.set(key, hash);
 }

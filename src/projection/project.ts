@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import {
-  conversationPairCountRead, projectionLayoutTouch, projectionLayoutWrite, snapshotBegin, snapshotEnd,
-  type ProjectionLayoutRow, type Queryable, type ReadObserver,
+  projectionLayoutTouch, projectionLayoutWrite, projectionRead, snapshotBegin, snapshotEnd,
+  type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { resolveBudget, type RequestReserve } from './budget.ts';
 import { DEFAULT_CACHE_TTL_SECONDS } from './cache.ts';
@@ -9,7 +9,7 @@ import { ConversationNotFoundError } from './errors.ts';
 import { formatOf, historyBytes, type Format, type ProjectionFormat } from './format.ts';
 import { planLayout } from './fidelity.ts';
 import { stableProjection } from './layout.ts';
-import { ConversationReader } from './reader.ts';
+import { ConversationReader, FIRST_PAGE_PAIRS, itemSerial, memoFor, NO_FURTHER_READS, SnapshotNeeded } from './reader.ts';
 import type { ConversationProjection, ProjectionCacheInfo } from './types.ts';
 
 export { MAX_PAGE_PAIRS } from './reader.ts';
@@ -29,16 +29,25 @@ export { MAX_PAGE_PAIRS } from './reader.ts';
  * Both never exceed the budget, never cut an item, report every omission and
  * use a summary only while its binding holds now.
  *
- * Reads run in one REPEATABLE READ READ ONLY snapshot (given a pool). A stable
- * rewrite then stores its layout in one upsert after the snapshot; a failed
- * write (a read-only replica, a read-only transaction of the caller) costs
- * only the cache, and is reported as `cache.layoutSaved: false`.
+ * Reads see one snapshot (given a pool). A stable call first reads in one
+ * statement (projection_read, 0040: the count, the stored layout, the pairs
+ * from its start and the records of its summaries; one statement sees one
+ * snapshot, so no transaction): a call that keeps its layout needs nothing
+ * more, one round trip. A call that must read further (a rewrite) is made
+ * again inside one REPEATABLE READ READ ONLY transaction, as is every
+ * newest-first call. A stable rewrite then stores its layout in one upsert
+ * after the snapshot; a failed write (a read-only replica, a read-only
+ * transaction of the caller) costs only the cache, and is reported as
+ * `cache.layoutSaved: false`. What does not change between calls (the items
+ * of pairs and summaries read again with the same content, their sizes, the
+ * source hashes over them, the layout hash, the JSON check) is computed
+ * once per pool (reader.ts ItemMemo): returned items are frozen.
  */
 
 export interface ProjectArgs {
   /**
-   * A pg.Pool: the reads run on one connection in one REPEATABLE READ READ
-   * ONLY transaction, so they all see one snapshot. Anything else with
+   * A pg.Pool: the reads run on one connection, in one statement or in one
+   * REPEATABLE READ READ ONLY transaction, so they all see one snapshot. Anything else with
    * `query` (a checked-out client): the reads run on it as they are, in the
    * caller's transaction (use REPEATABLE READ for a consistent snapshot), and
    * a layout is written inside a savepoint when the client is in a transaction.
@@ -110,18 +119,26 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   const persist = mode === 'stable' && (args.persistLayout ?? true);
   const now = (args.now ?? Date.now)();
 
+  const memo = memoFor(args.pool);
   let after: ((db: Queryable) => Promise<boolean>) | null = null;
   let saved = false;
-  const projection = await withSnapshot(args.pool, async (db) => {
-    const count = await conversationPairCountRead(db, conversationId, scope, args.onRead);
-    if (count === null) throw new ConversationNotFoundError(conversationId, scope);
-    const reader = new ConversationReader(db, { conversationId, scope, count, budgetBytes, onRead: args.onRead, format });
+  // A newest-first call lays out anew every time: it reads in pages, in one snapshot from the start.
+  const projection = await withSnapshot(args.pool, mode === 'stable', async (db, live) => {
+    after = null;
+    const read = await projectionRead(db, {
+      conversationId, scope, layoutBudget: mode === 'stable' ? budgetBytes : null, firstPage: FIRST_PAGE_PAIRS, maxTextBytes: budgetBytes,
+    }, args.onRead);
+    if (read === null) throw new ConversationNotFoundError(conversationId, scope);
+    const { count } = read;
+    const reader = new ConversationReader(live ? db : NO_FURTHER_READS, { conversationId, scope, count, budgetBytes, onRead: args.onRead, format, prefetch: read, memo });
     const at = { conversationId, scope, budgetBytes, count, format, requestBytes: budget.requestBytes, reservedBytes: budget.reservedBytes };
     if (mode === 'newest-first') {
       const plan = await planLayout(reader, { budgetBytes, fillBytes: budgetBytes });
       return assemble({ ...plan, problems: reader.problems }, at, { mode, rewrite: 'first', lowWaterBytes: budgetBytes, layoutSaved: false });
     }
-    const stable = await stableProjection(db, reader, { conversationId, scope, count, budgetBytes, now, cacheTtlSeconds, onRead: args.onRead });
+    const stable = await stableProjection(db, reader, { conversationId, scope, count, budgetBytes, now, cacheTtlSeconds, onRead: args.onRead }, {
+      layout: read.layout, budgetBytes: read.layoutBudget,
+    });
     if (persist && stable.save !== null) {
       const write = { conversationId, scope, budgetBytes: stable.storedAt, layout: stable.save, replaces: stable.replaces };
       after = (db) => saveLayout(db, () => projectionLayoutWrite(db, write));
@@ -163,9 +180,18 @@ function assemble(
     cache,
     problems: w.problems,
   };
-  // The planner sized every candidate with the format's arithmetic; the adapter's own JSON is the truth.
-  result.bytes = historyBytes(at.format.messages(result));
+  // The planner sized every candidate with the format's arithmetic; the adapter's own JSON is the truth
+  // (checked once for the same items and spans: reader.ts ItemMemo).
   const planned = at.format.projectedBytes(result.items, result.omitted);
+  // (Layouts of more than 2,000 items are checked every time: bounds the memo's keys.)
+  const key = result.items.length > 2000 ? null
+    : `${at.format.name}|${result.items.map(itemSerial).join(',')}|${result.omitted.map((s) => `${s.fromPair}-${s.toPair}-${s.reason}`).join(',')}`;
+  const checked = key === null ? undefined : checkedBytes.get(key);
+  result.bytes = checked ?? historyBytes(at.format.messages(result));
+  if (key !== null && checked === undefined && result.bytes === planned) {
+    if (checkedBytes.size >= MAX_CHECKED) checkedBytes.delete(checkedBytes.keys().next().value!);
+    checkedBytes.set(key, result.bytes);
+  }
   if (result.bytes !== planned) {
     throw new Error(`sourcebound: the ${at.format.name} history is ${result.bytes} bytes, its layout was sized at ${planned}`);
   }
@@ -174,6 +200,10 @@ function assemble(
   }
   return result;
 }
+
+/** Bytes of the adapter's JSON already checked against the planner's, by format, items and spans (items are immutable). */
+const checkedBytes = new Map<string, number>();
+const MAX_CHECKED = 1024;
 
 /** Writes a layout (or its use); false when another call replaced the one read meanwhile, or the database refused (read-only); never throws for that. */
 async function saveLayout(db: Queryable, write: () => Promise<boolean>): Promise<boolean> {
@@ -200,22 +230,41 @@ function isPool(db: Queryable | pg.Pool): db is pg.Pool {
 }
 
 /**
- * Runs `fn` on one pooled connection inside one read-only snapshot, then
- * `after` on the same connection outside it; or both directly on a caller's client.
+ * Runs `fn` on one pooled connection, then `after` on the same connection; or
+ * both directly on a caller's client (`live`: fn may read as it needs).
+ * On a pool, `fn` first runs outside a transaction when `oneStatement`
+ * (a call that keeps its layout reads once: one statement sees one
+ * snapshot), with a reader that may not read further; if it must
+ * (SnapshotNeeded), it runs again inside one read-only REPEATABLE READ
+ * snapshot, where it reads as it needs.
  */
-async function withSnapshot<T>(db: Queryable | pg.Pool, fn: (db: Queryable) => Promise<T>, after: (db: Queryable) => Promise<void>): Promise<T> {
+async function withSnapshot<T>(
+  db: Queryable | pg.Pool, oneStatement: boolean, fn: (db: Queryable, live: boolean) => Promise<T>, after: (db: Queryable) => Promise<void>,
+): Promise<T> {
   if (!isPool(db)) {
-    const result = await fn(db);
+    const result = await fn(db, true);
     await after(db);
     return result;
   }
   const client = await db.connect();
   let broken: Error | undefined;
   try {
+    if (oneStatement) {
+      let result: T | undefined;
+      try {
+        result = await fn(client, false);
+      } catch (error) {
+        if (!(error instanceof SnapshotNeeded)) throw error;
+      }
+      if (result !== undefined) {
+        await after(client);
+        return result;
+      }
+    }
     await snapshotBegin(client);
     let result: T;
     try {
-      result = await fn(client);
+      result = await fn(client, true);
     } finally {
       await snapshotEnd(client).catch((error: unknown) => {
         broken = error instanceof Error ? error : new Error(String(error));

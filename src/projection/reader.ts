@@ -1,11 +1,12 @@
 import {
-  pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
+  pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionRead, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
+import { sourceHash, type SourcePair } from '../hash.ts';
 import { RANGE_SIZE } from '../plan.ts';
 import { FORMATS, type Format } from './format.ts';
-import type { PairItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
+import type { PairItem, ProjectionItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
 import {
-  contiguous, hasTexts, judgeRange, pairItem, smallerThanOriginal, summaryItem, type TextPair,
+  contiguous, hasTexts, judgeRange, pairItem, summaryItem, type TextPair,
 } from './walk.ts';
 
 /**
@@ -28,7 +29,136 @@ export type RangeSummary = { kind: 'usable'; item: SummaryItem } | { kind: 'not_
 
 /** The most pairs one page reads (a bound on what a call reads beyond what it shows). */
 export const MAX_PAGE_PAIRS = 100;
-const FIRST_PAGE_PAIRS = 20;
+/** The newest pairs a call reads first when it has no stored layout to start from. */
+export const FIRST_PAGE_PAIRS = 20;
+
+/**
+ * Thrown by a reader that may not read beyond what it was given (project.ts:
+ * the one-statement read of a pool, outside a transaction). The call is then
+ * made again inside a REPEATABLE READ snapshot, where every read sees one state.
+ */
+export class SnapshotNeeded extends Error {
+  constructor() {
+    super('sourcebound: the projection must read further: one snapshot is needed');
+    this.name = 'SnapshotNeeded';
+  }
+}
+
+/** A Queryable that never reads: a reader on it throws SnapshotNeeded where it would read. */
+export const NO_FURTHER_READS: Queryable = {
+  query: (() => Promise.reject(new SnapshotNeeded())) as unknown as Queryable['query'],
+};
+
+/**
+ * Items made by earlier calls (per pool, project.ts), and what was computed
+ * of them: a pair read again whose ids, index, run and texts are equal to an
+ * earlier one's is that same (frozen) item, so its bytes (format.ts memo), a
+ * range's source hash over it and a layout's hash over it (layout.ts) are
+ * computed once, not on every call. Only equal content is ever reused: the
+ * texts are compared (a string comparison, far cheaper than JSON and SHA-256).
+ * Past MEMO_TEXT_BYTES of texts the least recently used pairs go first, then summaries.
+ */
+export const MEMO_TEXT_BYTES = 16 * 1024 * 1024;
+const MEMO_HASHES = 4096;
+
+export class ItemMemo {
+  private readonly pairs = new Map<string, { item: PairItem; bytes: number }>();
+  private readonly summaries = new Map<string, { item: SummaryItem; bytes: number }>();
+  private readonly hashes = new Map<string, string>();
+  private bytes = 0;
+
+  /** The item of a pair with its texts: an equal earlier one when there is one. */
+  pair(row: TextPair): PairItem {
+    const key = `${row.userMessageId}/${row.assistantMessageId}`;
+    const found = this.pairs.get(key);
+    if (found !== undefined) {
+      const it = found.item;
+      this.pairs.delete(key);
+      if (it.pairIndex === row.pairIndex && it.runId === row.runId && it.userText === row.userText && it.assistantText === row.assistantText) {
+        this.pairs.set(key, found);
+        return it;
+      }
+      this.bytes -= found.bytes;
+    }
+    const item = Object.freeze(pairItem(row));
+    const bytes = row.userText.length + row.assistantText.length + 200;
+    this.pairs.set(key, { item, bytes });
+    this.bytes += bytes;
+    this.evict();
+    return item;
+  }
+
+  /** The item of a usable summary: an equal earlier one when there is one. */
+  summary(record: ProjectionSummaryRow & { summary: string }, pairs: readonly TextPair[]): SummaryItem {
+    const fresh = summaryItem(record, pairs);
+    const found = this.summaries.get(record.id);
+    if (found !== undefined) {
+      this.summaries.delete(record.id);
+      if (sameSummary(found.item, fresh)) {
+        this.summaries.set(record.id, found);
+        return found.item;
+      }
+      this.bytes -= found.bytes;
+    }
+    const item = Object.freeze({
+      ...fresh, userMessages: Object.freeze(fresh.userMessages.map((m) => Object.freeze(m))), ungrounded: Object.freeze(fresh.ungrounded),
+    }) as SummaryItem;
+    const bytes = fresh.summary.length + fresh.userMessages.reduce((n, m) => n + m.text.length, 0) + 500;
+    this.summaries.set(record.id, { item, bytes });
+    this.bytes += bytes;
+    this.evict();
+    return item;
+  }
+
+  /** sourceHash of a range's pairs, computed once for the same items. */
+  sourceHash(pairs: readonly TextPair[], version: number): string {
+    const items = pairs.map((p) => this.pair(p));
+    const key = `${version}:${items.map(itemSerial).join(',')}`;
+    let hash = this.hashes.get(key);
+    if (hash === undefined) {
+      hash = sourceHash(items as readonly SourcePair[], version);
+      if (this.hashes.size >= MEMO_HASHES) this.hashes.delete(this.hashes.keys().next().value!);
+      this.hashes.set(key, hash);
+    }
+    return hash;
+  }
+
+  private evict(): void {
+    while (this.bytes > MEMO_TEXT_BYTES && (this.pairs.size > 0 || this.summaries.size > 0)) {
+      const from = this.pairs.size > 0 ? this.pairs : this.summaries;
+      const [key, entry] = from.entries().next().value!;
+      from.delete(key);
+      this.bytes -= entry.bytes;
+    }
+  }
+}
+
+function sameSummary(a: SummaryItem, b: SummaryItem): boolean {
+  return a.fromPair === b.fromPair && a.toPair === b.toPair && a.recordId === b.recordId && a.promptVersion === b.promptVersion
+    && a.model === b.model && a.summary === b.summary && a.label === b.label
+    && a.ungrounded.length === b.ungrounded.length && a.ungrounded.every((f, i) => f === b.ungrounded[i])
+    && a.userMessages.length === b.userMessages.length
+    && a.userMessages.every((m, i) => m.pairIndex === b.userMessages[i]!.pairIndex && m.messageId === b.userMessages[i]!.messageId && m.text === b.userMessages[i]!.text);
+}
+
+const serials = new WeakMap<object, number>();
+let nextSerial = 0;
+
+/** A number for each item object (stable while it lives): what memos of computations over items are keyed by. */
+export function itemSerial(item: ProjectionItem): number {
+  let n = serials.get(item);
+  if (n === undefined) serials.set(item, n = nextSerial++);
+  return n;
+}
+
+const memos = new WeakMap<object, ItemMemo>();
+
+/** The memo of a pool (or of any other object the reads go through). */
+export function memoFor(owner: object): ItemMemo {
+  let memo = memos.get(owner);
+  if (memo === undefined) memos.set(owner, memo = new ItemMemo());
+  return memo;
+}
 
 
 export interface ReaderArgs {
@@ -40,6 +170,10 @@ export interface ReaderArgs {
   onRead: ReadObserver | undefined;
   /** The client whose JSON the layout is sized in (Default: Anthropic's). */
   format?: Format;
+  /** What a projectionRead already read in this snapshot: its pairs and records are taken as read. */
+  prefetch?: ProjectionRead;
+  /** Items of earlier calls (Default: none kept). */
+  memo?: ItemMemo;
 }
 
 export class ConversationReader {
@@ -59,11 +193,28 @@ export class ConversationReader {
   private readonly texts = new Map<number, Promise<TextPair[] | null>>();
   private brokenAt: number | null = null;
 
+  private readonly memo: ItemMemo;
+
   constructor(private readonly db: Queryable, private readonly args: ReaderArgs) {
     this.count = args.count;
     this.format = args.format ?? FORMATS.anthropic;
+    this.memo = args.memo ?? new ItemMemo();
     this.readFrom = args.count;
     this.recordsFrom = Math.ceil(args.count / RANGE_SIZE);
+    const read = args.prefetch;
+    if (read !== undefined && read.fromPair < this.count) {
+      // As preload(fromPair) would have read it.
+      this.pageSize = this.readFrom - read.fromPair;
+      this.pageSize = Math.min(MAX_PAGE_PAIRS, Math.max(this.pageSize, FIRST_PAGE_PAIRS) * 2);
+      this.takePage(read.pairs, read.fromPair, this.count - 1);
+    }
+    if (read !== undefined) {
+      for (const k of read.recordRanges) this.records.set(k, []);
+      for (const r of read.records) this.records.get(Math.floor(r.fromPair / RANGE_SIZE))?.push(r);
+      // Every range from the first read up to the newest: as readRecords would have left it.
+      const ks = read.recordRanges;
+      if (ks.length > 0 && ks.at(-1) === this.recordsFrom - 1 && ks.every((k, j) => k === ks[0]! + j)) this.recordsFrom = ks[0]!;
+    }
   }
 
   /** Pair i, read with its page when first asked for. */
@@ -75,7 +226,7 @@ export class ConversationReader {
     const row = this.rows.get(i)!;
     if (!hasTexts(row)) return { kind: 'too_large' };
     let item = this.items.get(i);
-    if (item === undefined) this.items.set(i, item = pairItem(row));
+    if (item === undefined) this.items.set(i, item = this.memo.pair(row));
     return { kind: 'pair', item };
   }
 
@@ -119,6 +270,11 @@ export class ConversationReader {
     const { conversationId, scope, budgetBytes, onRead } = this.args;
     // A pair whose texts alone exceed the budget cannot fit: its JSON is longer than its texts.
     const page = await pairsPageRead(this.db, { conversationId, scope, fromPair, toPair, maxTextBytes: budgetBytes }, onRead);
+    this.takePage(page, fromPair, toPair);
+  }
+
+  private takePage(page: readonly ProjectionPairRow[], fromPair: number, toPair: number): void {
+    const { conversationId, scope } = this.args;
     this.readFrom = fromPair;
     if (contiguous(page, fromPair, toPair)) {
       for (const row of page) this.rows.set(row.pairIndex, row);
@@ -145,13 +301,17 @@ export class ConversationReader {
       if ((await this.pair(i)).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
     }
     const pairs = Array.from({ length: toPair - fromPair + 1 }, (_, j) => this.rows.get(fromPair + j)!);
-    while (k < this.recordsFrom) await this.readRecords(k);
+    if (!this.records.has(k)) while (k < this.recordsFrom) await this.readRecords(k);
     const records = (this.records.get(k) ?? []).filter((r) => recordId === undefined || r.id === recordId);
-    const v = await judgeRange({ fromPair, pairs, records, count: this.count, texts: () => this.rangeTexts(k, pairs) });
+    const v = await judgeRange({
+      fromPair, pairs, records, count: this.count, texts: () => this.rangeTexts(k, pairs), hash: (p, version) => this.memo.sourceHash(p as TextPair[], version),
+    });
     if (v === 'changed') return 'changed';
     if (!v.usable) return { kind: 'not_used', reason: v.reason, ...(v.recordId === undefined ? {} : { recordId: v.recordId }) };
-    const item = summaryItem(v.record, v.pairs);
-    if (!smallerThanOriginal(this.format.sizeOf(item), v.pairs, this.format)) return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
+    const item = this.memo.summary(v.record, v.pairs);
+    // walk.ts smallerThanOriginal, sized with the memo's items (their bytes are computed once).
+    const rawBytes = v.pairs.reduce((n, p) => n + this.format.sizeOf(this.memo.pair(p)), 0);
+    if (!(this.format.sizeOf(item) + this.format.breakpointBytes < rawBytes)) return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
     return { kind: 'usable', item };
   }
 

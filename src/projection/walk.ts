@@ -1,4 +1,5 @@
 import type { ProjectionPairRow, ProjectionSummaryRow } from '../db/queries/projection.ts';
+import type { SourcePair } from '../hash.ts';
 import { RANGE_SIZE, RAW_TAIL } from '../plan.ts';
 import { BREAKPOINT_BYTES, itemBytes } from './anthropic.ts';
 import { byPreference, currentIds, mostTelling, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
@@ -36,6 +37,8 @@ export async function judgeRange(args: {
   records: readonly ProjectionSummaryRow[];
   count: number;
   texts: () => Promise<TextPair[] | null>;
+  /** sourceHash, or a memo of it (Default: sourceHash). */
+  hash?: (pairs: readonly SourcePair[], version: number) => string;
 }): Promise<Verdict | 'changed'> {
   const { fromPair, pairs, records, count } = args;
   const ids = currentIds(pairs);
@@ -56,7 +59,7 @@ export async function judgeRange(args: {
       if (read === null) return 'changed';
       all = read;
     }
-    const deep = recordHashCheck(record, all);
+    const deep = recordHashCheck(record, all, args.hash);
     if (deep !== null) {
       failures.push({ reason: deep, recordId: record.id });
       continue;

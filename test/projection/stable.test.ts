@@ -198,6 +198,24 @@ describe('cache-stable projection (default layout)', () => {
     expect(item).toMatchObject({ assistantText: 'edited answer' });
   });
 
+  it('a call that keeps its layout reuses the items read before only while their content is equal (frozen), and an edit is seen at once', async () => {
+    const id = await createConversation(db.pool);
+    const written = await addPairs(db.pool, id, 40, reply);
+    await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'Fees compared.' });
+    const a = await project(id, 16 * 1024);
+    const b = await project(id, 16 * 1024);
+    expect(b.cache.rewrite).toBeNull();
+    expect([b.items, b.omitted, b.bytes]).toEqual([a.items, a.omitted, a.bytes]);
+    expect(b.items.every((it, i) => it === a.items[i] && Object.isFrozen(it))).toBe(true);
+    // The newest pair edited: the next call carries the new text.
+    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [written[39]!.assistantMessageId, 'edited answer']);
+    const c = await project(id, 16 * 1024);
+    expect(c.items.at(-1)).toMatchObject({ kind: 'pair', pairIndex: 39, assistantText: 'edited answer' });
+    // And back to the text it had: equal content, an equal item.
+    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [written[39]!.assistantMessageId, reply(39).assistant]);
+    expect((await project(id, 16 * 1024)).items.at(-1)).toEqual(a.items.at(-1));
+  });
+
   it('a summary in the layout whose source changes is dropped at once (Case B), and the originals come back', async () => {
     const id = await createConversation(db.pool);
     const written = await addPairs(db.pool, id, 45, reply);

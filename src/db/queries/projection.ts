@@ -5,7 +5,9 @@
  * `pair_index` ranges through the pairs index, so their cost follows what the
  * layout reaches (src/projection/reader.ts), not the conversation's length. The reads made on every call
  * are PL/pgSQL functions (0029_projection_reads.sql): their plans are kept
- * per connection, where a statement sent as text is planned every time.
+ * per connection, where a statement sent as text is planned every time. A
+ * call starts with projectionRead (0040): what a call that keeps its layout
+ * reads, in one statement.
  */
 import type pg from 'pg';
 
@@ -14,6 +16,8 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
   query: 'conversationPairCountRead' | 'pairsPageRead' | 'summariesForRangesRead' | 'projectionLayoutRead' | 'projectionLayoutNearRead';
+  /** Set when the read was part of one projectionRead statement (every event of that statement carries it). */
+  statement?: 'projectionRead';
   /** Rows returned. */
   rows: number;
   /** pairsPageRead: rows whose texts came back (the others were too big to fit). */
@@ -109,6 +113,76 @@ export async function summariesForRangesRead(
   observe?.({ query: 'summariesForRangesRead', rows: rows.length, fromPair: args.fromPair, toPair: args.toPair });
   return rows;
 }
+
+/** What one projectionRead statement returns (0040_projection_read_in_one_call.sql). */
+export interface ProjectionRead {
+  /** Eligible pairs now. */
+  count: number;
+  /** The stored layout at the budget, else the nearest within NEAR_BUDGET (`layoutBudget`: the budget it is stored under); null: none. */
+  layout: ProjectionLayoutRow | null;
+  layoutBudget: number | null;
+  /** The pairs fromPair..count-1, as pairsPageRead returns them. */
+  fromPair: number;
+  pairs: ProjectionPairRow[];
+  /** Ranges (pairs 10k..10k+9) whose records were read, and those records, as summariesForRangesRead returns them. */
+  recordRanges: number[];
+  records: ProjectionSummaryRow[];
+}
+
+/**
+ * In one statement (one snapshot): the pair count of a conversation in a
+ * scope, its stored layout at `layoutBudget` (else the nearest one in
+ * NEAR_BUDGET; null layoutBudget: none read), the pairs from that layout's
+ * start (else the newest `firstPage`) with texts up to `maxTextBytes`, and
+ * the summary records of the ranges the layout shows as summaries (else of
+ * the ranges of the pairs read). Null when no conversation has this id in
+ * this scope. Tells `observe` what it read as the reads it stands for.
+ */
+export async function projectionRead(
+  db: Queryable,
+  args: { conversationId: string; scope: string; layoutBudget: number | null; firstPage: number; maxTextBytes: number | null },
+  observe?: ReadObserver,
+): Promise<ProjectionRead | null> {
+  const budget = args.layoutBudget !== null && args.layoutBudget <= MAX_LAYOUT_BUDGET ? args.layoutBudget : null;
+  const { rows } = await db.query<ProjectionPairRow & { read: RawRead | null }>(
+    'select * from sourcebound.projection_read($1, $2, $3, $4, $5, $6, $7)',
+    [args.conversationId, args.scope, budget,
+      budget === null ? null : Math.ceil(budget * NEAR_BUDGET), budget === null ? null : Math.min(MAX_LAYOUT_BUDGET, Math.floor(budget / NEAR_BUDGET)),
+      args.firstPage, args.maxTextBytes],
+  );
+  // A first row with the rest as JSON, then the pairs as rows (0040).
+  const raw = rows[0]?.read ?? null;
+  const statement = 'projectionRead' as const;
+  observe?.({ query: 'conversationPairCountRead', rows: raw === null ? 0 : 1, statement });
+  if (raw === null) return null;
+  const pairs: ProjectionPairRow[] = rows.slice(1);
+  const layout = raw.layout === null ? null : { ...raw.layout, usedAt: new Date(raw.layout.usedAt) };
+  if (budget !== null) {
+    observe?.({ query: 'projectionLayoutRead', rows: layout !== null && raw.layoutBudget === budget ? 1 : 0, statement });
+    if (raw.layoutBudget !== budget) observe?.({ query: 'projectionLayoutNearRead', rows: layout === null ? 0 : 1, statement });
+  }
+  if (raw.fromPair < raw.count) {
+    observe?.({
+      query: 'pairsPageRead', rows: pairs.length, textRows: pairs.filter((r) => r.userText !== null).length,
+      fromPair: raw.fromPair, toPair: raw.count - 1, statement,
+    });
+  }
+  const records = raw.records.map((r) => ({
+    ...r, completedAt: r.completedAt === null ? null : new Date(r.completedAt), createdAt: new Date(r.createdAt),
+  }));
+  if (raw.recordRanges.length > 0) {
+    observe?.({
+      query: 'summariesForRangesRead', rows: records.length, statement,
+      fromPair: raw.recordRanges[0]! * 10, toPair: raw.recordRanges.at(-1)! * 10 + 9,
+    });
+  }
+  return { count: raw.count, layout, layoutBudget: layout === null ? null : raw.layoutBudget, fromPair: raw.fromPair, pairs, recordRanges: raw.recordRanges, records };
+}
+
+type RawRead = Omit<ProjectionRead, 'layout' | 'records' | 'pairs'> & {
+  layout: (Omit<ProjectionLayoutRow, 'usedAt'> & { usedAt: string }) | null;
+  records: (Omit<ProjectionSummaryRow, 'completedAt' | 'createdAt'> & { completedAt: string | null; createdAt: string })[];
+};
 
 /**
  * Starts a read-only REPEATABLE READ transaction on a checked-out client, so
