@@ -62,7 +62,7 @@ BEGIN
       -- the projection's reads: they filter by the scope they are given
       -- (row security, when on, would hide the rows from an app role whose
       -- transaction names no scope)
-      'projection_layout', 'projection_pair_count', 'projection_pairs_page', 'projection_summaries'])
+      'projection_read', 'projection_layout', 'projection_pair_count', 'projection_pairs_page', 'projection_summaries'])
   LOOP
     EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = sourcebound, pg_temp', v_fn);
   END LOOP;
@@ -225,7 +225,7 @@ BEGIN
   IF 'sourcebound_reader' = ANY (v_have) THEN
     GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;
     GRANT SELECT ON ALL TABLES IN SCHEMA sourcebound TO sourcebound_reader;
-    FOREACH v_fn IN ARRAY ARRAY['projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
+    FOREACH v_fn IN ARRAY ARRAY['projection_read(uuid,text,integer,integer,integer,integer,bigint)', 'projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
         'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'range_source(uuid,integer)', 'pairs_drift(uuid)', 'pair_of_run(uuid)', 'run_parent_alive(uuid)',
@@ -244,7 +244,7 @@ BEGIN
     GRANT SELECT ON sourcebound.conversation_summaries, sourcebound.conversation_summary_attempts, sourcebound.pairs,
       sourcebound.eligible_pairs TO sourcebound_app;
     GRANT USAGE ON ALL SEQUENCES IN SCHEMA sourcebound TO sourcebound_app;
-    FOREACH v_fn IN ARRAY ARRAY['projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
+    FOREACH v_fn IN ARRAY ARRAY['projection_read(uuid,text,integer,integer,integer,integer,bigint)', 'projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
         'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'pair_of_run(uuid)', 'run_parent_alive(uuid)', 'enqueue_compaction(text,uuid)',

@@ -830,7 +830,7 @@ BEGIN
   IF 'sourcebound_reader' = ANY (v_have) THEN
     GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;
     GRANT SELECT ON ALL TABLES IN SCHEMA sourcebound TO sourcebound_reader;
-    FOREACH v_fn IN ARRAY ARRAY['projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
+    FOREACH v_fn IN ARRAY ARRAY['projection_read(uuid,text,integer,integer,integer,integer,bigint)', 'projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
         'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'range_source(uuid,integer)', 'pairs_drift(uuid)', 'pair_of_run(uuid)', 'run_parent_alive(uuid)',
@@ -849,7 +849,7 @@ BEGIN
     GRANT SELECT ON sourcebound.conversation_summaries, sourcebound.conversation_summary_attempts, sourcebound.pairs,
       sourcebound.eligible_pairs TO sourcebound_app;
     GRANT USAGE ON ALL SEQUENCES IN SCHEMA sourcebound TO sourcebound_app;
-    FOREACH v_fn IN ARRAY ARRAY['projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
+    FOREACH v_fn IN ARRAY ARRAY['projection_read(uuid,text,integer,integer,integer,integer,bigint)', 'projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
         'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'pair_of_run(uuid)', 'run_parent_alive(uuid)', 'enqueue_compaction(text,uuid)',
@@ -1280,6 +1280,87 @@ BEGIN
   FROM sourcebound.eligible_pairs e
   JOIN sourcebound.conversations c ON c.id = e.conversation_id AND c.scope = p_scope
   WHERE e.conversation_id = p_conversation_id AND e.pair_index BETWEEN p_from_pair AND p_to_pair
+  ORDER BY e.pair_index;
+END
+$function$
+
+-- function sourcebound.projection_read(uuid,text,integer,integer,integer,integer,bigint)
+CREATE OR REPLACE FUNCTION sourcebound.projection_read(p_conversation_id uuid, p_scope text, p_layout_budget integer, p_near_low integer, p_near_high integer, p_first_page integer, p_max_text_bytes bigint)
+ RETURNS TABLE("pairIndex" integer, "runId" uuid, "userMessageId" uuid, "assistantMessageId" uuid, "userBytes" integer, "assistantBytes" integer, "userText" text, "assistantText" text, read json)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+  v_count integer;
+  v_layout json;
+  v_layout_budget integer;
+  v_start integer;
+  v_ranges integer[];
+  v_from integer;
+  v_records json;
+BEGIN
+  SELECT (SELECT coalesce(max(p.pair_index) + 1, 0) FROM sourcebound.pairs p WHERE p.conversation_id = c.id)::int
+  INTO v_count
+  FROM sourcebound.conversations c WHERE c.id = p_conversation_id AND c.scope = p_scope;
+  IF v_count IS NULL THEN
+    RETURN;
+  END IF;
+
+  IF p_layout_budget IS NOT NULL THEN
+    -- The layout stored at this budget, else the nearest larger one up to p_near_high, else the nearest smaller one down to p_near_low.
+    SELECT json_build_object(
+             'startPair', l.start_pair, 'endPair', l.end_pair, 'summaries', l.summaries, 'gaps', l.gaps,
+             'prefixSha256', l.prefix_sha256, 'prefixBytes', l.prefix_bytes, 'savedCost', l.saved_cost,
+             'savesBytes', l.saves_bytes::float8, 'headSha256', l.head_sha256, 'usedAt', l.used_at),
+           l.budget_bytes, l.start_pair,
+           ARRAY(SELECT DISTINCT floor((e ->> 'fromPair')::numeric / 10)::int FROM jsonb_array_elements(l.summaries) e ORDER BY 1)
+    INTO v_layout, v_layout_budget, v_start, v_ranges
+    FROM sourcebound.projection_layouts l
+    WHERE l.conversation_id = p_conversation_id
+      AND (l.budget_bytes = p_layout_budget OR l.budget_bytes BETWEEN p_near_low AND p_near_high)
+    ORDER BY l.budget_bytes <> p_layout_budget, l.budget_bytes < p_layout_budget, abs(l.budget_bytes - p_layout_budget)
+    LIMIT 1;
+  END IF;
+
+  -- The pairs a kept layout shows (from its start), or the newest page.
+  v_from := CASE WHEN v_start IS NOT NULL AND v_start BETWEEN 0 AND v_count THEN v_start ELSE greatest(0, v_count - p_first_page) END;
+  -- The records of the ranges the layout shows as summaries; without a layout, of the ranges of the pairs read.
+  -- (Ranges by number k: pairs 10k..10k+9; a record belongs to the range its from_pair lies in, aligned or not.)
+  IF v_layout IS NULL THEN
+    v_ranges := ARRAY(SELECT g FROM generate_series(v_from / 10, (v_count - 1) / 10) g WHERE v_count > 0);
+  END IF;
+  v_records := '[]'::json;
+  IF cardinality(v_ranges) > 0 THEN
+  SELECT coalesce(json_agg(json_build_object(
+           'id', s.id, 'fromPair', s.from_pair, 'toPair', s.to_pair, 'sourceMessageIds', to_json(s.source_message_ids),
+           'sourceHash', s.source_hash, 'hashVersion', s.hash_version, 'model', s.model, 'promptVersion', s.prompt_version,
+           'status', s.status, 'summary', s.summary, 'completedAt', s.completed_at, 'createdAt', s.created_at,
+           'ungrounded', to_json((SELECT a.grounding_ungrounded FROM sourcebound.conversation_summary_attempts a
+                                  WHERE a.summary_id = s.id AND a.outcome = 'ok' ORDER BY a.id DESC LIMIT 1)))
+         ORDER BY s.from_pair, s.completed_at DESC NULLS LAST, s.created_at DESC, s.id), '[]'::json)
+  INTO v_records
+  FROM sourcebound.conversation_summaries s
+  WHERE s.conversation_id = p_conversation_id AND s.scope = p_scope
+    AND s.from_pair BETWEEN 10 * v_ranges[1] AND 10 * v_ranges[cardinality(v_ranges)] + 9
+    AND floor(s.from_pair::numeric / 10)::int = ANY (v_ranges)
+    AND s.status IN ('completed', 'failed');
+  END IF;
+
+  RETURN QUERY SELECT NULL::int, NULL::uuid, NULL::uuid, NULL::uuid, NULL::int, NULL::int, NULL::text, NULL::text,
+    json_build_object('count', v_count, 'layout', v_layout, 'layoutBudget', v_layout_budget, 'fromPair', v_from,
+                      'recordRanges', to_json(coalesce(v_ranges, '{}')), 'records', v_records);
+  RETURN QUERY
+  SELECT e.pair_index, e.run_id, e.user_message_id, e.assistant_message_id,
+         octet_length(e.user_text), octet_length(e.assistant_text),
+         CASE WHEN p_max_text_bytes IS NULL OR octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= p_max_text_bytes
+              THEN e.user_text END,
+         CASE WHEN p_max_text_bytes IS NULL OR octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= p_max_text_bytes
+              THEN e.assistant_text END,
+         NULL::json
+  FROM sourcebound.eligible_pairs e
+  WHERE e.conversation_id = p_conversation_id AND e.pair_index >= v_from AND e.pair_index < v_count
   ORDER BY e.pair_index;
 END
 $function$
