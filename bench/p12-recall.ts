@@ -1,4 +1,4 @@
-import type { Thread } from '../src/demo.ts';
+import type { Thread } from '../src/cli/demo-threads.ts';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';
 import { addRecall, emptyRecall, share, type Recall } from './lib/facts.ts';

@@ -1,18 +1,18 @@
 #!/usr/bin/env node
-import { ConfigError } from '../config.ts';
-import { SummarizerConfigError } from '../compaction/compact.ts';
+import { ConfigError } from '../support/config.ts';
+import { SummarizerConfigError } from '../conversation/compact.ts';
 import { DatabaseUnreachableError } from '../db/database.ts';
 import { UsageError, type Command } from './common.ts';
-import { migrateCommand } from './migrate.ts';
-import { workerCommand } from './worker.ts';
-import { enqueueCommand } from './enqueue.ts';
-import { inspectCommand } from './inspect.ts';
-import { projectCliCommand } from './project-cli.ts';
-import { demoCommand } from './demo.ts';
-import { repairCommand } from './repair.ts';
-import { devDbCommand } from './dev-db.ts';
-import { retryCommand } from './retry.ts';
-import { packageFile } from '../package-files.ts';
+import { migrateCommand } from './migrate-command.ts';
+import { workerCommand } from './worker-command.ts';
+import { enqueueCommand } from './enqueue-command.ts';
+import { inspectCommand } from './inspect-command.ts';
+import { projectCliCommand } from './project-command.ts';
+import { demoCommand } from './demo-command.ts';
+import { repairCommand } from './repair-command.ts';
+import { devDbCommand } from './dev-db-command.ts';
+import { retryCommand } from './retry-command.ts';
+import { packageFile } from '../support/package-files.ts';
 import { readFileSync } from 'node:fs';
 
 /** The version of the sourcebound package this CLI belongs to (its package.json). */

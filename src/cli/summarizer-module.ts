@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { Config } from '../config.ts';
-import type { Logger } from '../logger.ts';
+import type { Config } from '../support/config.ts';
+import type { Logger } from '../support/logger.ts';
 import { describeError } from '../gateway/error-text.ts';
 import type { Summarizer } from '../gateway/types.ts';
 

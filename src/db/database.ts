@@ -1,6 +1,6 @@
 import pg from 'pg';
-import type { Config } from '../config.ts';
-import type { Logger } from '../logger.ts';
+import type { Config } from '../support/config.ts';
+import type { Logger } from '../support/logger.ts';
 import { startEmbeddedPostgres } from './embedded.ts';
 
 /** Raised when PostgreSQL cannot be reached at start-up: one clear line, not a retry loop. */

@@ -1,9 +1,9 @@
-import { packageFile } from '../package-files.ts';
+import { packageFile } from '../support/package-files.ts';
 import pg from 'pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { Logger as GraphileLogger, runMigrations } from 'graphile-worker';
-import type { Logger } from '../logger.ts';
+import type { Logger } from '../support/logger.ts';
 import { LOCK_NS } from './locks.ts';
 
 export const MIGRATIONS_FOLDER = packageFile('migrations');

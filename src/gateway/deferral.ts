@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { doubling, jitter } from '../backoff.ts';
+import { doubling, jitter } from '../support/backoff.ts';
 import type { Outcome, SummaryRequest } from './types.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { packageFile } from '../package-files.ts';
+import { packageFile } from '../support/package-files.ts';
 
 /**
  * The prompt registry. A prompt version is a released file in `prompts/`; its

@@ -5,7 +5,7 @@ import {
 } from '../db/queries/projection.ts';
 import { resolveBudget, type RequestReserve } from './budget.ts';
 import { DEFAULT_CACHE_TTL_SECONDS } from './cache.ts';
-import { ConversationNotFoundError } from './errors.ts';
+import { ConversationNotFoundError } from './projection-errors.ts';
 import { formatOf, historyBytes, type Format, type ProjectionFormat } from './format.ts';
 import { planLayout } from './fidelity.ts';
 import { stableProjection } from './layout.ts';

@@ -1,7 +1,7 @@
 import {
   pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
-import { RANGE_SIZE } from '../plan.ts';
+import { RANGE_SIZE } from '../conversation/plan.ts';
 import { FORMATS, type Format } from './format.ts';
 import type { PairItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
 import {

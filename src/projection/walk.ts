@@ -1,6 +1,6 @@
 import type { ProjectionPairRow, ProjectionSummaryRow } from '../db/queries/projection.ts';
-import { RANGE_SIZE, RAW_TAIL } from '../plan.ts';
-import { BREAKPOINT_BYTES, itemBytes } from './anthropic.ts';
+import { RANGE_SIZE, RAW_TAIL } from '../conversation/plan.ts';
+import { BREAKPOINT_BYTES, itemBytes } from './to-anthropic.ts';
 import { byPreference, currentIds, mostTelling, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
 import type { PairItem, ProjectionItem, SummaryItem, SummaryNotUsedReason } from './types.ts';
 import { summaryLabel } from './wording.ts';

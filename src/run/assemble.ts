@@ -6,7 +6,7 @@
 import type { Queryable } from '../db/queries/run-history.ts';
 import { runResultBodies } from '../db/queries/run-results.ts';
 import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
-import { RunPolicyError } from './errors.ts';
+import { RunPolicyError } from './run-errors.ts';
 import { fillBodies, fit, project, type Fitted, type ProjectedCheckpoint, type Projection, type RequestInput } from './fitting.ts';
 import { fromStoredJson } from './stored.ts';
 import type { RunCompactionPolicy, RunRequest, ThinkingBlock } from './types.ts';

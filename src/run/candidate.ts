@@ -4,8 +4,8 @@ import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import type { MaterialItem } from '../gateway/types.ts';
 import type { Evaluated } from './assemble.ts';
-import { itemBytes } from './anthropic.ts';
-import { identityKeyOf, sourceHashOf } from './hash.ts';
+import { itemBytes } from './wire.ts';
+import { identityKeyOf, sourceHashOf } from './run-hash.ts';
 import {
   cutBytes, floorOf, hashGroup, isSettled, minSummaryRoom, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
   type Projection, type RequestInput,

@@ -3,14 +3,14 @@ import type { TurnRow, UnitRow } from '../db/queries/run-history.ts';
 import type { CatalogRow } from '../db/queries/run-results.ts';
 import type { RunState } from '../db/queries/run-state.ts';
 import { ungroundedWarning } from '../projection/wording.ts';
-import { groupHash, RUN_HASH_VERSION, sourceHashOf, type HashedUnit } from './hash.ts';
-import { catalogLine, catalogText, escapedBytes, itemBytes, jsonBytes, omittedLine, toAnthropicRequest, type Role } from './anthropic.ts';
+import { groupHash, RUN_HASH_VERSION, sourceHashOf, type HashedUnit } from './run-hash.ts';
+import { catalogLine, catalogText, escapedBytes, itemBytes, jsonBytes, omittedLine, toAnthropicRequest, type Role } from './wire.ts';
 import type {
   CatalogEntry, CheckpointSummaryItem, FitStep, ReferenceMade, RunCompactionPolicy, RunRequest, RunRequestItem,
   ToolResultItem,
 } from './types.ts';
 
-export { jsonBytes } from './anthropic.ts';
+export { jsonBytes } from './wire.ts';
 
 /**
  * Request assembly and reversible fitting of one Run (not to be confused with

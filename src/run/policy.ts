@@ -1,5 +1,5 @@
 import { DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES } from '../grounding.ts';
-import { RunPolicyError } from './errors.ts';
+import { RunPolicyError } from './run-errors.ts';
 import { INT4_MAX } from './stored.ts';
 import type { RunCompactionPolicy } from './types.ts';
 

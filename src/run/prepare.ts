@@ -11,14 +11,14 @@ import {
   blockingUnit, candidateOver, excerptRefs, laterBoundary, planCompaction, savingAtLeast, selectCandidate, summaryMaterial, type Candidate, type Chunk,
   type MaterialSizes, type Plan,
 } from './candidate.ts';
-import { isUniqueViolation, RunNotFoundError, RunPolicyError } from './errors.ts';
-import { RUN_HASH_VERSION } from './hash.ts';
+import { isUniqueViolation, RunNotFoundError, RunPolicyError } from './run-errors.ts';
+import { RUN_HASH_VERSION } from './run-hash.ts';
 import { hookQueue } from './hooks.ts';
 import { resolvePolicy } from './policy.ts';
 import { INT4_MAX, runIdOf } from './stored.ts';
 import { evaluate, handedOut, loadState, materialize, requestInput, type Evaluated } from './assemble.ts';
 import { commitCheckpoint, judge, type StepGoal } from './gate.ts';
-import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
+import { toAnthropicRequest, type AnthropicRunRequest } from './wire.ts';
 import { cannotFitOf } from './overflow.ts';
 import { floorOf, minSummaryRoom, warningReserve, type Fitted, type RequestInput } from './fitting.ts';
 import { groundOutcome } from '../grounding.ts';

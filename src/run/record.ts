@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { runBudgetCharge, runBudgetEnsure, runBudgetGet } from '../db/queries/run-budget.ts';
 import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runModelTurnOfRequest, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState } from '../db/queries/run-history.ts';
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
-import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
+import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './run-errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import { ESCAPED_JSON_KEY, INT4_MAX, isInt4, isUuid, runIdOf, toStoredJson, toStoredText } from './stored.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ThinkingBlock, ToolProposal } from './types.ts';

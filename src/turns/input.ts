@@ -1,5 +1,5 @@
 import { isUuid, toStoredText } from '../run/stored.ts';
-import { TurnInputError } from './errors.ts';
+import { TurnInputError } from './turn-errors.ts';
 import type { TurnDatabase } from './types.ts';
 
 /**

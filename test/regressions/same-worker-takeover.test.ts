@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { claimRange, type ClaimResult } from '../../src/compaction/claim.ts';
-import { commitOutcome } from '../../src/compaction/commit.ts';
+import { claimRange, type ClaimResult } from '../../src/conversation/claim.ts';
+import { commitOutcome } from '../../src/conversation/commit.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import type { Outcome } from '../../src/gateway/types.ts';
