@@ -1,6 +1,6 @@
 import { sourceHash, sourceMessageIds, type SourcePair } from '../src/conversation/source-hash.ts';
 import { createOfflineSummarizer } from '../src/gateway/offline.ts';
-import type { Outcome, Summarizer, SummaryRequest } from '../src/gateway/types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../src/support/summary-contract.ts';
 import {
   CACHE_PRICES, FILL_RATIO, projectConversationHistory, toAnthropicMessages,
   type ConversationProjection, type MessageParam, type PairItem,

@@ -7,8 +7,8 @@ import { conversationIdFor, writeThread } from '../src/cli/demo-threads.ts';
 import { conversationMaterial } from '../src/conversation/material.ts';
 import { extractiveSummary, OFFLINE_MODEL } from '../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../src/gateway/prompts.ts';
-import type { MaterialItem, Outcome } from '../src/gateway/types.ts';
-import { extractFacts, groundOutcome, groundSummary, normalizeText, type Fact } from '../src/grounding.ts';
+import type { MaterialItem, Outcome } from '../src/support/summary-contract.ts';
+import { extractFacts, groundOutcome, groundSummary, normalizeText, type Fact } from '../src/grounding/index.ts';
 import { silentLogger } from '../src/support/logger.ts';
 import { plannableRanges } from '../src/conversation/plan.ts';
 import type { BenchContext } from './lib/context.ts';
@@ -20,7 +20,7 @@ import { spread, until } from './lib/stats.ts';
 /**
  * P9 grounding on the real ranges: every plannable range (ten assistant
  * replies) of the shared threads, summarized three ways, each checked by
- * src/grounding.ts against its replies:
+ * src/grounding/index.ts against its replies:
  * (a) a stand-in model that copies every fact faithfully but reformats it
  *     (thousands separators added, percent and units spaced, ISO dates
  *     written out and written dates made ISO, times in 12-hour form,

@@ -9,7 +9,7 @@
  * - Summary record: an immutable, source-bound summary of a range's assistant replies.
  * - Projection: the history that goes into the next model request, within a byte budget.
  * - Turn: one Run written by the turn helpers: its user message, then its reply, then its settlement.
- * - Grounded: every checkable fact of a summary occurs in the material it summarizes (src/grounding.ts).
+ * - Grounded: every checkable fact of a summary occurs in the material it summarizes (src/grounding/index.ts).
  */
 export { SourceboundError } from './support/errors.ts';
 export {
@@ -39,10 +39,10 @@ export { inspectConversation, type Inspection, type InspectionProblem } from './
 export { repairConversation, type RepairReport } from './conversation/repair.ts';
 export { plannableRanges, type PairRange } from './conversation/plan.ts';
 export { sourceHash, SOURCE_HASH_VERSION } from './conversation/source-hash.ts';
-export { groundSummary, groundOutcome, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding.ts';
+export { groundSummary, groundOutcome, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding/index.ts';
 
 export { createGateway, createAnthropicSummarizer, createOpenAISummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
-export type { Outcome, Summarizer, SummaryRequest, MaterialItem, Usage } from './gateway/types.ts';
+export type { Outcome, Summarizer, SummaryRequest, MaterialItem, Usage } from './support/summary-contract.ts';
 // The summary contract for a summarizer of your own (README, "A summarizer of your own").
 export {
   prepareSummary, outcomeFromAnswer, outcomeFromError, renderMaterial, freshNonce, promptText, CONVERSATION_PROMPT_VERSION,

@@ -2,7 +2,7 @@ import { run, type Runner } from 'graphile-worker';
 import { loadConfig } from '../../src/support/config.ts';
 import type { Database } from '../../src/db/database.ts';
 import { graphileLogger } from '../../src/db/migrate.ts';
-import type { Outcome, Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
 import { silentLogger } from '../../src/support/logger.ts';
 import { startWorker, type WorkerHandle } from '../../src/worker/supervisor.ts';
 import { procStatus } from './memory.ts';

@@ -3,7 +3,7 @@ import { pathToFileURL } from 'node:url';
 import type { Config } from '../support/config.ts';
 import type { Logger } from '../support/logger.ts';
 import { describeError } from '../gateway/error-text.ts';
-import type { Summarizer } from '../gateway/types.ts';
+import type { Summarizer } from '../support/summary-contract.ts';
 
 /** A `--summarizer` module that cannot be used: the CLI prints the message alone and exits 1. */
 export class SummarizerModuleError extends Error {

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { Logger } from '../support/logger.ts';
-import type { Outcome } from '../gateway/types.ts';
+import type { Outcome } from '../support/summary-contract.ts';
 import { jitter, sleep } from '../support/backoff.ts';
 import { connectionLost } from '../db/connection-lost.ts';
 import * as q from '../db/queries/summaries.ts';

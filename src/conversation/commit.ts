@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { Outcome } from '../gateway/types.ts';
+import type { Outcome } from '../support/summary-contract.ts';
 import * as q from '../db/queries/summaries.ts';
 
 /** At most two attempts per identity (DESIGN.md "Attempts, failure, immutability"); the database's commit_summary() counts them. */

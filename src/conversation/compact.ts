@@ -1,8 +1,8 @@
 import type pg from 'pg';
 import type { Logger } from '../support/logger.ts';
-import type { Summarizer } from '../gateway/types.ts';
+import type { Summarizer } from '../support/summary-contract.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
-import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '../grounding.ts';
+import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '../grounding/index.ts';
 import { claimNextRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
@@ -111,7 +111,7 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     // The replies come in pair order, the range's ten pairs from its first.
     const items = conversationMaterial(claim.replies, range.fromPair, promptVersion);
     const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
-    // Every figure, date and identifier must be in the replies it summarizes (src/grounding.ts).
+    // Every figure, date and identifier must be in the replies it summarizes (src/grounding/index.ts).
     const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
     // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).
     const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,

@@ -27,7 +27,7 @@ export interface InspectedRecord {
   completedAt: Date | null;
   attempts: {
     outcome: string | null; spent: boolean | null; reason: string | null; workerId: string; startedAt: Date; finishedAt: Date | null; requestId: string | null;
-    /** The grounding check of the answer (src/grounding.ts): facts checked and those not in the sources (`kind:text`); null when no answer was checked. */
+    /** The grounding check of the answer (src/grounding/index.ts): facts checked and those not in the sources (`kind:text`); null when no answer was checked. */
     grounding: { checked: string[]; ungrounded: string[] } | null;
   }[];
 }

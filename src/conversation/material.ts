@@ -1,5 +1,5 @@
 import { promptEntry } from '../gateway/prompts.ts';
-import type { MaterialItem } from '../gateway/types.ts';
+import type { MaterialItem } from '../support/summary-contract.ts';
 
 /** An assistant reply of a range, in pair order. */
 export interface RangeReply {

@@ -1,6 +1,6 @@
 import { sleep } from '../support/backoff.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
-import { DEFAULT_GROUNDING_POLICY, groundOutcome } from '../grounding.ts';
+import { DEFAULT_GROUNDING_POLICY, groundOutcome } from '../grounding/index.ts';
 import { sourceHash, sourceMessageIds } from './source-hash.ts';
 import { RANGE_SIZE, rangeAt, type PairRange } from './plan.ts';
 import { ConversationNotFoundError } from '../projection/projection-errors.ts';

@@ -2,7 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { classify, type CallResult } from './classify.ts';
 import { prepareSummary } from './contract.ts';
 import { silentGatewayLogger, type GatewayLogger } from './gateway-logger.ts';
-import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../support/summary-contract.ts';
 
 export { DEFAULT_MAX_INPUT_CHARS } from './contract.ts';
 

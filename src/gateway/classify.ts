@@ -1,5 +1,5 @@
 import * as AnthropicSdk from '@anthropic-ai/sdk';
-import type { Outcome, Usage } from './types.ts';
+import type { Outcome, Usage } from '../support/summary-contract.ts';
 import { describeError } from './error-text.ts';
 import { codePointLength, isBlank, providerText, toWellFormed } from './text.ts';
 

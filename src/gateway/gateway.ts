@@ -3,7 +3,7 @@ import { capRetryAfter, classifyThrown, isTokenCount, storableRequestId } from '
 import { createDeferralBackoff, DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';
 import { silentGatewayLogger, type GatewayLogger } from './gateway-logger.ts';
 import { codePointLength, isBlank, providerText } from './text.ts';
-import { SUMMARY_CHAR_CEILING, type Outcome, type Summarizer, type SummaryRequest, type Usage } from './types.ts';
+import { SUMMARY_CHAR_CEILING, type Outcome, type Summarizer, type SummaryRequest, type Usage } from '../support/summary-contract.ts';
 
 /**
  * Code points kept of an outcome's reason (and model name): it is stored on

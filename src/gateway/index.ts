@@ -2,7 +2,7 @@
 export type {
   ConfigOutcome, DeferredOutcome, InvalidOutcome, MaterialItem, OkOutcome, Outcome, OutcomeKind,
   Summarizer, SummaryRequest, UnknownOutcome, Usage,
-} from './types.ts';
+} from '../support/summary-contract.ts';
 export { createGateway, type Gateway, type GatewayOptions } from './gateway.ts';
 export { createAnthropicSummarizer, type AnthropicSummarizerOptions } from './anthropic-summarizer.ts';
 export { createOpenAISummarizer, openAIModelIdentity, type OpenAISummarizerOptions } from './openai-summarizer.ts';

@@ -3,7 +3,7 @@ import { maxTokensFor, SDK_TIMEOUT_SLACK_MS } from './anthropic-summarizer.ts';
 import { classify, registerSdkErrors, type CallResult } from './classify.ts';
 import { prepareSummary } from './contract.ts';
 import { silentGatewayLogger, type GatewayLogger } from './gateway-logger.ts';
-import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../support/summary-contract.ts';
 
 export interface OpenAISummarizerOptions {
   /** API key, sent as `Authorization: Bearer`. Optional for a local server (with `baseURL`): then no Authorization header is sent. */

@@ -1,7 +1,7 @@
 import type { ProjectionSummaryRow } from '../db/queries/projection.ts';
 import { CONVERSATION_PROMPT_VERSION, isProjectable } from '../gateway/prompts.ts';
 import { codePointLength, isBlank } from '../gateway/text.ts';
-import { SUMMARY_CHAR_CEILING } from '../gateway/types.ts';
+import { SUMMARY_CHAR_CEILING } from '../support/summary-contract.ts';
 import { sourceHash, sourceMessageIds, type SourcePair } from '../conversation/source-hash.ts';
 import { isAlignedRange } from '../conversation/plan.ts';
 import type { SummaryNotUsedReason } from './types.ts';

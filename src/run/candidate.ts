@@ -2,7 +2,7 @@ import type { ToolResultRefRow } from '../db/queries/run-checkpoints.ts';
 import type { UnitRow } from '../db/queries/run-history.ts';
 import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
-import type { MaterialItem } from '../gateway/types.ts';
+import type { MaterialItem } from '../support/summary-contract.ts';
 import type { Evaluated } from './assemble.ts';
 import { itemBytes } from './wire.ts';
 import { identityKeyOf, sourceHashOf } from './run-hash.ts';

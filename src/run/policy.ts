@@ -1,4 +1,4 @@
-import { DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES } from '../grounding.ts';
+import { DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES } from '../grounding/index.ts';
 import { RunPolicyError } from './run-errors.ts';
 import { INT4_MAX } from './stored.ts';
 import type { RunCompactionPolicy } from './types.ts';

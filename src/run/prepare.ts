@@ -6,7 +6,7 @@ import { runSummaryRequestInsert, runSummaryRequestSettle, runSummaryRequestsExp
 import { runResultExcerpts } from '../db/queries/run-results.ts';
 import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
-import type { MaterialItem, Summarizer } from '../gateway/types.ts';
+import type { MaterialItem, Summarizer } from '../support/summary-contract.ts';
 import {
   blockingUnit, candidateOver, excerptRefs, laterBoundary, planCompaction, savingAtLeast, selectCandidate, summaryMaterial, type Candidate, type Chunk,
   type MaterialSizes, type Plan,
@@ -21,7 +21,7 @@ import { commitCheckpoint, judge, type StepGoal } from './gate.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './wire.ts';
 import { cannotFitOf } from './overflow.ts';
 import { floorOf, minSummaryRoom, warningReserve, type Fitted, type RequestInput } from './fitting.ts';
-import { groundOutcome } from '../grounding.ts';
+import { groundOutcome } from '../grounding/index.ts';
 import { charLimitFor, settlementOf, summaryCall } from './summarize.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
 import type {
@@ -194,7 +194,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     // Observed, not waited for: the receipt's lease runs from its commit, and the call is sent now.
     observers.push('onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore, compaction: step.compaction });
     // No transaction is open during the model call: the receipt is already committed.
-    // Every figure of the summary must be in its material (src/grounding.ts); checked before the checkpoint.
+    // Every figure of the summary must be in its material (src/grounding/index.ts); checked before the checkpoint.
     const outcome = groundOutcome(await summaryCall(summarizer!, step.items, step.maxChars, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
     const receipt = { id: step.receiptId, attempt: step.attempt };
     // Judged (no database access) before the receipt is settled, so that a refusal is recorded on the

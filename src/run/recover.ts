@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { runLockTry } from '../db/queries/run-history.ts';
 import { runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptListRow } from '../db/queries/run-receipts.ts';
-import type { Summarizer } from '../gateway/types.ts';
+import type { Summarizer } from '../support/summary-contract.ts';
 import { RunNotFoundError } from './run-errors.ts';
 import { resolvePolicy } from './policy.ts';
 import { runIdOf } from './stored.ts';

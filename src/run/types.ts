@@ -92,8 +92,8 @@
  *    committed ones stay: each made progress, and the next call plans again
  *    from them), or after `maxSummariesPerPrepare` summaries.
  */
-import type { GroundingPolicy } from '../grounding.ts';
-import type { OutcomeKind } from '../gateway/types.ts';
+import type { GroundingPolicy } from '../grounding/index.ts';
+import type { OutcomeKind } from '../support/summary-contract.ts';
 
 export type Settlement = 'settled' | 'failed' | 'unknown';
 export type ToolUnitStatus = 'proposed' | 'dispatched' | Settlement;
@@ -285,7 +285,7 @@ export interface RunCompactionPolicy {
   excerptBytes: number;
   /** Most bytes the result catalog adds to the system prompt; older entries are listed by read_result. The compact catalog has a quarter, without labels. (Default: 4096) */
   catalogBytes: number;
-  /** A summary fact not in the summarizer's material (src/grounding.ts): `reject` makes the answer invalid, `flag` records it. (Default: reject) */
+  /** A summary fact not in the summarizer's material (src/grounding/index.ts): `reject` makes the answer invalid, `flag` records it. (Default: reject) */
   grounding: GroundingPolicy;
 }
 

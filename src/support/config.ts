@@ -1,7 +1,6 @@
 import { resolve } from 'node:path';
 import { z } from 'zod';
-import { GROUNDING_POLICIES, type GroundingPolicy } from '../grounding.ts';
-import { SUMMARY_CHAR_CEILING } from '../gateway/types.ts';
+import { GROUNDING_POLICIES, SUMMARY_CHAR_CEILING, type GroundingPolicy } from './summary-contract.ts';
 import { decimalIntegerProblem, parseDecimalInteger } from './integers.ts';
 
 /**

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Outcome, Summarizer, SummaryRequest } from '../gateway/types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../support/summary-contract.ts';
 import type { RangeResult } from '../conversation/compact.ts';
 
 /**

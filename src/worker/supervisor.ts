@@ -9,7 +9,7 @@ import { poolEnd, type Database } from '../db/database.ts';
 import { graphileLogger, migrateDatabase } from '../db/migrate.ts';
 import { createWorkerPool } from '../db/worker-pool.ts';
 import { ownClaimsRelease, ownOutageDeferralsRelease, workerJobsUnlock } from '../db/queries/recovery.ts';
-import type { Summarizer } from '../gateway/types.ts';
+import type { Summarizer } from '../support/summary-contract.ts';
 import { gatewayFromConfig } from '../gateway/from-config.ts';
 import { createFleetModels, workerApplicationName } from '../gateway/fleet-models.ts';
 import { createWorkerMetrics, instrumentSummarizer, recordRanges, type WorkerMetrics } from './metrics.ts';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { compactConversation } from '../../src/conversation/compact.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
-import type { FactKind } from '../../src/grounding.ts';
+import type { FactKind } from '../../src/grounding/index.ts';
 import { renderInspection } from '../../src/cli/inspect-command.ts';
 import { inspectConversation } from '../../src/conversation/inspect.ts';
 import { projectConversationHistory, type SummaryItem } from '../../src/projection/index.ts';

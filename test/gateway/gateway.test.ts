@@ -8,7 +8,7 @@ import { createGateway, REASON_MAX_CHARS } from '../../src/gateway/gateway.ts';
 import type { GatewayLogger } from '../../src/gateway/gateway-logger.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import type { Outcome, Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
 import { behaviours, startMessagesServer, type MessagesServer } from '../support/messages-server.ts';
 import { databaseUrl, namespaceFor } from './database.ts';
 

@@ -6,8 +6,8 @@ import { createOfflineSummarizer, extractiveSummary, targetBytes } from '../../s
 import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../../src/gateway/prompts.ts';
 import { factKeys, isPhatic, namesInside } from '../../src/gateway/salience.ts';
 import { splitSentences } from '../../src/gateway/sentences.ts';
-import type { MaterialItem } from '../../src/gateway/types.ts';
-import { groundSummary } from '../../src/grounding.ts';
+import type { MaterialItem } from '../../src/support/summary-contract.ts';
+import { groundSummary } from '../../src/grounding/index.ts';
 import { RANGE_SIZE } from '../../src/conversation/plan.ts';
 
 const SHARED = '/work/shared/data/oasst1-threads.jsonl';

@@ -6,7 +6,7 @@ import { compactConversation, type CompactionContext } from '../../src/conversat
 import { createPool } from '../../src/db/database.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { createOfflineSummarizer } from '../../src/gateway/index.ts';
-import type { Summarizer } from '../../src/gateway/types.ts';
+import type { Summarizer } from '../../src/support/summary-contract.ts';
 import { silentLogger } from '../../src/support/logger.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';

@@ -3,7 +3,7 @@ import { claimRange, type ClaimResult } from '../../src/conversation/claim.ts';
 import { commitOutcome } from '../../src/conversation/commit.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import type { Outcome } from '../../src/gateway/types.ts';
+import type { Outcome } from '../../src/support/summary-contract.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 

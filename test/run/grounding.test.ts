@@ -9,7 +9,7 @@ import { recoverInColdProcess } from './support/cold-recovery.ts';
 import { buildRun, INPUT, ok, prepareChecked, recordingSummarizer, SMALL_POLICY } from './support/fixtures.ts';
 
 /**
- * Run checkpoints go through the same grounding check (src/grounding.ts) as
+ * Run checkpoints go through the same grounding check (src/grounding/index.ts) as
  * conversation summaries: here through the gateway, the real SDK and the
  * local Messages server, with the model's answer scripted.
  */

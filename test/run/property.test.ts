@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { Outcome, SummaryRequest } from '../../src/gateway/types.ts';
+import type { Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
   measureRequest, prepareRunRequest, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, startRun,
   storeResult, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,

@@ -79,7 +79,7 @@ export interface ReceiptSettlement {
   chargedRequests: number;
   chargedTokens: number;
   notBefore: Date | null;
-  /** The answer's grounding check (src/grounding.ts), when one was made. */
+  /** The answer's grounding check (src/grounding/index.ts), when one was made. */
   grounding?: { checked: string[]; ungrounded: string[] } | null;
 }
 

@@ -3,7 +3,7 @@
  * takes the client it runs on, so callers decide the transaction.
  */
 import type pg from 'pg';
-import type { Grounding } from '../../grounding.ts';
+import type { Grounding } from '../../support/summary-contract.ts';
 
 export type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -216,7 +216,7 @@ export interface CommitInput {
   usage?: unknown;
   /** ok: unused; invalid/unknown: retry no sooner than this; deferred: wait this long. */
   notBeforeMs?: number | null;
-  /** The grounding check made before the commit (src/grounding.ts), kept with the attempt. */
+  /** The grounding check made before the commit (src/grounding/index.ts), kept with the attempt. */
   grounding?: Grounding | undefined;
 }
 

@@ -186,7 +186,7 @@ export const conversationSummaryAttempts = sourcebound.table('conversation_summa
   requestId: text('request_id'),
   usage: jsonb('usage'),
   inputChars: integer('input_chars'),
-  // The grounding check of the answer (src/grounding.ts), as `kind:text`: every fact checked, and
+  // The grounding check of the answer (src/grounding/index.ts), as `kind:text`: every fact checked, and
   // those its material does not contain. Null when no answer text was checked.
   groundingChecked: text('grounding_checked').array(),
   groundingUngrounded: text('grounding_ungrounded').array(),

@@ -204,7 +204,7 @@ export const runSummaryRequests = sourcebound.table('run_summary_requests', {
   answerModel: text('answer_model'),
   providerRequestId: text('provider_request_id'),
   usage: jsonb('usage'),
-  /** The grounding check of the answer (src/grounding.ts), as `kind:text`: facts checked, and those not in the material. */
+  /** The grounding check of the answer (src/grounding/index.ts), as `kind:text`: facts checked, and those not in the material. */
   groundingChecked: text('grounding_checked').array(),
   groundingUngrounded: text('grounding_ungrounded').array(),
   reservedRequests: integer('reserved_requests').notNull(),

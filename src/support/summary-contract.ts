@@ -1,6 +1,11 @@
-import type { Grounding } from '../grounding.ts';
-
 /**
+ * The summary contract: the shapes both sides of a summarizer call share and
+ * that sit below everything that makes or checks one. What a summarizer is
+ * given (MaterialItem, SummaryRequest), what it answers (Outcome), and what the
+ * grounding check records on an answer (Grounding, Fact) and may do about it
+ * (GroundingPolicy). A leaf: the gateway, grounding, configuration and the
+ * stored records all import these, and it imports nothing.
+ *
  * Terminology
  * - Summarizer: something that turns material (texts tagged with ids) into one
  *   plain-text summary. The Anthropic provider and the offline extractive
@@ -34,7 +39,7 @@ export interface OkOutcome {
   model: string;
   usage: Usage | null;
   requestId: string | null;
-  /** The grounding check of the text (src/grounding.ts), once it was made. */
+  /** The grounding check of the text (src/grounding/index.ts), once it was made. */
   grounding?: Grounding;
 }
 
@@ -103,3 +108,30 @@ export interface Summarizer {
   readonly model: string;
   summarize(request: SummaryRequest): Promise<Outcome>;
 }
+
+// Grounding (src/grounding/): what a check of a summary against its material finds.
+
+export type FactKind = 'url' | 'email' | 'path' | 'code' | 'date' | 'time' | 'money' | 'version' | 'identifier' | 'number';
+
+export interface Fact {
+  kind: FactKind;
+  /** The fact as written in the text. */
+  text: string;
+  /** The canonical form (see the normalization in src/grounding/index.ts). */
+  key: string;
+  /** Directly followed by `…`: the summarizer cut it; a prefix of a material token grounds it. */
+  truncated: boolean;
+}
+
+/** What the check found, stored with the attempt: facts as `kind:text`. */
+export interface Grounding {
+  /** Every fact checked, in order of first occurrence, without repeats. */
+  checked: string[];
+  /** The checked facts the material does not contain. */
+  ungrounded: string[];
+}
+
+export type GroundingPolicy = 'reject' | 'flag';
+export const GROUNDING_POLICIES: readonly GroundingPolicy[] = Object.freeze(['reject', 'flag']);
+/** The policy when nothing is configured. */
+export const DEFAULT_GROUNDING_POLICY: GroundingPolicy = 'reject';
