@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { RANGE_SIZE, rangeAt, type PairRange } from './plan.ts';
 import * as q from '../db/queries/summaries.ts';
+import type { Queryable } from '../db/queryable.ts';
 
 /**
  * Claim (DESIGN.md "Job identity and claim"): one statement,
@@ -34,7 +35,7 @@ export interface ClaimRequest {
   leaseMs: number;
 }
 
-export async function claimRange(pool: pg.Pool | q.Queryable, request: ClaimRequest, send?: q.SendOptions): Promise<ClaimResult> {
+export async function claimRange(pool: pg.Pool | Queryable, request: ClaimRequest, send?: q.SendOptions): Promise<ClaimResult> {
   return claimResult(await q.rangeClaim(pool, request, send));
 }
 
@@ -54,7 +55,7 @@ export type NextClaimResult = { kind: 'none' } | (ClaimResult & { range: PairRan
  * Finds the conversation's next mark and claims its range, in the same one
  * statement: a job needs no statement of its own to find its work.
  */
-export async function claimNextRange(pool: pg.Pool | q.Queryable, request: NextClaimRequest, send?: q.SendOptions): Promise<NextClaimResult> {
+export async function claimNextRange(pool: pg.Pool | Queryable, request: NextClaimRequest, send?: q.SendOptions): Promise<NextClaimResult> {
   const row = await q.rangeNextClaim(pool, request, send);
   if (row.mark === null) return { kind: 'none' };
   return { ...claimResult(row), range: rangeAt(row.mark.fromPair / RANGE_SIZE), generation: row.mark.generation };

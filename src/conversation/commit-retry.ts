@@ -4,6 +4,7 @@ import type { Outcome } from '../support/summary-contract.ts';
 import { jitter, sleep } from '../support/backoff.ts';
 import { connectionLost } from '../db/connection-lost.ts';
 import * as q from '../db/queries/summaries.ts';
+import type { Queryable } from '../db/queryable.ts';
 import { commitOutcome, type CommitResult, type RetryDelays } from './commit.ts';
 
 /**
@@ -42,7 +43,7 @@ export interface CommitRetryOptions {
  * @throws the last error when it is not a lost connection, or the deadline or signal came first.
  */
 export async function commitRetrying(
-  pool: pg.Pool | q.Queryable,
+  pool: pg.Pool | Queryable,
   claim: { record: q.SummaryRow; attemptId: number; workerId: string },
   outcome: Outcome,
   delays: Readonly<RetryDelays>,
@@ -77,7 +78,7 @@ export async function commitRetrying(
  * outcome); otherwise the claim was taken over (`lease_lost`).
  */
 async function landedCommitRead(
-  pool: pg.Pool | q.Queryable,
+  pool: pg.Pool | Queryable,
   claim: { record: q.SummaryRow; attemptId: number; workerId: string },
   outcome: Outcome,
 ): Promise<CommitResult> {

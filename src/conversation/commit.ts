@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { Outcome } from '../support/summary-contract.ts';
 import * as q from '../db/queries/summaries.ts';
+import type { Queryable } from '../db/queryable.ts';
 
 /** At most two attempts per identity (DESIGN.md "Attempts, failure, immutability"); the database's commit_summary() counts them. */
 export const MAX_ATTEMPTS = 2;
@@ -43,7 +44,7 @@ export const DEFAULT_RETRY_DELAYS: Readonly<RetryDelays> = Object.freeze({ defer
  * open); its result travels on the outcome and is stored with the attempt.
  */
 export async function commitOutcome(
-  pool: pg.Pool | q.Queryable,
+  pool: pg.Pool | Queryable,
   claim: { record: q.SummaryRow; attemptId: number; workerId: string },
   outcome: Outcome,
   delays: Readonly<RetryDelays> = DEFAULT_RETRY_DELAYS,

@@ -3,7 +3,7 @@
  * Shared by prepareRunRequest, the net-benefit gate and cold recovery, so all
  * three produce byte-identical requests from the same records.
  */
-import type { Queryable } from '../db/queries/run-history.ts';
+import type { Queryable } from '../db/queryable.ts';
 import { runResultBodies } from '../db/queries/run-results.ts';
 import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
 import { RunPolicyError } from './run-errors.ts';

@@ -4,13 +4,13 @@ import type { CatalogRow } from '../db/queries/run-results.ts';
 import type { RunState } from '../db/queries/run-state.ts';
 import { ungroundedWarning } from '../projection/wording.ts';
 import { groupHash, RUN_HASH_VERSION, sourceHashOf, type HashedUnit } from './run-hash.ts';
-import { catalogLine, catalogText, escapedBytes, itemBytes, jsonBytes, omittedLine, toAnthropicRequest, type Role } from './wire.ts';
+import { catalogLine, catalogText, escapedBytes, itemBytes, omittedLine, toAnthropicRequest, type Role } from './wire.ts';
+import { jsonBytes } from '../support/json.ts';
 import type {
   CatalogEntry, CheckpointSummaryItem, FitStep, ReferenceMade, RunCompactionPolicy, RunRequest, RunRequestItem,
   ToolResultItem,
 } from './types.ts';
 
-export { jsonBytes } from './wire.ts';
 
 /**
  * Request assembly and reversible fitting of one Run (not to be confused with

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { runBudgetCharge, runBudgetEnsure, runBudgetGet } from '../db/queries/run-budget.ts';
-import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runModelTurnOfRequest, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState } from '../db/queries/run-history.ts';
+import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runModelTurnOfRequest, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type ToolUnitState } from '../db/queries/run-history.ts';
+import type { Queryable } from '../db/queryable.ts';
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
 import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './run-errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';

@@ -167,10 +167,9 @@ export interface CheckpointSummaryItem {
   toolCalls: string;
 }
 
-/** A thinking block of an extended-thinking model turn, kept verbatim (the Messages API requires it with tool use). */
-export type ThinkingBlock =
-  | { type: 'thinking'; thinking: string; signature: string }
-  | { type: 'redacted_thinking'; data: string };
+/** A thinking block, as stored (its definition sits with the rows that carry it). */
+import type { ThinkingBlock } from '../db/queries/run-history.ts';
+export type { ThinkingBlock };
 
 export interface ModelTurnItem {
   kind: 'model_turn';

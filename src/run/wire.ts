@@ -1,3 +1,4 @@
+import { jsonBytes } from '../support/json.ts';
 import type { CatalogEntry, RunRequest, RunRequestItem, ThinkingBlock, ToolProposal, ToolResultItem } from './types.ts';
 
 /**
@@ -39,10 +40,6 @@ export const FRAME_BYTES: Readonly<Record<Role, number>> = Object.freeze({
   user: jsonBytes({ role: 'user', content: [] }),
   assistant: jsonBytes({ role: 'assistant', content: [] }),
 });
-
-export function jsonBytes(value: unknown): number {
-  return Buffer.byteLength(JSON.stringify(value), 'utf8');
-}
 
 /** Bytes a string adds inside a JSON string (its escaped form, without quotes). */
 export function escapedBytes(text: string): number {

@@ -1,4 +1,5 @@
-import { messagesOfRunListForUpdate, runInScopeGetForUpdate, type Queryable, type TurnMessageRow } from '../db/queries/turns.ts';
+import { messagesOfRunListForUpdate, runInScopeGetForUpdate, type TurnMessageRow } from '../db/queries/turns.ts';
+import type { Queryable } from '../db/queryable.ts';
 import { TurnNotFoundError, TurnStateError } from './turn-errors.ts';
 import { OPEN_RUN_STATUSES, type RunStatus } from './types.ts';
 

@@ -5,8 +5,8 @@
  * for hot paths.
  */
 import type pg from 'pg';
+import type { Queryable } from '../queryable.ts';
 
-export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** One row where the index differs from the definition (sourcebound.pairs_drift). */
 export interface PairDriftRow {

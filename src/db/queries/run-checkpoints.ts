@@ -2,7 +2,7 @@
  * Checkpoint statements of run compaction: immutable records of one summary each (guard:
  * migration 0011).
  */
-import type { Queryable } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
 
 export interface ToolResultRefRow {
   proposalId: string;

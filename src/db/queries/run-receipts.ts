@@ -2,7 +2,7 @@
  * Summary request receipts of run compaction: written before the summary call, settled once
  * (guard: migration 0010).
  */
-import type { Queryable } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
 
 export type ReceiptStatus = 'dispatched' | 'ok' | 'invalid' | 'deferred' | 'unknown' | 'config';
 

@@ -2,7 +2,7 @@
  * Result store statements of run compaction: versioned, immutable result bodies (migration 0009
  * computes their sizes and hash).
  */
-import type { Queryable } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
 
 export interface CatalogRow {
   resultId: string;

@@ -4,7 +4,7 @@
  * which pg_stat_activity shows to every role: no table, nothing to clean up
  * after a worker dies (its sessions go with it).
  */
-import type { Queryable } from './summaries.ts';
+import type { Queryable } from '../queryable.ts';
 
 /** The distinct `application_name`s of this database's sessions that start with `prefix`. */
 export async function sessionApplicationNamesList(db: Queryable, prefix: string): Promise<string[]> {

@@ -3,9 +3,9 @@
  * takes the client it runs on, so callers decide the transaction.
  */
 import type pg from 'pg';
+import type { Queryable } from '../queryable.ts';
 import type { Grounding } from '../../support/summary-contract.ts';
 
-export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /**
  * How a hot query is sent. `prepared`: as a named prepared statement, parsed
