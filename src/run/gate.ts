@@ -9,9 +9,10 @@ import { hypothetical, type Candidate } from './candidate.ts';
 import { isUniqueViolation } from './run-errors.ts';
 import { RUN_HASH_VERSION } from './run-hash.ts';
 import { escapedBytes } from './wire.ts';
-import { minSummaryRoom, SUMMARY_NOTE, summaryNote, type RequestInput } from './fitting.ts';
+import { minSummaryRoom, SUMMARY_NOTE, summaryNote, type RequestInput } from './request-slots.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
-import type { CompactionReport, RunCompactionPolicy } from './types.ts';
+import type { RunCompactionPolicy } from './types.ts';
+import type { CompactionReport } from './reports.ts';
 
 export type GateReport = Pick<CompactionReport, 'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'>;
 

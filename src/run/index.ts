@@ -16,9 +16,11 @@ export type { AnthropicRunRequest, ModelTurn, ProviderMessage } from './wire.ts'
 export { READ_RESULT_TOOL, readResultTool } from './tool.ts';
 export type { ReadResultToolOptions } from './tool.ts';
 export { DEFAULT_RUN_POLICY, resolvePolicy } from './policy.ts';
-export { measureRequest, SUMMARY_NOTE, type RequestInput } from './fitting.ts';
-export type { CannotFit, ByteHolder, ExhaustedIdentity } from './types.ts';
+export { measureRequest } from './fitting.ts';
+export { SUMMARY_NOTE, type RequestInput } from './request-slots.ts';
+export type { CannotFit, ByteHolder, ExhaustedIdentity } from './reports.ts';
 export { RUN_HASH_VERSION } from './run-hash.ts';
 export { RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError } from './run-errors.ts';
 export type { ToolUnitState } from '../db/queries/run-history.ts';
 export type * from './types.ts';
+export type * from './reports.ts';

@@ -7,9 +7,10 @@ import { resolvePolicy } from './policy.ts';
 import { runIdOf } from './stored.ts';
 import { toAnthropicRequest, type AnthropicRunRequest } from './wire.ts';
 import { evaluate, handedOut, loadState, materialize, requestInput } from './assemble.ts';
-import type { RequestInput } from './fitting.ts';
+import type { RequestInput } from './request-slots.ts';
 import { inTransaction } from '../db/transaction.ts';
-import type { FitStep, ReferenceMade, RunCompactionPolicy, RunRequest } from './types.ts';
+import type { RunCompactionPolicy, RunRequest } from './types.ts';
+import type { FitStep, ReferenceMade } from './reports.ts';
 
 export interface RecoverRunContextOptions extends RequestInput {
   pool: pg.Pool;
