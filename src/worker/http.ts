@@ -1,6 +1,6 @@
 import { createServer } from 'node:http';
 import type { Registry } from 'prom-client';
-import type { WorkerHealth } from './supervisor.ts';
+import type { WorkerHealth } from './health.ts';
 
 /**
  * The worker's opt-in HTTP port (SOURCEBOUND_METRICS_PORT): `/healthz` for a

@@ -1,22 +1,32 @@
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
-import { run, type Runner, type Task, type WorkerEvents } from 'graphile-worker';
-import type { Config } from '../support/config.ts';
-import type { Logger } from '../support/logger.ts';
-import { poolEnd, type Database } from '../db/database.ts';
+import type pg from 'pg';
+import { run, type Runner, type WorkerEvents } from 'graphile-worker';
 import { graphileLogger, migrateDatabase } from '../db/migrate.ts';
 import { createWorkerPool } from '../db/worker-pool.ts';
-import { ownClaimsRelease, ownOutageDeferralsRelease, workerJobsUnlock } from '../db/queries/recovery.ts';
+import { ownOutageDeferralsRelease } from '../db/queries/recovery.ts';
+import { missingSchemasList } from '../db/queries/server.ts';
 import type { Summarizer } from '../support/summary-contract.ts';
 import { gatewayFromConfig } from '../gateway/from-config.ts';
 import { createFleetModels, workerApplicationName } from '../gateway/fleet-models.ts';
-import { createWorkerMetrics, instrumentSummarizer, recordRanges, type WorkerMetrics } from './metrics.ts';
+import { createWorkerMetrics, instrumentSummarizer, recordRanges } from './metrics.ts';
 import { startWorkerHttp, type WorkerHttp } from './http.ts';
 import { jitter, sleep } from '../support/backoff.ts';
+import { bounded } from '../support/bounded.ts';
 import { compactConversationTask } from './tasks/compact-conversation.ts';
 import { sweepCompactionTask } from './tasks/sweep-compaction.ts';
+import { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
+import { createProbe, oneShot, PROBE_INTERVAL_MS } from './probe.ts';
+import { RECONNECT_FIRST_MS, RECONNECT_MAX_MS, releaseOwn, retire, trackTask, type Generation } from './generation.ts';
+import { healthOf, NOT_STARTED, type WorkerHealth } from './health.ts';
+import type { WorkerHandle, WorkerOptions } from './handle.ts';
+import { gaveUpError, runningGeneration, transition, type SupervisorEvent, type SupervisorState } from './state.ts';
+
+export { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
+export { PROBE_INTERVAL_MS } from './probe.ts';
+export type { WorkerHealth } from './health.ts';
+export type { WorkerHandle, WorkerOptions } from './handle.ts';
 
 /**
  * The worker process around graphile-worker (Terminology: a *runner* is one
@@ -39,8 +49,15 @@ import { sweepCompactionTask } from './tasks/sweep-compaction.ts';
  * administrator or a pooler (pg_terminate_backend, idle timeouts) fails the
  * probe's or the LISTEN session, and graphile-worker reconnects its LISTEN
  * itself. A recovery there would retire a healthy runner and hand its claims
- * over as spent attempts (fault scenario 3). So a failed probe or LISTEN
- * connection recovers only when a fresh session cannot answer either.
+ * over as spent attempts (test/faults/03-connection-faults.test.ts). So a
+ * failed probe or LISTEN connection recovers only when a fresh session cannot
+ * answer either.
+ *
+ * The supervisor is a state machine: state.ts has its states, its transitions
+ * and their diagram (docs/worker.md tells the story). Its parts: probe.ts (is
+ * PostgreSQL there, is it the same server), generation.ts (start, retire and
+ * hand back one runner's work), health.ts and http.ts (/healthz, /metrics),
+ * metrics.ts, tasks/ (the graphile-worker tasks).
  */
 
 /**
@@ -49,117 +66,17 @@ import { sweepCompactionTask } from './tasks/sweep-compaction.ts';
  */
 export const CRONTAB = '* * * * * sweep_compaction ?max=1&jobKey=sourcebound:sweep&jobKeyMode=replace';
 
-/** How often the health probe asks PostgreSQL `select 1`. */
-export const PROBE_INTERVAL_MS = 1000;
-/** A probe query slower than this counts as a failure; two in a row start a recovery. */
-const PROBE_TIMEOUT_MS = 5000;
-/** Reconnect backoff while recovering: first delay and cap (with jitter). */
-const RECONNECT_FIRST_MS = 100;
-const RECONNECT_MAX_MS = 3000;
-
-/**
- * The worker gave up: it lost its database (or its runner) and could not start
- * again within SOURCEBOUND_RECOVERY_TIMEOUT_MS. The process must not look like
- * it stopped cleanly: a process manager has to start it again.
- */
-export class WorkerRunnerStoppedError extends Error {
-  override name = 'WorkerRunnerStoppedError';
-  /** The CLI prints the message alone (no stack) and exits 1. */
-  readonly exitQuietly = true;
-}
-
-/**
- * The worker cannot start: its database is not migrated, or its /healthz and
- * /metrics port cannot be opened. Nothing was started; the CLI prints the
- * message alone and exits 1.
- */
-export class WorkerStartError extends Error {
-  override name = 'WorkerStartError';
-  readonly exitQuietly = true;
-}
-
 /**
  * With migrations skipped (`--no-migrate`), the schemas must be there: a
  * worker on an unmigrated database would look healthy while every job and
  * sweep failed. @throws WorkerStartError naming what to run.
  */
 async function assertMigrated(pool: pg.Pool): Promise<void> {
-  const { rows: [found] } = await pool.query<{ missing: string[] }>(
-    `select array_remove(array[
-       case when to_regnamespace('graphile_worker') is null then 'graphile_worker' end,
-       case when to_regnamespace('sourcebound') is null then 'sourcebound' end], null) as missing`);
-  if (found!.missing.length > 0) {
-    const missing = found!.missing.map((m) => `"${m}"`);
+  const missing = (await missingSchemasList(pool)).map((m) => `"${m}"`);
+  if (missing.length > 0) {
     throw new WorkerStartError(`the database is not migrated (${missing.length > 1 ? `schemas ${missing.join(' and ')} do` : `schema ${missing[0]} does`} not exist): `
       + 'run `sourcebound migrate` first (or start the worker without --no-migrate)');
   }
-}
-
-export interface WorkerHealth {
-  /** A runner is taking jobs. */
-  running: boolean;
-  /** Recovering from a lost database or runner. */
-  recovering: boolean;
-  /** When PostgreSQL last answered the probe (epoch ms), or null. */
-  databaseOkAt: number | null;
-  /** Runners started after the first. */
-  restarts: number;
-}
-
-export interface WorkerHandle {
-  workerId: string;
-  /**
-   * graphile-worker's runner, seen across restarts: `events` carries every
-   * generation's events; `addJob` uses the current runner; `promise` rejects
-   * with WorkerRunnerStoppedError when the worker gave up, resolves after
-   * `stop()`. `stop`/`kill` act on the current runner only, as if the library
-   * had stopped by itself (the worker then starts a new one): use the
-   * handle's `stop()` to stop the worker.
-   */
-  runner: Runner;
-  metrics: WorkerMetrics;
-  health(): WorkerHealth;
-  /** The /healthz and /metrics port, when SOURCEBOUND_METRICS_PORT is set. */
-  httpPort: number | null;
-  /**
-   * Stops taking jobs, lets running ones finish (up to the shutdown deadline, then aborts them), releases everything.
-   * After a give-up it waits no longer than the shutdown deadline (SOURCEBOUND_SHUTDOWN_TIMEOUT_MS): its database
-   * is gone, so what has not stopped by then (a runner stopping on a pooler that hangs) is left, said at warn.
-   * @throws WorkerRunnerStoppedError (after releasing everything it could) when the worker had given up.
-   */
-  stop(): Promise<void>;
-}
-
-export interface WorkerOptions {
-  config: Readonly<Config>;
-  logger: Logger;
-  database: Database;
-  /**
-   * A summarizer of your own, used instead of the one configuration chooses
-   * (SOURCEBOUND_SUMMARIZER). The worker puts it behind its gateway as it
-   * does a built-in one: admission (SOURCEBOUND_MODEL_CONCURRENCY,
-   * SOURCEBOUND_FLEET_CONCURRENCY), the checks on what it returns, the
-   * classification of what it throws (a connection never made is a
-   * deferral, not a spent attempt), and the grounding check.
-   */
-  summarizer?: Summarizer;
-  /** Skip migrations (already done by `sourcebound migrate` / the release phase). (Default: false) */
-  skipMigrations?: boolean;
-}
-
-interface Generation {
-  n: number;
-  /** Lease owner of this generation's claims. */
-  claimOwner: string;
-  pool: pg.Pool;
-  runner: Runner;
-  /** The ids graphile-worker locks this runner's jobs with (its worker pool's). */
-  graphileWorkerIds: Set<string>;
-  /** Running tasks: their job and the conversation each works on (null: the sweep). */
-  tasks: Map<Promise<unknown>, { jobId: string; conversationId: string | null }>;
-  /** Aborts this generation's running tasks (their model calls): at the deadline of the stop or retirement. */
-  abort: AbortController;
-  retired: boolean;
 }
 
 /**
@@ -184,7 +101,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   // /healthz and /metrics listen before any job can be taken: a port that cannot be
   // opened ends the start here, with nothing running (DESIGN: exit non-zero, never hang).
   // Until the runner is up, /healthz answers 503 (no runner).
-  let health = (): WorkerHealth => ({ running: false, recovering: false, databaseOkAt: null, restarts: 0 });
+  let health = (): WorkerHealth => NOT_STARTED;
   let http: WorkerHttp | null = null;
   if (config.metricsPort !== undefined) {
     http = await startWorkerHttp({ host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health: () => health(), probeIntervalMs: PROBE_INTERVAL_MS });
@@ -203,6 +120,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     await http?.close();
     throw error;
   }
+  // What the worker opened besides its runners, closed in one place (a failed start, stop()).
+  const closeServices = async () => {
+    await configured.close();
+    await http?.close();
+  };
   const summarizer = instrumentSummarizer(configured.gateway, metrics);
   const fleetModels = createFleetModels({ pool: database.pool, model: summarizer.model, logger, gauge: metrics.fleetModelIdentities });
 
@@ -212,14 +134,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   events.on('job:error', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'error' }));
   events.on('job:failed', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'failed' }));
 
-  let current: Generation | null = null;
+  // The supervisor's one state (state.ts); `move` is the only way it changes.
+  let state: SupervisorState = { kind: 'starting' };
+  const move = (event: SupervisorEvent) => { state = transition(state, event); };
+  const isStopping = () => state.kind === 'stopping';
   /** Retired generations whose retirement is not over, and that retirement. */
   const retiring = new Map<Generation, Promise<void>>();
   let generations = 0;
   let restarts = 0;
-  let recovering = false;
-  let stopping: Promise<void> | null = null;
-  let died: WorkerRunnerStoppedError | null = null;
   let settle!: { resolve: () => void; reject: (e: unknown) => void };
   const promise = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
   // Marked handled here: a caller that never looks at runner.promise must not crash on it.
@@ -252,14 +174,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void suspect('listen_connection_lost', error); });
 
     // Tasks see graphile-worker's abort signal or ours, whichever comes first: we decide when calls are cut.
-    const track = (task: Task): Task => (payload, helpers) => {
-      const abortSignal = AbortSignal.any([helpers.abortSignal, gen.abort.signal]);
-      const running = Promise.resolve().then(() => task(payload, { ...helpers, abortSignal }));
-      const conversationId = (payload as { conversationId?: unknown } | null)?.conversationId;
-      gen.tasks.set(running, { jobId: String(helpers.job.id), conversationId: typeof conversationId === 'string' ? conversationId : null });
-      void running.then(() => gen.tasks.delete(running), () => gen.tasks.delete(running));
-      return running;
-    };
+    const track = (task: Parameters<typeof trackTask>[1]) => trackTask(gen, task);
     // Named prepared statements for the claim and the commit on a direct connection only, as for graphile-worker's own below.
     const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding, preparedStatements: !database.pooled };
     try {
@@ -299,82 +214,41 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     return gen;
   }
 
-  /**
-   * Stops a generation's runner: no new jobs; running ones may finish until
-   * `graceMs`, then their calls are aborted (an abort after the request was
-   * sent is an `unknown` attempt). Waits for its tasks within a bound, ends its
-   * pool. Never throws, never waits unbounded.
-   */
-  async function retire(gen: Generation, graceMs: number): Promise<void> {
-    gen.retired = true;
-    const stopped = gen.runner.stop().catch(() => {});
-    const abortAt = setTimeout(() => gen.abort.abort(), graceMs);
-    await bounded(Promise.allSettled([stopped, ...gen.tasks.keys()]), graceMs + 5000);
-    clearTimeout(abortAt);
-    if (gen.tasks.size > 0) {
-      logger.warn({ workerId, generation: gen.n, tasks: gen.tasks.size }, 'tasks of the retired runner are still running after their deadline; their claims are released now');
-    }
-    if (!(await bounded(poolEnd(gen.pool, 5000), 6000))) {
-      logger.warn({ workerId, generation: gen.n }, 'the retired runner still holds PostgreSQL clients; its pool is left to close');
-    }
-  }
-
-  /**
-   * Hands back what a retired generation held, except the claims of
-   * conversations its still-running tasks work on; retried until it works or
-   * the worker stops.
-   */
-  async function releaseOwn(gen: Generation, options: { all?: boolean } = {}): Promise<void> {
-    for (let delay = RECONNECT_FIRST_MS; ; delay = Math.min(delay * 2, RECONNECT_MAX_MS)) {
-      if (stopping) return;
-      try {
-        const running = options.all ? [] : [...gen.tasks.values()];
-        const busy = [...new Set(running.flatMap((t) => (t.conversationId === null ? [] : [t.conversationId])))];
-        const unlockedJobs = await workerJobsUnlock(database.pool, [...gen.graphileWorkerIds], running.map((t) => t.jobId));
-        const resumed = await ownClaimsRelease(database.pool, gen.claimOwner, busy);
-        logger.info({ workerId, generation: gen.n, graphileWorkerIds: [...gen.graphileWorkerIds], unlockedJobs, resumedClaims: resumed.length, stillRunning: gen.tasks.size },
-          'the retired runner\'s jobs and claims are handed back');
-        return;
-      } catch (error) {
-        if (stopping) return;
-        logger.warn({ err: error, workerId, generation: gen.n }, 'handing back the retired runner\'s jobs and claims failed; retrying');
-        await sleep(jitter(delay), wake.signal);
-      }
-    }
-  }
+  const retireGen = (gen: Generation, graceMs: number) => retire(gen, graceMs, logger, workerId);
+  const release = { pool: database.pool, logger, workerId, stopping: isStopping, wake: wake.signal };
 
   let recovery: Promise<void> = Promise.resolve();
   /** Single-flight: retire the runner, wait for PostgreSQL, start a new runner, hand back the old one's work. */
   function recover(reason: string, error: unknown): Promise<void> {
-    if (recovering || stopping || current === null) return recovery;
-    recovering = true;
-    recovery = recoverOnce(current, reason, error);
+    if (state.kind !== 'running') return recovery;
+    const old = state.generation;
+    move({ type: 'lost', reason });
+    recovery = recoverOnce(old, reason, error);
     return recovery;
   }
 
   async function recoverOnce(old: Generation, reason: string, error: unknown): Promise<void> {
     metrics.runnerUp.set(0);
-    current = null;
     const since = Date.now();
     const deadline = since + config.recoveryTimeoutMs;
     logger.error({ err: error ?? undefined, reason, workerId, generation: old.n },
       'worker lost its database or its graphile-worker runner: retiring the runner, reconnecting');
-    const retired = retire(old, callGraceMs);
+    const retired = retireGen(old, callGraceMs);
     retiring.set(old, retired);
     void retired.finally(() => retiring.delete(old));
 
     let delay = RECONNECT_FIRST_MS;
     let lastError: unknown = error;
     for (;;) {
-      if (stopping) return;
+      if (isStopping()) return;
       const answer = await databaseAnswers();
       if (answer === null) {
         try {
-          if (stopping) return;
+          if (isStopping()) return;
           const started = await startGeneration();
           // stop() came while the runner started: it is not ours to keep.
-          if (stopping) { await retire(started, config.shutdownTimeoutMs); return; }
-          current = started;
+          if (isStopping()) { await retireGen(started, config.shutdownTimeoutMs); return; }
+          move({ type: 'restarted', generation: started });
           break;
         } catch (startError) {
           lastError = startError;
@@ -394,35 +268,35 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       delay = Math.min(delay * 2, RECONNECT_MAX_MS);
     }
     restarts++;
-    recovering = false;
     metrics.restarts.inc({ reason });
     metrics.runnerUp.set(1);
-    logger.info({ workerId, generation: current.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
+    logger.info({ workerId, generation: runningGeneration(state)!.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
     // Now what the old runner's ended tasks held; the rest as each of its tasks ends (a call
     // that outlived the outage may still commit), and everything once the retirement is over.
     let retiredDone = false;
     void retired.then(() => { retiredDone = true; });
-    await releaseOwn(old);
-    while (old.tasks.size > 0 && !retiredDone && !stopping) {
+    await releaseOwn(old, release);
+    while (old.tasks.size > 0 && !retiredDone && !isStopping()) {
       await Promise.race([retired, ...[...old.tasks.keys()].map((task) => task.then(() => {}, () => {}))]);
-      await releaseOwn(old, { all: retiredDone });
+      await releaseOwn(old, release, { all: retiredDone });
     }
     // Deferrals the outage caused that landed after the hand-back (see ownOutageDeferralsRelease).
     for (const ms of [2000, 8000]) {
       await sleep(ms, wake.signal);
-      if (stopping || current === null) return;
+      if (state.kind !== 'running') return;
       const undeferred = await ownOutageDeferralsRelease(database.pool, workerId).catch(() => []);
       if (undeferred.length > 0) logger.info({ workerId, conversations: undeferred.length }, 'calls deferred by the outage made claimable');
     }
   }
 
+  // Single-flight guard of the check below (a check in progress, not a state of the worker).
   let suspecting = false;
   /**
    * A connection (the probe's, LISTEN) failed: recover only if PostgreSQL is
    * unreachable, i.e. a new session on each URL cannot answer. Single-flight.
    */
   async function suspect(reason: string, error: unknown): Promise<void> {
-    if (suspecting || recovering || stopping || current === null) return;
+    if (suspecting || state.kind !== 'running') return;
     suspecting = true;
     try {
       const answer = await freshSessionsAnswer();
@@ -430,7 +304,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         logger.warn({ err: error ?? undefined, reason, workerId }, 'a worker connection was lost but PostgreSQL answers a new session: no recovery');
         return;
       }
-      if (current !== null && !stopping) void recover(reason, answer);
+      if (state.kind === 'running') void recover(reason, answer);
     } finally {
       suspecting = false;
     }
@@ -459,8 +333,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   }
 
   function giveUp(error: WorkerRunnerStoppedError): void {
-    if (died) return;
-    died = error;
+    if (gaveUpError(state)) return;
+    move({ type: 'gave_up', error });
     logger.error({ err: error, workerId }, error.message);
     settle.reject(error);
   }
@@ -472,19 +346,18 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       metrics.databaseLastOk.set(Date.now() / 1000);
       const restarted = serverStartedAt !== null && startedAt !== serverStartedAt;
       serverStartedAt = startedAt;
-      if (restarted && current !== null && !recovering && !stopping) void recover('database_restarted', null);
+      if (restarted && state.kind === 'running') void recover('database_restarted', null);
     },
     lost: (error, definite) => {
-      if (current !== null && !recovering && !stopping && definite) void suspect('database_unreachable', error);
+      if (state.kind === 'running' && definite) void suspect('database_unreachable', error);
     },
   });
 
   try {
-    current = await startGeneration();
+    move({ type: 'started', generation: await startGeneration() });
   } catch (error) {
     await probe.close();
-    await configured.close();
-    await http?.close();
+    await closeServices();
     throw error;
   }
   metrics.runnerUp.set(1);
@@ -496,23 +369,23 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   probe.start();
   logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model, pooled: database.pooled }, 'worker started');
 
-  health = () => ({ running: current !== null && !recovering, recovering, databaseOkAt: probe.okAt(), restarts });
+  health = () => healthOf(state, probe.okAt(), restarts);
 
-  const stop = () => {
-    stopping ??= (async () => {
+  const stop = (): Promise<void> => {
+    if (state.kind === 'stopping') return state.done;
+    const gen = runningGeneration(state);
+    const gaveUpBefore = gaveUpError(state);
+    const done = (async () => {
       logger.info({ workerId }, 'worker stopping: no new jobs, waiting for running ones');
       wake.abort();
       fleetModels.stop();
       const probeClosed = bounded(probe.close(), 5000);
-      const gen = current;
-      current = null;
       const closing = (async () => {
-        await Promise.all([gen ? retire(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring.values(), recovery, probeClosed]);
-        await configured.close();
-        await http?.close();
+        await Promise.all([gen ? retireGen(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring.values(), recovery, probeClosed]);
+        await closeServices();
       })();
       let clean = true;
-      if (died) {
+      if (gaveUpBefore) {
         // Given up: the database is gone, so the retired runner's calls cannot commit, and stopping
         // can hang on it (graphile-worker's runner.stop() and the pool's sockets on a pooler that
         // hangs): its calls get the shutdown deadline, as on SIGTERM, not their whole grace.
@@ -529,16 +402,19 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         logger.warn({ workerId, shutdownTimeoutMs: config.shutdownTimeoutMs, retiredRunners: retiring.size },
           'worker stopped without a clean stop: what had not stopped within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS after the give-up is left (its database does not answer)');
       }
-      if (died) throw died;
+      const gaveUp = gaveUpError(state);
+      if (gaveUp) throw gaveUp;
       settle.resolve();
     })();
-    return stopping;
+    move({ type: 'stop', done });
+    return done;
   };
 
   const runner: Runner = {
-    stop: (reason?: string) => (current ? current.runner.stop(reason) : Promise.reject(new Error('Runner is already stopped'))),
-    kill: (reason?: string) => (current ? current.runner.kill(reason) : Promise.resolve()),
+    stop: (reason?: string) => runningGeneration(state)?.runner.stop(reason) ?? Promise.reject(new Error('Runner is already stopped')),
+    kill: (reason?: string) => runningGeneration(state)?.runner.kill(reason) ?? Promise.resolve(),
     addJob: ((...args: Parameters<Runner['addJob']>) => {
+      const current = runningGeneration(state);
       if (!current) return Promise.reject(new Error('the worker has no running runner (stopping or recovering)'));
       return current.runner.addJob(...args);
     }) as Runner['addJob'],
@@ -554,107 +430,4 @@ function assertSummarizer(value: unknown): asserts value is Summarizer {
   if (s === null || typeof s !== 'object' || typeof s.summarize !== 'function' || typeof s.model !== 'string' || s.model.trim() === '') {
     throw new WorkerStartError('the summarizer given to the worker is not one: it needs a non-empty `model` (the identity its summaries record) and a `summarize(request)` function');
   }
-}
-
-interface Probe {
-  start(): void;
-  /** One `select 1` now. @throws when PostgreSQL does not answer. */
-  check(): Promise<void>;
-  okAt(): number | null;
-  /** Stops probing; resolves once its connection has closed. */
-  close(): Promise<void>;
-}
-
-/**
- * One round trip every PROBE_INTERVAL_MS on a connection of its own (a busy
- * pool must not look like a dead database), reading the server's start time
- * (`pg_postmaster_start_time()`: a restart that came back between two probes
- * still shows). A lost connection is reported definite at once (a restart
- * cuts every session; the worker then asks a new session); a slow answer
- * only on the second in a row.
- */
-function createProbe(connectionString: string, on: { ok(serverStartedAt: string): void; lost(error: unknown, definite: boolean): void }): Probe {
-  let client: pg.Client | null = null;
-  let okAt: number | null = null;
-  let timer: NodeJS.Timeout | null = null;
-  let closed = false;
-  let slow = 0;
-  let inFlight: Promise<void> | null = null;
-
-  const drop = (c: pg.Client): Promise<void> => {
-    if (client === c) client = null;
-    return c.end().catch(() => {});
-  };
-  async function connected(): Promise<pg.Client> {
-    if (client) return client;
-    const c = new pg.Client({ connectionString, application_name: 'sourcebound-health', connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS });
-    c.on('error', (error) => {
-      drop(c);
-      if (!closed) on.lost(error, true);
-    });
-    await c.connect().catch((error: unknown) => { c.end().catch(() => {}); throw error; });
-    if (closed) { c.end().catch(() => {}); throw new Error('probe closed'); }
-    client = c;
-    return c;
-  }
-  async function check(): Promise<void> {
-    inFlight ??= (async () => {
-      const c = await connected();
-      let startedAt: string;
-      try {
-        const { rows } = await c.query<{ startedAt: string }>('select pg_postmaster_start_time()::text as "startedAt"');
-        startedAt = rows[0]!.startedAt;
-      } catch (error) {
-        drop(c);
-        throw error;
-      }
-      okAt = Date.now();
-      slow = 0;
-      on.ok(startedAt);
-    })().finally(() => { inFlight = null; });
-    return inFlight;
-  }
-  const tick = async () => {
-    timer = null;
-    try {
-      await check();
-    } catch (error) {
-      const timedOut = /timeout/i.test((error as Error)?.message ?? '');
-      slow = timedOut ? slow + 1 : 0;
-      if (!closed) on.lost(error, !timedOut || slow >= 2);
-    }
-    if (!closed) timer = setTimeout(tick, PROBE_INTERVAL_MS);
-  };
-  return {
-    start() { if (!closed && timer === null) timer = setTimeout(tick, PROBE_INTERVAL_MS); },
-    check,
-    okAt: () => okAt,
-    async close() {
-      closed = true;
-      if (timer) clearTimeout(timer);
-      if (client) await drop(client);
-    },
-  };
-}
-
-/** One fresh session answers `select 1`. @throws otherwise. */
-async function oneShot(connectionString: string): Promise<void> {
-  const c = new pg.Client({ connectionString, connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    await c.query('select 1');
-  } finally {
-    await c.end().catch(() => {});
-  }
-}
-
-/** true when `promise` settled within `ms`. */
-async function bounded(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), ms); });
-  const done = promise.then(() => true, () => true);
-  const result = await Promise.race([done, timeout]);
-  clearTimeout(timer);
-  return result;
 }
