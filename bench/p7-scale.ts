@@ -190,7 +190,7 @@ async function sweep(ctx: BenchContext, result: BenchResult): Promise<void> {
          from sourcebound.pairs p where p.conversation_id = any($1::uuid[]) and p.pair_index = 3 and m.id = p.user_message_id`, [edited.slice(i, i + 1000)]);
     }
     await db.query('delete from graphile_worker._private_jobs');
-    // As autovacuum would (it may be off here): add_job's plans go bad on stale statistics (STACK.md).
+    // As autovacuum would (it may be off here): add_job's plans go bad on stale statistics.
     await db.query('analyze sourcebound.compaction_marks, graphile_worker._private_jobs');
     const repairRuns: number[] = [];
     const reached = new Set<string>();

@@ -3,12 +3,13 @@ import { loadConfig, type Config, type LogLevel } from '../support/config.ts';
 import { decimalIntegerProblem, parseDecimalInteger } from '../support/integers.ts';
 import { createLogger, type Logger } from '../support/logger.ts';
 import { openDatabase, type Database } from '../db/database.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /** How a person runs this CLI: the installed package's bin, or the repository's source entry. */
 export const CLI_COMMAND = import.meta.url.includes('/dist/src/cli/') ? 'npx sourcebound' : 'node bin/sourcebound.js';
 
 /** Wrong arguments: the CLI prints the message and the command's usage, exit 2. */
-export class UsageError extends Error {
+export class UsageError extends SourceboundError {
   override name = 'UsageError';
 }
 

@@ -1,3 +1,5 @@
+import { SourceboundError } from '../support/errors.ts';
+import { databaseCondition } from '../db/database-errors.ts';
 import { conversationIdArg, parseCommandArgs, withSession, type Command } from './common.ts';
 
 export const enqueueCommand: Command = {
@@ -11,8 +13,8 @@ export const enqueueCommand: Command = {
       try {
         await database.pool.query('select sourcebound.enqueue_compaction($1)', [conversationId]);
       } catch (error) {
-        if ((error as { code?: string }).code === 'P0002') {
-          throw Object.assign(new Error(`conversation ${conversationId} does not exist`), { exitQuietly: true });
+        if (databaseCondition(error)?.kind === 'not_found') {
+          throw Object.assign(new SourceboundError(`conversation ${conversationId} does not exist`), { exitQuietly: true });
         }
         throw error;
       }

@@ -3,6 +3,7 @@ import { ConfigError } from '../support/config.ts';
 import { SummarizerConfigError } from '../conversation/compact.ts';
 import { DatabaseUnreachableError } from '../db/database.ts';
 import { UsageError, type Command } from './common.ts';
+import { databaseCondition, databaseErrorFields } from '../db/database-errors.ts';
 import { migrateCommand } from './migrate-command.ts';
 import { workerCommand } from './worker-command.ts';
 import { enqueueCommand } from './enqueue-command.ts';
@@ -65,11 +66,12 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`sourcebound ${command.name}: ${(error as Error).message}\n`);
       return 1;
     }
-    const code = (error as { code?: unknown }).code;
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
+    const condition = databaseCondition(error);
+    if (condition) {
       // The database refused (a state or a lock, not a bug here): its message and SQLSTATE, no stack.
-      // A missing table or schema (42P01, 3F000) is almost always a database nobody migrated.
-      const hint = code === '42P01' || code === '3F000' ? '; is the database migrated? run `sourcebound migrate` first' : '';
+      // A missing table or schema is almost always a database nobody migrated.
+      const code = databaseErrorFields(error)!.code;
+      const hint = condition.kind === 'not_migrated' ? '; is the database migrated? run `sourcebound migrate` first' : '';
       process.stderr.write(`sourcebound ${command.name}: the database refused: ${(error as Error).message} (SQLSTATE ${code})${hint}\n`);
       return 1;
     }

@@ -4,8 +4,7 @@ import * as q from '../db/queries/summaries.ts';
 import type { Queryable } from '../db/queryable.ts';
 
 /**
- * Claim (DESIGN.md "Job identity and claim"): one statement,
- * sourcebound.claim_range() (0025_claim_path.sql), takes the
+ * Claim (docs/design.md): one statement, sourcebound.claim_range(), takes the
  * range's advisory lock, reads its ten pairs from the eligibility definition,
  * computes ids and hash, and inserts or takes over the record of that
  * identity under a lease. The unique constraint on the identity is the final

@@ -12,10 +12,10 @@ import { commitOutcome, type CommitResult, type RetryDelays } from './commit.ts'
  * was lost (terminated backend, cut socket, restart) is tried again on a new
  * connection, until the claim's lease ends. Left alone, the claim would run
  * out its lease and its takeover would count the attempt as unknown, spent:
- * an answer paid for and thrown away (fault scenario 3 ended with ranges
- * failed for good that way).
+ * an answer paid for and thrown away (test/faults/03-connection-faults.test.ts
+ * ended with ranges failed for good that way).
  *
- * Why a retry is safe: commit_summary() (0023, 0025) settles only an open attempt
+ * Why a retry is safe: sourcebound.commit_summary() settles only an open attempt
  * of a running record under our lease, and re-reads and re-hashes the source
  * before it completes anything. A first commit that did land before its
  * connection was cut leaves the attempt settled, so the retry changes nothing

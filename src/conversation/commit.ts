@@ -3,7 +3,7 @@ import type { Outcome } from '../support/summary-contract.ts';
 import * as q from '../db/queries/summaries.ts';
 import type { Queryable } from '../db/queryable.ts';
 
-/** At most two attempts per identity (DESIGN.md "Attempts, failure, immutability"); the database's commit_summary() counts them. */
+/** At most two attempts per identity (docs/design.md); the database's commit_summary() counts them. */
 export const MAX_ATTEMPTS = 2;
 
 /**
@@ -36,8 +36,7 @@ export interface RetryDelays {
 export const DEFAULT_RETRY_DELAYS: Readonly<RetryDelays> = Object.freeze({ deferMs: 30_000, afterSpentMs: 1_000 });
 
 /**
- * Settles one attempt in one statement, sourcebound.commit_summary()
- * (0025_claim_path.sql): the lease must still be ours; an `ok`
+ * Settles one attempt in one statement, sourcebound.commit_summary(): the lease must still be ours; an `ok`
  * summary is committed only after the source is re-read and re-hashed, and a
  * completed range's mark is cleared in the same statement. The grounding
  * check was made before (compact.ts, in TypeScript, with no transaction

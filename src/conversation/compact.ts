@@ -7,9 +7,10 @@ import { claimNextRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
 import { conversationMaterial } from './material.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /** Raised when the summarizer's configuration is wrong (no key, 401...): the job fails loudly, no attempt spent. */
-export class SummarizerConfigError extends Error {
+export class SummarizerConfigError extends SourceboundError {
   override name = 'SummarizerConfigError';
 }
 
@@ -58,9 +59,9 @@ const MAX_PASSES = 100;
 /**
  * Compacts the ranges of a conversation that need work, oldest first: the
  * ranges its marks name (gained or changed since a record last bound them,
- * 0023_compaction_functions.sql), so a job costs what needs work, not the
+ * sourcebound.compaction_marks), so a job costs what needs work, not the
  * conversation's length. For each: claim (the claim finds the next mark
- * itself, 0025_claim_path.sql), call the summarizer with no transaction
+ * itself, sourcebound.claim_range()), call the summarizer with no transaction
  * open, commit. A one-range job is two statements. Writes nothing to
  * messages or runs. A deferral stops the walk (the provider is refusing); a
  * busy range is skipped: its holder is working on it. When a pass reaches the

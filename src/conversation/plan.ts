@@ -1,9 +1,9 @@
 /**
- * Planning (DESIGN.md "Planning (fixed window)"). A target is exactly ten
+ * Planning (docs/design.md). A target is exactly ten
  * pairs aligned on a multiple of ten; the newest 20 pairs are never part of a
  * target; nothing is planned below 30 pairs. Planning only names ranges: a
  * summary is usable only once a completed, source-valid record exists.
- * The SQL twin is sourcebound.plannable_range_count() (0002_enqueue.sql).
+ * The SQL twin is sourcebound.plannable_range_count().
  */
 
 /** Pairs per summary range. */

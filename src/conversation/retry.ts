@@ -9,6 +9,7 @@ import { claimRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, MAX_ATTEMPTS } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
 import { SummarizerConfigError, type CompactionContext } from './compact.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /**
  * Retry of a range that failed for good (two attempts of its identity
@@ -25,7 +26,7 @@ import { SummarizerConfigError, type CompactionContext } from './compact.ts';
  */
 
 /** Raised when a retry is refused (nothing failed, already completed, the same identity): the message says why and what to do. */
-export class RetryRefusedError extends Error {
+export class RetryRefusedError extends SourceboundError {
   override name = 'RetryRefusedError';
   readonly exitQuietly = true;
 }

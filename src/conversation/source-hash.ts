@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /**
- * Source hash (DESIGN.md "Job identity and claim"): SHA-256 over a versioned,
+ * Source hash (docs/design.md): SHA-256 over a versioned,
  * length-prefixed encoding of all ten pairs of a range, so no two different
  * sources can encode to the same bytes (plain concatenation could: "ab"+"c"
  * and "a"+"bc"). The same function is used at claim, at commit and at

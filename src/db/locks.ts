@@ -3,7 +3,7 @@
  * One place, so two features can never take each other's locks by accident.
  */
 export const LOCK_NS = Object.freeze({
-  /** Serializes changes to one conversation's pairs (0003_pair_index.sql). */
+  /** Serializes changes to one conversation's pairs (sourcebound.refresh_pair(), sourcebound.pairs_lock()). */
   pairs: 74201,
   /** Serializes claims of one summary range (src/conversation/claim.ts). */
   summaryClaim: 74202,

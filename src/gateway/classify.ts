@@ -51,7 +51,7 @@ const KNOWN_STOP_REASONS = new Set([
 
 /**
  * Statuses where the provider refused before any generation: 429 rate limit,
- * 503 unavailable, 529 overloaded (DESIGN "Attempts"), plus 408 (the server
+ * 503 unavailable, 529 overloaded (docs/design.md), plus 408 (the server
  * gave up reading our request) and 409 (conflict before processing). No
  * attempt is spent.
  */

@@ -6,7 +6,7 @@ import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { evaluate, type Evaluated } from './assemble.ts';
 import { hypothetical, type Candidate } from './candidate.ts';
-import { isUniqueViolation } from './run-errors.ts';
+import { isWriteRace } from './run-errors.ts';
 import { RUN_HASH_VERSION } from './run-hash.ts';
 import { escapedBytes } from './wire.ts';
 import { minSummaryRoom, SUMMARY_NOTE, summaryNote, type RequestInput } from './request-slots.ts';
@@ -101,8 +101,7 @@ export async function commitCheckpoint(
     });
     return null;
   } catch (error) {
-    const code = (error as { code?: string }).code;
-    if (code !== '23000' && !isUniqueViolation(error)) throw error;
+    if (!isWriteRace(error)) throw error;
     await rollbackTo(client, 'checkpoint');
     return `stale_candidate:${(error as Error).message}`;
   }

@@ -1,5 +1,5 @@
 /**
- * Run compaction (DESIGN.md "System 2"): keep one long Run's next model
+ * Run compaction (docs/runs.md): keep one long Run's next model
  * request under byte pressure without letting a summary rewrite what
  * happened. See src/run/README.md and the Terminology in types.ts.
  */

@@ -4,7 +4,7 @@ import { INT4_MAX } from './stored.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**
- * The defaults of DESIGN.md "System 2": application thresholds on the
+ * The defaults of run compaction (docs/runs.md): application thresholds on the
  * serialized request, not a provider's context window.
  */
 export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({

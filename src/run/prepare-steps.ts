@@ -17,7 +17,7 @@ import { type Candidate, type Chunk, type MaterialSizes, type Plan, blockingUnit
 import { type Fitted, floorOf } from './fitting.ts';
 import { type StepGoal } from './gate.ts';
 import { type RequestInput, minSummaryRoom, warningReserve } from './request-slots.ts';
-import { RunPolicyError, isUniqueViolation } from './run-errors.ts';
+import { RunPolicyError, isUniqueViolation, isWriteRace } from './run-errors.ts';
 import { RUN_HASH_VERSION } from './run-hash.ts';
 import { INT4_MAX } from './stored.ts';
 import { charLimitFor } from './summarize.ts';
@@ -217,8 +217,7 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
       leaseExpiresAt: new Date(context.clock() + policy.summaryDeadlineMs + policy.leaseGraceMs),
     });
   } catch (error) {
-    const code = (error as { code?: string }).code;
-    if (code !== '23000' && !isUniqueViolation(error)) throw error;
+    if (!isWriteRace(error)) throw error;
     await rollbackTo(client, 'dispatch');
     return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report, plan: planned, ...known });
   }

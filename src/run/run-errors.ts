@@ -1,10 +1,13 @@
+import { databaseCondition } from '../db/database-errors.ts';
+import { SourceboundError } from '../support/errors.ts';
+
 /**
- * Errors of run compaction: one base class carrying `cause`, and one function
- * that maps PostgreSQL's SQLSTATE codes to them.
+ * Errors of run compaction: one base class under SourceboundError, and one
+ * function that turns a database condition (db/database-errors.ts) into them.
  */
 
-/** Base of every error this module throws on purpose. */
-export class RunCompactionError extends Error {
+/** Base of every error run compaction throws on purpose. */
+export class RunCompactionError extends SourceboundError {
   override name = 'RunCompactionError';
 }
 
@@ -39,26 +42,25 @@ export class RunPolicyError extends RunCompactionError {
  * cause); anything else is returned unchanged.
  */
 export function historyErrorFrom(error: unknown, what: string): unknown {
-  const code = (error as { code?: unknown } | null)?.code;
-  switch (code) {
-    case '23000': // integrity_constraint_violation: our guard triggers
-    case '23502': // not_null_violation
-    case '23503': // foreign_key_violation
-    case '23505': // unique_violation
-    case '23514': // check_violation
-    case '22P02': // invalid_text_representation (a malformed uuid)
-    case '22021': // character_not_in_repertoire (a NUL in text)
-    // The two below are checked before writing (stored.ts); mapped too, so one missed never leaks as a DatabaseError.
-    case '22P05': // untranslatable_character (a NUL in jsonb)
-    case '22003': // numeric_value_out_of_range (past an integer column)
+  switch (databaseCondition(error)?.kind) {
+    case 'guard': // our guard triggers
+    case 'not_null_violation':
+    case 'foreign_key_violation':
+    case 'unique_violation':
+    case 'check_violation':
+    // A malformed uuid, a NUL in text; a NUL in jsonb and a value past an integer column are checked
+    // before writing (stored.ts), mapped too, so one missed never leaks as a DatabaseError.
+    case 'invalid_value':
       return new RunHistoryError(`${what}: ${(error as Error).message}`, { cause: error });
     default:
       return error;
   }
 }
 
-/** True for a unique violation (SQLSTATE 23505), optionally of one named constraint. */
-export function isUniqueViolation(error: unknown, constraint?: string): boolean {
-  const e = error as { code?: unknown; constraint?: unknown } | null;
-  return e?.code === '23505' && (constraint === undefined || e.constraint === constraint);
+/** A guard trigger's refusal or a unique violation: another writer got there first (the caller retries or re-reads). */
+export function isWriteRace(error: unknown): boolean {
+  const kind = databaseCondition(error)?.kind;
+  return kind === 'guard' || kind === 'unique_violation';
 }
+
+export { isUniqueViolation } from '../db/database-errors.ts';

@@ -1,5 +1,5 @@
 /**
- * Run compaction (DESIGN.md "System 2: run compaction").
+ * Run compaction (docs/runs.md).
  *
  * Terminology
  * - Run history: the ordered, append-only record of one Run: the initial user

@@ -4,7 +4,7 @@ import type { CatalogEntry, RunRequest, RunRequestItem, ThinkingBlock, ToolPropo
 /**
  * The wire form: a RunRequest in Anthropic Messages shape. This is the one
  * definition of what is sent, and its sizes are what run compaction measures
- * (DESIGN.md: "what is measured is the exact body sent to the provider"):
+ * (docs/runs.md: what is measured is the exact body sent to the provider):
  * `requestBytes(request)` is the UTF-8 length of `JSON.stringify(toAnthropicRequest(request))`,
  * computed from per-item parts so fitting never serializes the whole request
  * once per decision.

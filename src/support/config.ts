@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import { GROUNDING_POLICIES, SUMMARY_CHAR_CEILING, type GroundingPolicy } from './summary-contract.ts';
 import { decimalIntegerProblem, parseDecimalInteger } from './integers.ts';
+import { SourceboundError } from './errors.ts';
 
 /**
  * Configuration: the environment is read and validated once, here, and turned
@@ -10,7 +11,7 @@ import { decimalIntegerProblem, parseDecimalInteger } from './integers.ts';
  */
 
 /** Raised when the environment is invalid; the message says what to set. */
-export class ConfigError extends Error {
+export class ConfigError extends SourceboundError {
   override name = 'ConfigError';
 }
 

@@ -1,4 +1,5 @@
-import { databaseErrorFields, SourceboundError } from '../support/errors.ts';
+import { databaseCondition } from '../db/database-errors.ts';
+import { SourceboundError } from '../support/errors.ts';
 import { MESSAGE_ROLES, MESSAGE_STATUSES, RUN_STATUSES, type MessageRole, type RunStatus } from './types.ts';
 
 /**
@@ -82,28 +83,28 @@ export interface TurnWrite {
  * writer (or a changed schema) can still bring about.
  */
 export function turnErrorFrom(error: unknown, write: TurnWrite): unknown {
-  const fields = databaseErrorFields(error);
-  if (!fields) return error;
+  const condition = databaseCondition(error);
+  if (!condition || !('constraint' in condition)) return error;
   const { operation } = write;
   const cause = { cause: error };
-  switch (`${fields.code}:${fields.constraint ?? ''}`) {
-    case '23514:runs_status_known':
+  switch (`${condition.kind}:${condition.constraint ?? ''}`) {
+    case 'check_violation:runs_status_known':
       return new TurnInputError(operation, 'status', RUN_STATUSES, write.runStatus, cause);
-    case '23514:messages_status_known':
+    case 'check_violation:messages_status_known':
       return new TurnInputError(operation, 'message status', MESSAGE_STATUSES, write.messageStatus, cause);
-    case '23514:messages_role_known':
+    case 'check_violation:messages_role_known':
       return new TurnInputError(operation, 'role', MESSAGE_ROLES, write.role, cause);
-    case '23514:conversations_scope_not_empty':
+    case 'check_violation:conversations_scope_not_empty':
       return new TurnInputError(operation, 'scope', 'a non-empty string', write.scope, cause);
-    case '23505:messages_run_role_key':
+    case 'unique_violation:messages_run_role_key':
       return new TurnStateError(
         `${operation}: run ${write.runId} already has ${write.role === 'user' ? 'a user message' : 'an assistant reply'} (another writer added it meanwhile)`,
         write.runId ?? '', undefined, cause);
     // The conversation (or run) was deleted between the check and the insert.
-    case '23503:runs_conversation_id_conversations_id_fk':
-    case '23503:messages_conversation_id_conversations_id_fk':
+    case 'foreign_key_violation:runs_conversation_id_conversations_id_fk':
+    case 'foreign_key_violation:messages_conversation_id_conversations_id_fk':
       return new TurnNotFoundError(operation, 'conversationId', write.conversationId ?? '', write.scope, cause);
-    case '23503:messages_run_same_conversation_fk':
+    case 'foreign_key_violation:messages_run_same_conversation_fk':
       return new TurnNotFoundError(operation, 'runId', write.runId ?? '', write.scope, cause);
     default:
       return error;

@@ -1,12 +1,13 @@
 import type pg from 'pg';
-import { databaseErrorFields, SourceboundError } from '../support/errors.ts';
+import { databaseCondition } from '../db/database-errors.ts';
+import { SourceboundError } from '../support/errors.ts';
 import type { TurnDatabase } from './types.ts';
 
 /**
  * Runs one helper's statements as one unit on `db`:
  * - a pool: BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT on a checked-out
  *   client. Read committed whatever the server's default: the pair triggers
- *   refuse writes from a transaction snapshot (migration 0031).
+ *   refuse writes from a transaction snapshot (sourcebound.pair_write_refused()).
  * - an idle client: the same, on that client.
  * - a client inside the caller's transaction: a savepoint, released on
  *   success and rolled back to on a throw, so the caller's transaction stays
@@ -36,7 +37,7 @@ export async function inTurnTransaction<T>(db: TurnDatabase, operation: string, 
   if (status !== 'T') return ownTransaction(db, fn);
   // The status is the one of the last ReadyForQuery: a query that just failed may not have reported it yet.
   await db.query('savepoint sourcebound_turn').catch((error: unknown) => {
-    throw databaseErrorFields(error)?.code === '25P02' ? aborted(error) : error;
+    throw databaseCondition(error)?.kind === 'in_failed_transaction' ? aborted(error) : error;
   });
   try {
     const value = await fn(db);

@@ -1,6 +1,7 @@
 import { createServer } from 'node:http';
 import type { Registry } from 'prom-client';
 import type { WorkerHealth } from './health.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /**
  * The worker's opt-in HTTP port (SOURCEBOUND_METRICS_PORT): `/healthz` for a
@@ -22,7 +23,7 @@ export interface WorkerHttp {
  * resolve to an address of this machine). One line naming both settings; the
  * CLI prints it without a stack and exits 1.
  */
-export class MetricsListenError extends Error {
+export class MetricsListenError extends SourceboundError {
   override name = 'MetricsListenError';
   readonly exitQuietly = true;
   constructor(host: string, port: number, cause: NodeJS.ErrnoException) {

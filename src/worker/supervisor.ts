@@ -99,7 +99,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   }
   const metrics = createWorkerMetrics({ pool: database.pool });
   // /healthz and /metrics listen before any job can be taken: a port that cannot be
-  // opened ends the start here, with nothing running (DESIGN: exit non-zero, never hang).
+  // opened ends the start here, with nothing running (exit non-zero, never hang).
   // Until the runner is up, /healthz answers 503 (no runner).
   let health = (): WorkerHealth => NOT_STARTED;
   let http: WorkerHttp | null = null;
@@ -196,7 +196,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         gracefulShutdownAbortTimeout: callGraceMs,
         preset: {
           // With batching on, a job finishing during shutdown may never be marked
-          // complete and stays locked for 4 hours (STACK.md): complete at once.
+          // complete and stays locked for 4 hours (graphile-worker 0.17): complete at once.
           worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 },
         },
       });

@@ -1,9 +1,11 @@
+import { SourceboundError } from '../support/errors.ts';
+
 /**
  * The worker gave up: it lost its database (or its runner) and could not start
  * again within SOURCEBOUND_RECOVERY_TIMEOUT_MS. The process must not look like
  * it stopped cleanly: a process manager has to start it again.
  */
-export class WorkerRunnerStoppedError extends Error {
+export class WorkerRunnerStoppedError extends SourceboundError {
   override name = 'WorkerRunnerStoppedError';
   /** The CLI prints the message alone (no stack) and exits 1. */
   readonly exitQuietly = true;
@@ -14,7 +16,7 @@ export class WorkerRunnerStoppedError extends Error {
  * /metrics port cannot be opened. Nothing was started; the CLI prints the
  * message alone and exits 1.
  */
-export class WorkerStartError extends Error {
+export class WorkerStartError extends SourceboundError {
   override name = 'WorkerStartError';
   readonly exitQuietly = true;
 }

@@ -8,7 +8,7 @@
 import type { MaterialItem, Outcome } from '../../src/support/summary-contract.ts';
 
 /**
- * Grounding (DESIGN.md "Summarizer input and contract"): every checkable fact
+ * Grounding (docs/grounding.md): every checkable fact
  * of a summary must occur in the material the summarizer was given. One
  * module for both systems: conversation ranges (src/compaction) and Run
  * checkpoints (src/run) call `groundOutcome` on the summarizer's answer

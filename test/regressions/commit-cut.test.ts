@@ -14,7 +14,7 @@ import { until } from '../support/processes.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 
 /**
- * Regression (fault scenario 3 ended with 2-5 of 40 ranges failed for good):
+ * Regression (test/faults/03-connection-faults.test.ts ended with 2-5 of 40 ranges failed for good):
  * a commit whose connection was cut failed the task with the model's answer
  * in hand; the claim ran out its lease and the takeover settled the attempt
  * as `unknown`, spent. Two such cuts and the identity was failed for good.

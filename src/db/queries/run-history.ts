@@ -3,7 +3,7 @@
  * corrections, model turns), tool units and the application's model request receipts.
  * Callers pass a pool or a checked-out client; statements that must run together are run by
  * the caller inside one BEGIN ... COMMIT on one client.
- * Tables: src/db/schema/runs-history.ts; guards: migrations 0007-0011.
+ * Tables: src/db/schema/runs-history.ts; guards: the run_*_guard triggers.
  */
 import type pg from 'pg';
 import type { Queryable } from '../queryable.ts';

@@ -1,6 +1,6 @@
 /**
  * Summary request receipts of run compaction: written before the summary call, settled once
- * (guard: migration 0010).
+ * (guard: the run_summary_requests_guard trigger).
  */
 import type { Queryable } from '../queryable.ts';
 
