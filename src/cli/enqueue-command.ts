@@ -1,5 +1,6 @@
 import { SourceboundError } from '../support/errors.ts';
 import { databaseCondition } from '../db/database-errors.ts';
+import { compactionEnqueue } from '../db/queries/queue.ts';
 import { conversationIdArg, parseCommandArgs, withSession, type Command } from './common.ts';
 
 export const enqueueCommand: Command = {
@@ -11,7 +12,7 @@ export const enqueueCommand: Command = {
     const conversationId = conversationIdArg(positionals[0]);
     await withSession(async ({ database }) => {
       try {
-        await database.pool.query('select sourcebound.enqueue_compaction($1)', [conversationId]);
+        await compactionEnqueue(database.pool, conversationId);
       } catch (error) {
         if (databaseCondition(error)?.kind === 'not_found') {
           throw Object.assign(new SourceboundError(`conversation ${conversationId} does not exist`), { exitQuietly: true });

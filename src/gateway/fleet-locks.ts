@@ -2,6 +2,7 @@ import pg from 'pg';
 import { sleep } from '../support/backoff.ts';
 import type { GatewayLogger } from './gateway-logger.ts';
 import type { Release } from './semaphore.ts';
+import { admissionChannelListen, admissionSlotRelease, admissionSlotTry } from '../db/queries/admission-slots.ts';
 
 /**
  * Fleet-wide slots: slot k of N is the session advisory lock
@@ -80,7 +81,7 @@ export function createFleetLocks(options: FleetLocksOptions): FleetLocks {
     c.on('notification', () => wakeAll());
     try {
       await c.connect();
-      await c.query(`LISTEN "${channel}"`);
+      await admissionChannelListen(c, channel);
     } catch (err) {
       c.end().catch(() => {});
       throw err;
@@ -109,9 +110,9 @@ export function createFleetLocks(options: FleetLocksOptions): FleetLocks {
     const gen = generation;
     for (let slot = 0; slot < limit; slot++) {
       if (held.has(slot)) continue;
-      const { rows } = await c.query<{ ok: boolean }>('select pg_try_advisory_lock($1::int4, $2::int4) as ok', [namespace, slot]);
+      const ok = await admissionSlotTry(c, namespace, slot);
       if (gen !== generation) return null; // the connection died under us: that lock is gone with it
-      if (rows[0]?.ok) {
+      if (ok) {
         held.add(slot);
         return { slot, generation: gen };
       }
@@ -135,7 +136,7 @@ export function createFleetLocks(options: FleetLocksOptions): FleetLocks {
       held.delete(slot);
       // Serialised with the tries (pg wants one query at a time per client): a later local try runs after
       // the unlock. The NOTIFY wakes waiters in every process once the slot is really free.
-      void serialised(() => c.query('select pg_advisory_unlock($1::int4, $2::int4), pg_notify($3, \'\')', [namespace, slot, channel]))
+      void serialised(() => admissionSlotRelease(c, namespace, slot, channel))
         .catch((err: unknown) => logger.warn({ err, namespace, slot }, 'admission unlock failed; the slot frees when the connection closes'));
     };
   }

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Outcome, Summarizer, SummaryRequest } from '../support/summary-contract.ts';
 import type { RangeResult } from '../conversation/compact.ts';
+import { compactionQueueRead } from '../db/queries/queue.ts';
 
 /**
  * Worker metrics (Prometheus, via prom-client), one registry per worker so two
@@ -28,12 +29,6 @@ export interface WorkerMetrics {
   fleetModelIdentities: Gauge;
 }
 
-/** Queue gauges' query: runnable compaction jobs and the oldest one's wait (graphile-worker's public `jobs` view). */
-const QUEUE_SQL = `select count(*)::int as depth,
-    coalesce(extract(epoch from now() - min(run_at)), 0)::float8 as oldest
-  from graphile_worker.jobs
-  where task_identifier = 'compact_conversation' and locked_at is null and run_at <= now() and attempts < max_attempts`;
-
 /** Scrapes must answer even when the database does not: the queue query gets this long. */
 const QUEUE_TIMEOUT_MS = 2000;
 
@@ -47,7 +42,7 @@ export function createWorkerMetrics(options: { pool: pg.Pool; defaultMetrics?: b
     if (read === null || Date.now() - read.at > 500) {
       read = {
         at: Date.now(),
-        promise: withTimeout(options.pool.query<{ depth: number; oldest: number }>(QUEUE_SQL), QUEUE_TIMEOUT_MS).then((r) => r.rows[0]!, () => null),
+        promise: withTimeout(compactionQueueRead(options.pool), QUEUE_TIMEOUT_MS).then((row) => row, () => null),
       };
     }
     return read.promise;
