@@ -5,18 +5,23 @@ import type { WorkerRunnerStoppedError } from './worker-errors.ts';
  * The supervisor's state (docs/worker.md): one value, changed only by
  * `transition`, where there were flags (current, recovering, stopping, died).
  *
- *                 started                      lost (probe: restart or fresh
- *   starting ─────────────────> running ─────> sessions fail; runner stopped
- *                                 ^  │          or failed; worker fatal error)
- *                       restarted │  v
- *                                recovering ──── gave_up (no new runner within
- *                                    │    \        SOURCEBOUND_RECOVERY_TIMEOUT_MS):
- *                                    │     \       runner.promise rejects
- *                                    │      v
- *                 stop (from running, recovering or gave_up)
- *                                    v
- *                                 stopping ── (gave_up while stopping: kept
- *                                               on the state, stop() throws it)
+ *               started             lost                   timeout
+ *   starting ──────────> running ─────────> recovering ─────────> gave_up
+ *                         │   ^                 │  │                 │
+ *                         │   └── restarted ────┘  │                 │
+ *                         │                        │                 │
+ *                        stop                     stop              stop
+ *                         │                        v                 │
+ *                         └──────────────────> stopping <────────────┘
+ *
+ * "timeout": no new runner within SOURCEBOUND_RECOVERY_TIMEOUT_MS;
+ * runner.promise rejects. A give-up that lands while stopping is kept on the
+ * stopping state, and stop() throws it.
+ *
+
+ * "lost": the probe saw a new server start time, or a fresh session could not
+ * answer after a lost probe or LISTEN connection; the runner stopped or
+ * failed by itself; graphile-worker's fatal error.
  *
  * - running: one generation (runner, pool, claim owner) takes jobs.
  * - recovering: the old generation is being retired; the supervisor retries
