@@ -17,8 +17,6 @@ import type { WorkerRunnerStoppedError } from './worker-errors.ts';
  * "timeout": no new runner within SOURCEBOUND_RECOVERY_TIMEOUT_MS;
  * runner.promise rejects. A give-up that lands while stopping is kept on the
  * stopping state, and stop() throws it.
- *
-
  * "lost": the probe saw a new server start time, or a fresh session could not
  * answer after a lost probe or LISTEN connection; the runner stopped or
  * failed by itself; graphile-worker's fatal error.
