@@ -1,6 +1,6 @@
 /**
  * Grounding probes: rewrites a model makes of the facts it copies, and
- * tampered ones, each checked by src/grounding.ts against its material
+ * tampered ones, each checked by src/grounding/index.ts against its material
  * (one reply). A faithful rewrite must be grounded (else it is a false flag:
  * under `reject` it spends an attempt), a tampered one flagged (else it is an
  * evasion). Cases marked `left` are outside the documented rules and reported,
@@ -12,7 +12,7 @@
  * evasions of that session's CHANGELOG entry. The module before them got
  * 37 of the 307 wrong (33 false flags, 4 evasions); it gets none now.
  */
-import { groundSummary } from '../src/grounding.ts';
+import { groundSummary } from '../src/grounding/index.ts';
 import { PROBES } from './lib/grounding-probes.ts';
 
 let wrong = 0;

@@ -21,7 +21,7 @@ import { parseArgs } from 'node:util';
 import { extractiveSummary } from '../src/gateway/offline.ts';
 import { neutralise, renderMaterial } from '../src/gateway/fence.ts';
 import { splitSentences } from '../src/gateway/sentences.ts';
-import { groundSummary, normalizeText } from '../src/grounding.ts';
+import { groundSummary, normalizeText } from '../src/grounding/index.ts';
 
 const { values, positionals } = parseArgs({ options: { pairs: { type: 'boolean', default: false } }, allowPositionals: true });
 

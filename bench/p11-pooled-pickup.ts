@@ -1,9 +1,9 @@
 import { execFileSync } from 'node:child_process';
 import type pg from 'pg';
-import { loadConfig } from '../src/config.ts';
+import { loadConfig } from '../src/support/config.ts';
 import { createPool, openDatabase, poolEnd, type Database } from '../src/db/database.ts';
-import { silentLogger } from '../src/logger.ts';
-import { startWorker, type WorkerHandle } from '../src/worker.ts';
+import { silentLogger } from '../src/support/logger.ts';
+import { startWorker, type WorkerHandle } from '../src/worker/supervisor.ts';
 import { pgbouncerBinary, startPgBouncer, type PgBouncer } from '../test/support/pgbouncer.ts';
 import type { BenchContext } from './lib/context.ts';
 import type { BenchResult } from './lib/report.ts';

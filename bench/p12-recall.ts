@@ -1,4 +1,4 @@
-import type { Thread } from '../src/demo.ts';
+import type { Thread } from '../src/cli/demo-threads.ts';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';
 import { addRecall, emptyRecall, share, type Recall } from './lib/facts.ts';
@@ -176,7 +176,7 @@ export async function benchRecall(ctx: BenchContext): Promise<BenchResult> {
   const facts = plain.reduce((k, r) => k + r.facts, 0);
   const uncheckable = plain.reduce((k, r) => k + r.uncheckable, 0);
   result.notes.push(
-    `Facts: ${facts} (pair, fact) entries over ${threads.length} conversations: the grounding extractor's (src/grounding.ts extractFacts) and proper names, normalized with normalizeText, once per pair; ` +
+    `Facts: ${facts} (pair, fact) entries over ${threads.length} conversations: the grounding extractor's (src/grounding/index.ts extractFacts) and proper names, normalized with normalizeText, once per pair; ` +
       `${uncheckable} left out because their own pair's normalized text does not contain them at word boundaries (e.g. a name followed by a sign NFKC turns into letters). ` +
       'A fact is carried when it occurs in the history\'s normalized text (raw pairs, summaries and the user messages beside them; not labels or notes) at word boundaries, wherever it occurs: a fact repeated by another pair the history keeps is carried.',
     'Recall figures pool the (pair, fact) entries of the conversations; quartiles are of the pair index over the history\'s length (the last request: the whole conversation). ' +

@@ -2,8 +2,8 @@ import type pg from 'pg';
 import { projectConversationHistory, type ConversationProjection } from '../src/projection/index.ts';
 import { extractiveSummary } from '../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../src/gateway/prompts.ts';
-import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds } from '../src/hash.ts';
-import { plannableRanges } from '../src/plan.ts';
+import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds } from '../src/conversation/source-hash.ts';
+import { plannableRanges } from '../src/conversation/plan.ts';
 import { pairsRangeRead } from '../src/db/queries/summaries.ts';
 import type { BenchContext } from './lib/context.ts';
 import type { BenchResult } from './lib/report.ts';
@@ -20,7 +20,7 @@ import { bulkPairs, createConversations } from './lib/writes.ts';
  *
  * Fixtures: pairs are written set-based (one statement per chunk; the pair
  * triggers still index them); summary records are inserted directly with the
- * ids and source hash computed by src/hash.ts, and an extractive digest of
+ * ids and source hash computed by src/conversation/source-hash.ts, and an extractive digest of
  * about 1,200 characters as their text (a realistic weight in the budget; the
  * offline summarizer's output, cut shorter).
  */

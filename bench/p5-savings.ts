@@ -1,8 +1,8 @@
-import { compactConversation } from '../src/compaction/compact.ts';
-import { writeThread } from '../src/demo.ts';
+import { compactConversation } from '../src/conversation/compact.ts';
+import { writeThread } from '../src/cli/demo-threads.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../src/gateway/offline.ts';
-import type { Summarizer } from '../src/gateway/types.ts';
-import { silentLogger } from '../src/logger.ts';
+import type { Summarizer } from '../src/support/summary-contract.ts';
+import { silentLogger } from '../src/support/logger.ts';
 import { messagesBytes, projectConversationHistory, toAnthropicMessages, type ConversationProjection, type PairItem } from '../src/projection/index.ts';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { compactConversation, type CompactionContext } from '../src/compaction/compact.ts';
-import { silentLogger } from '../src/logger.ts';
+import { compactConversation, type CompactionContext } from '../src/conversation/compact.ts';
+import { silentLogger } from '../src/support/logger.ts';
 import type { BenchContext } from './lib/context.ts';
 import { textAt } from './lib/data.ts';
 import type { BenchResult } from './lib/report.ts';
@@ -41,7 +41,7 @@ export async function benchScale(ctx: BenchContext): Promise<BenchResult> {
   return result;
 }
 
-/** The compact_conversation task body (tasks/compact_conversation.ts), on the given pool. */
+/** The compact_conversation task body (src/worker/tasks/compact-conversation.ts), on the given pool. */
 async function taskBody(ctx: CompactionContext, conversationId: string): Promise<void> {
   const report = await compactConversation(ctx, conversationId);
   if (report.rescheduleAt !== null || report.ranges.some((r) => r.result !== 'completed')) throw new Error(`unexpected pass: ${JSON.stringify(report.ranges)}`);
@@ -190,7 +190,7 @@ async function sweep(ctx: BenchContext, result: BenchResult): Promise<void> {
          from sourcebound.pairs p where p.conversation_id = any($1::uuid[]) and p.pair_index = 3 and m.id = p.user_message_id`, [edited.slice(i, i + 1000)]);
     }
     await db.query('delete from graphile_worker._private_jobs');
-    // As autovacuum would (it may be off here): add_job's plans go bad on stale statistics (STACK.md).
+    // As autovacuum would (it may be off here): add_job's plans go bad on stale statistics.
     await db.query('analyze sourcebound.compaction_marks, graphile_worker._private_jobs');
     const repairRuns: number[] = [];
     const reached = new Set<string>();

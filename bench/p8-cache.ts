@@ -1,11 +1,11 @@
-import { sourceHash, sourceMessageIds, type SourcePair } from '../src/hash.ts';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../src/conversation/source-hash.ts';
 import { createOfflineSummarizer } from '../src/gateway/offline.ts';
-import type { Outcome, Summarizer, SummaryRequest } from '../src/gateway/types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../src/support/summary-contract.ts';
 import {
   CACHE_PRICES, FILL_RATIO, projectConversationHistory, toAnthropicMessages,
   type ConversationProjection, type MessageParam, type PairItem,
 } from '../src/projection/index.ts';
-import type { Thread } from '../src/demo.ts';
+import type { Thread } from '../src/cli/demo-threads.ts';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';
 import { PromptCache } from './lib/prompt-cache.ts';

@@ -21,7 +21,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { withDatabase } from '../src/db/database.ts';
 import { migrateDatabase } from '../src/db/migrate.ts';
-import { silentLogger } from '../src/logger.ts';
+import { silentLogger } from '../src/support/logger.ts';
 import { dataset } from './lib/data.ts';
 import { replayThread } from './lib/replay.ts';
 

@@ -10,7 +10,7 @@
  *   node --expose-gc --import tsx bench/p9-cold.ts --candidate ./my-grounding.ts
  *
  * With `--candidate`, a module exporting `groundSummary(summary, material)`
- * is timed interleaved with src/grounding.ts in every state (an alternative
+ * is timed interleaved with src/grounding/index.ts in every state (an alternative
  * implementation's cost, measured against the product's in the same run);
  * its results must equal the product's on every range, or the run fails.
  */
@@ -18,8 +18,8 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual, parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { MaterialItem } from '../src/gateway/types.ts';
-import { extractFacts, groundSummary, type Grounding } from '../src/grounding.ts';
+import type { MaterialItem } from '../src/support/summary-contract.ts';
+import { extractFacts, groundSummary, type Grounding } from '../src/grounding/index.ts';
 import { offlineSummary, realRanges } from './p9-grounding.ts';
 
 type Check = (summary: string, material: readonly MaterialItem[]) => Grounding;
@@ -31,7 +31,7 @@ if (gc === undefined) {
   process.exit(2);
 }
 
-const checks: [string, Check][] = [['src/grounding.ts', groundSummary]];
+const checks: [string, Check][] = [['src/grounding/index.ts', groundSummary]];
 if (values.candidate !== undefined) {
   const module = (await import(pathToFileURL(resolve(values.candidate)).href)) as { groundSummary?: Check };
   if (typeof module.groundSummary !== 'function') throw new Error(`p9-cold: ${values.candidate} exports no groundSummary`);
@@ -42,7 +42,7 @@ if (values.candidate !== undefined) {
 const ranges = realRanges().map(({ items }) => ({ items, summary: offlineSummary(items) }));
 for (const [name, check] of checks.slice(1)) {
   const differ = ranges.filter((r) => !isDeepStrictEqual(check(r.summary, r.items), groundSummary(r.summary, r.items)));
-  if (differ.length > 0) throw new Error(`p9-cold: ${name} differs from src/grounding.ts on ${differ.length} of ${ranges.length} ranges`);
+  if (differ.length > 0) throw new Error(`p9-cold: ${name} differs from src/grounding/index.ts on ${differ.length} of ${ranges.length} ranges`);
 }
 
 // Warm-up: every implementation optimized before anything is timed.

@@ -1,16 +1,16 @@
 import { createHash } from 'node:crypto';
 import { run } from 'graphile-worker';
-import { claimRange } from '../src/compaction/claim.ts';
-import { commitOutcome, DEFAULT_RETRY_DELAYS } from '../src/compaction/commit.ts';
+import { claimRange } from '../src/conversation/claim.ts';
+import { commitOutcome, DEFAULT_RETRY_DELAYS } from '../src/conversation/commit.ts';
 import { graphileLogger } from '../src/db/migrate.ts';
-import { conversationIdFor, writeThread } from '../src/demo.ts';
-import { conversationMaterial } from '../src/compaction/material.ts';
+import { conversationIdFor, writeThread } from '../src/cli/demo-threads.ts';
+import { conversationMaterial } from '../src/conversation/material.ts';
 import { extractiveSummary, OFFLINE_MODEL } from '../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../src/gateway/prompts.ts';
-import type { MaterialItem, Outcome } from '../src/gateway/types.ts';
-import { extractFacts, groundOutcome, groundSummary, normalizeText, type Fact } from '../src/grounding.ts';
-import { silentLogger } from '../src/logger.ts';
-import { plannableRanges } from '../src/plan.ts';
+import type { MaterialItem, Outcome } from '../src/support/summary-contract.ts';
+import { extractFacts, groundOutcome, groundSummary, normalizeText, type Fact } from '../src/grounding/index.ts';
+import { silentLogger } from '../src/support/logger.ts';
+import { plannableRanges } from '../src/conversation/plan.ts';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';
 import type { BenchResult } from './lib/report.ts';
@@ -20,7 +20,7 @@ import { spread, until } from './lib/stats.ts';
 /**
  * P9 grounding on the real ranges: every plannable range (ten assistant
  * replies) of the shared threads, summarized three ways, each checked by
- * src/grounding.ts against its replies:
+ * src/grounding/index.ts against its replies:
  * (a) a stand-in model that copies every fact faithfully but reformats it
  *     (thousands separators added, percent and units spaced, ISO dates
  *     written out and written dates made ISO, times in 12-hour form,
@@ -119,7 +119,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     runner = await run({
       pgPool: pool, concurrency: 1, pollInterval: 60_000, noHandleSignals: true, logger: graphileLogger(silentLogger), crontab: '',
       taskList: { p9_range: async () => task!() },
-      // The settings startWorker uses (src/worker.ts).
+      // The settings startWorker uses (src/worker/supervisor.ts).
       preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
     });
     runner.events.on('worker:getJob:start', () => { getJobAt = performance.now(); });

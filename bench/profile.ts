@@ -20,9 +20,9 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { parseArgs } from 'node:util';
-import { compactConversation } from '../src/compaction/compact.ts';
+import { compactConversation } from '../src/conversation/compact.ts';
 import { conversationScopeRead } from '../src/db/queries/summaries.ts';
-import { silentLogger } from '../src/logger.ts';
+import { silentLogger } from '../src/support/logger.ts';
 import { startBenchServer } from './lib/server.ts';
 import { benchPool, benchClient } from './lib/server.ts';
 import { textAt } from './lib/data.ts';

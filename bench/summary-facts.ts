@@ -11,7 +11,7 @@
  * with the replies' message ids (shaped like the database's), the current
  * one with the current prompt version's material (conversationMaterial()).
  * Reported, old vs current:
- * - facts kept: the range's distinct checkable facts (what src/grounding.ts
+ * - facts kept: the range's distinct checkable facts (what src/grounding/index.ts
  *   extracts: figures, dates, times, money, versions, identifiers, paths,
  *   URLs, e-mails, quoted code; keyed by their canonical form) and proper
  *   names (a capitalized word not at a sentence start, and a run of two or
@@ -27,13 +27,13 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readThreads, type Thread } from '../src/demo.ts';
-import { conversationMaterial } from '../src/compaction/material.ts';
+import { readThreads, type Thread } from '../src/cli/demo-threads.ts';
+import { conversationMaterial } from '../src/conversation/material.ts';
 import { extractiveSummary, OFFLINE_MODEL } from '../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../src/gateway/prompts.ts';
 import { splitSentences } from '../src/gateway/sentences.ts';
-import { extractFacts, groundSummary } from '../src/grounding.ts';
-import { RANGE_SIZE } from '../src/plan.ts';
+import { extractFacts, groundSummary } from '../src/grounding/index.ts';
+import { RANGE_SIZE } from '../src/conversation/plan.ts';
 import { extractiveSummaryAt2 } from './lib/extractive-at2.ts';
 
 const SUMMARY_MAX_CHARS = 6000;

@@ -9,9 +9,9 @@
  * - Summary record: an immutable, source-bound summary of a range's assistant replies.
  * - Projection: the history that goes into the next model request, within a byte budget.
  * - Turn: one Run written by the turn helpers: its user message, then its reply, then its settlement.
- * - Grounded: every checkable fact of a summary occurs in the material it summarizes (src/grounding.ts).
+ * - Grounded: every checkable fact of a summary occurs in the material it summarizes (src/grounding/index.ts).
  */
-export { SourceboundError } from './errors.ts';
+export { SourceboundError } from './support/errors.ts';
 export {
   beginTurn, completeTurn, startReply, appendReply, finishReply, failTurn, TurnInputError, TurnNotFoundError, TurnStateError,
   COMPLETED_TURN_STATUSES, FAILED_TURN_STATUSES, RUN_STATUSES, MESSAGE_STATUSES, MESSAGE_ROLES,
@@ -29,20 +29,20 @@ export type {
   ModelMessagesOptions, ModelHistoryMessage, ModelTextPart, ProjectArgs,
 } from './projection/index.ts';
 
-export { loadConfig, ConfigError, type Config } from './config.ts';
+export { loadConfig, ConfigError, type Config } from './support/config.ts';
 export { openDatabase, DatabaseUnreachableError, type Database } from './db/database.ts';
 export { migrateDatabase } from './db/migrate.ts';
-export { startWorker, type WorkerHandle, type WorkerOptions } from './worker.ts';
-export { compactConversation, SummarizerConfigError, type CompactionReport } from './compaction/compact.ts';
-export { retryRange, RetryRefusedError, type RetryReport } from './compaction/retry.ts';
-export { inspectConversation, type Inspection, type InspectionProblem } from './inspect.ts';
-export { repairConversation, type RepairReport } from './repair.ts';
-export { plannableRanges, type PairRange } from './plan.ts';
-export { sourceHash, SOURCE_HASH_VERSION } from './hash.ts';
-export { groundSummary, groundOutcome, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding.ts';
+export { startWorker, type WorkerHandle, type WorkerOptions } from './worker/supervisor.ts';
+export { compactConversation, SummarizerConfigError, type CompactionReport } from './conversation/compact.ts';
+export { retryRange, RetryRefusedError, type RetryReport } from './conversation/retry.ts';
+export { inspectConversation, type Inspection, type InspectionProblem } from './conversation/inspect.ts';
+export { repairConversation, type RepairReport } from './conversation/repair.ts';
+export { plannableRanges, type PairRange } from './conversation/plan.ts';
+export { sourceHash, SOURCE_HASH_VERSION } from './conversation/source-hash.ts';
+export { groundSummary, groundOutcome, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding/index.ts';
 
 export { createGateway, createAnthropicSummarizer, createOpenAISummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
-export type { Outcome, Summarizer, SummaryRequest, MaterialItem, Usage } from './gateway/types.ts';
+export type { Outcome, Summarizer, SummaryRequest, MaterialItem, Usage } from './support/summary-contract.ts';
 // The summary contract for a summarizer of your own (README, "A summarizer of your own").
 export {
   prepareSummary, outcomeFromAnswer, outcomeFromError, renderMaterial, freshNonce, promptText, CONVERSATION_PROMPT_VERSION,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../src/config.ts';
-import { parseDecimalInteger } from '../src/integers.ts';
+import { ConfigError, loadConfig } from '../src/support/config.ts';
+import { parseDecimalInteger } from '../src/support/integers.ts';
 
 describe('configuration', () => {
   it('has the documented defaults and is frozen', () => {

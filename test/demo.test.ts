@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEMO_SCOPE, readThreads, conversationIdFor } from '../src/demo.ts';
+import { DEMO_SCOPE, readThreads, conversationIdFor } from '../src/cli/demo-threads.ts';
 import { OFFLINE_MODEL } from '../src/gateway/offline.ts';
 import { createTestDatabase } from './support/db.ts';
 import { spawnSourcebound } from './support/processes.ts';

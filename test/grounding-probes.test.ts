@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { groundSummary } from '../src/grounding.ts';
+import { groundSummary } from '../src/grounding/index.ts';
 import { PROBES } from '../bench/lib/grounding-probes.ts';
 
 /**

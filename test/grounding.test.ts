@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { extractFacts, groundOutcome, groundSummary, normalizeText, type FactKind } from '../src/grounding.ts';
-import type { Outcome } from '../src/gateway/types.ts';
+import { extractFacts, groundOutcome, groundSummary, normalizeText, type FactKind } from '../src/grounding/index.ts';
+import type { Outcome } from '../src/support/summary-contract.ts';
 import { summaryLabel } from '../src/projection/wording.ts';
 
 const material = [

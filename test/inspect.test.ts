@@ -1,9 +1,9 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { compactConversation } from '../src/compaction/compact.ts';
-import { inspectConversation } from '../src/inspect.ts';
-import { ConversationNotFoundError } from '../src/projection/errors.ts';
-import { renderInspection } from '../src/cli/inspect.ts';
-import { silentLogger } from '../src/logger.ts';
+import { compactConversation } from '../src/conversation/compact.ts';
+import { inspectConversation } from '../src/conversation/inspect.ts';
+import { ConversationNotFoundError } from '../src/projection/projection-errors.ts';
+import { renderInspection } from '../src/cli/inspect-command.ts';
+import { silentLogger } from '../src/support/logger.ts';
 import { createTestDatabase } from './support/db.ts';
 import { addPairs, createConversation } from './support/fixtures.ts';
 import { gatewayFor } from './support/gateway.ts';

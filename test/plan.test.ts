@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { isAlignedRange, plannableRangeCount, plannableRanges } from '../src/plan.ts';
+import { isAlignedRange, plannableRangeCount, plannableRanges } from '../src/conversation/plan.ts';
 import { createTestDatabase } from './support/db.ts';
 
 const db = await createTestDatabase();

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { withDatabase } from '../src/db/database.ts';
 import { migrateDatabase, SquashedMigrationsError } from '../src/db/migrate.ts';
 import { SOURCEBOUND_CONDITIONS } from '../src/db/conditions.ts';
-import { silentLogger } from '../src/logger.ts';
+import { silentLogger } from '../src/support/logger.ts';
 import { dumpSchema } from './support/schema-dump.ts';
 
 /**

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { compactConversation } from '../src/compaction/compact.ts';
+import { compactConversation } from '../src/conversation/compact.ts';
 import { compactionSweepRun } from '../src/db/queries/summaries.ts';
-import { silentLogger } from '../src/logger.ts';
+import { silentLogger } from '../src/support/logger.ts';
 import { createTestDatabase } from './support/db.ts';
 import { addPairs, compactionJobs, createConversation } from './support/fixtures.ts';
 import { gatewayFor } from './support/gateway.ts';

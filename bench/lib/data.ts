@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { DEMO_DATA, readThreads, type Thread } from '../../src/demo.ts';
+import { DEMO_DATA, readThreads, type Thread } from '../../src/cli/demo-threads.ts';
 
 /** The real conversations (oasst1, Apache-2.0; /work/shared/data/README.md). */
 export const SHARED_THREADS = '/work/shared/data/oasst1-threads.jsonl';

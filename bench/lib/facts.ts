@@ -1,4 +1,4 @@
-import { extractFacts, normalizeText } from '../../src/grounding.ts';
+import { extractFacts, normalizeText } from '../../src/grounding/index.ts';
 import type { ProjectionItem } from '../../src/projection/index.ts';
 
 /**

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { claimNextRange } from '../../src/compaction/claim.ts';
+import { claimNextRange } from '../../src/conversation/claim.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import type { BenchServer } from './server.ts';
 import { benchClient } from './server.ts';

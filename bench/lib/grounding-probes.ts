@@ -3,7 +3,7 @@
  * holds the module to them): rewrites a model makes of the facts it copies,
  * and tampered ones, each with its material (one reply). A faithful rewrite
  * must be grounded, a tampered one flagged. `left`: outside the documented
- * rules (src/grounding.ts), the module gets it wrong, and says why.
+ * rules (src/grounding/index.ts), the module gets it wrong, and says why.
  */
 export interface Probe {
   material: string;

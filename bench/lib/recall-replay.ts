@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { Thread } from '../../src/demo.ts';
+import type { Thread } from '../../src/cli/demo-threads.ts';
 import {
   BREAKPOINT_BYTES, itemBytes, messagesBytes, projectConversationHistory, toAnthropicMessages,
   type MessageParam, type OmittedSpan, type PairItem, type ProjectionItem,

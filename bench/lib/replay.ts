@@ -1,10 +1,10 @@
 import type pg from 'pg';
-import type { Thread } from '../../src/demo.ts';
-import { conversationMaterial } from '../../src/compaction/material.ts';
+import type { Thread } from '../../src/cli/demo-threads.ts';
+import { conversationMaterial } from '../../src/conversation/material.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import { SUMMARY_CHAR_CEILING } from '../../src/gateway/types.ts';
-import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
+import { SUMMARY_CHAR_CEILING } from '../../src/support/summary-contract.ts';
+import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds, type SourcePair } from '../../src/conversation/source-hash.ts';
 import { projectConversationHistory, toAnthropicMessages, type MessageParam, type PairItem } from '../../src/projection/index.ts';
 import { PromptCache } from './prompt-cache.ts';
 

@@ -1,4 +1,4 @@
-import type { Summarizer } from '../../src/gateway/types.ts';
+import type { Summarizer } from '../../src/support/summary-contract.ts';
 
 /** What the P6 research agent sends with every request: model, a system prompt (~2 KB) and three tool schemas. */
 export const RUN_INPUT = {

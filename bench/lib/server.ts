@@ -6,7 +6,7 @@ import pg from 'pg';
 import { freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createPool } from '../../src/db/database.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { withDatabase } from '../../src/db/database.ts';
 
 /**

@@ -1,10 +1,10 @@
 import { run, type Runner } from 'graphile-worker';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/support/config.ts';
 import type { Database } from '../../src/db/database.ts';
 import { graphileLogger } from '../../src/db/migrate.ts';
-import type { Outcome, Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
-import { silentLogger } from '../../src/logger.ts';
-import { startWorker, type WorkerHandle } from '../../src/worker.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
+import { silentLogger } from '../../src/support/logger.ts';
+import { startWorker, type WorkerHandle } from '../../src/worker/supervisor.ts';
 import { procStatus } from './memory.ts';
 import { benchPool } from './server.ts';
 
@@ -97,7 +97,7 @@ export async function startNoopSide(url: string, settings: WorkerSettings, onSta
         onStart?.(payload);
       },
     },
-    // The same settings startWorker uses (src/worker.ts).
+    // The same settings startWorker uses (src/worker/supervisor.ts).
     preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
   });
   return {

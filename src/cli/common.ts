@@ -1,14 +1,15 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { loadConfig, type Config, type LogLevel } from '../config.ts';
-import { decimalIntegerProblem, parseDecimalInteger } from '../integers.ts';
-import { createLogger, type Logger } from '../logger.ts';
+import { loadConfig, type Config, type LogLevel } from '../support/config.ts';
+import { decimalIntegerProblem, parseDecimalInteger } from '../support/integers.ts';
+import { createLogger, type Logger } from '../support/logger.ts';
 import { openDatabase, type Database } from '../db/database.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /** How a person runs this CLI: the installed package's bin, or the repository's source entry. */
 export const CLI_COMMAND = import.meta.url.includes('/dist/src/cli/') ? 'npx sourcebound' : 'node bin/sourcebound.js';
 
 /** Wrong arguments: the CLI prints the message and the command's usage, exit 2. */
-export class UsageError extends Error {
+export class UsageError extends SourceboundError {
   override name = 'UsageError';
 }
 
@@ -39,7 +40,7 @@ export function parseCommandArgs<T extends Options>(argv: string[], options: T, 
 
 /**
  * A whole-number option (`--budget`, `--timeout`), parsed as the environment's numbers are
- * (src/integers.ts: plain decimal digits only), at least `min`. @throws UsageError naming the option.
+ * (src/support/integers.ts: plain decimal digits only), at least `min`. @throws UsageError naming the option.
  */
 export function wholeNumberArg(option: string, value: string, unit: string, min = 0): number {
   const parsed = parseDecimalInteger(value);

@@ -1,19 +1,20 @@
 #!/usr/bin/env node
-import { ConfigError } from '../config.ts';
-import { SourceboundError } from '../errors.ts';
-import { SummarizerConfigError } from '../compaction/compact.ts';
+import { ConfigError } from '../support/config.ts';
+import { SummarizerConfigError } from '../conversation/compact.ts';
+import { SourceboundError } from '../support/errors.ts';
 import { DatabaseUnreachableError } from '../db/database.ts';
 import { UsageError, type Command } from './common.ts';
-import { migrateCommand } from './migrate.ts';
-import { workerCommand } from './worker.ts';
-import { enqueueCommand } from './enqueue.ts';
-import { inspectCommand } from './inspect.ts';
-import { projectCliCommand } from './project-cli.ts';
-import { demoCommand } from './demo.ts';
-import { repairCommand } from './repair.ts';
-import { devDbCommand } from './dev-db.ts';
-import { retryCommand } from './retry.ts';
-import { packageFile } from '../package-files.ts';
+import { databaseCondition, databaseErrorWithin } from '../db/database-errors.ts';
+import { migrateCommand } from './migrate-command.ts';
+import { workerCommand } from './worker-command.ts';
+import { enqueueCommand } from './enqueue-command.ts';
+import { inspectCommand } from './inspect-command.ts';
+import { projectCliCommand } from './project-command.ts';
+import { demoCommand } from './demo-command.ts';
+import { repairCommand } from './repair-command.ts';
+import { devDbCommand } from './dev-db-command.ts';
+import { retryCommand } from './retry-command.ts';
+import { packageFile } from '../support/package-files.ts';
 import { readFileSync } from 'node:fs';
 
 /** The version of the sourcebound package this CLI belongs to (its package.json). */
@@ -67,33 +68,21 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`sourcebound ${command.name}: ${(error as Error).message}\n`);
       return 1;
     }
-    const refused = databaseErrorIn(error);
-    if (refused) {
+    const within = databaseErrorWithin(error);
+    if (within) {
       // The database refused (a state, a lock, a grant; not a bug here): PostgreSQL's own message and
       // SQLSTATE, found under any wrapper (drizzle's "Failed query: ..."), and what was being done.
-      const { code } = refused;
-      const hint = code === '42P01' || code === '3F000' ? '; is the database migrated? run `sourcebound migrate` first'
-        : code === '42501' ? '; does this role have the grants it needs? see docs/deploy.md (roles)' : '';
-      const detail = refused.detail ? ` (${refused.detail})` : '';
-      const during = refused.error === error ? '' : ` [while: ${firstLine((error as Error).message)}]`;
-      process.stderr.write(`sourcebound ${command.name}: the database refused: ${refused.message}${detail} (SQLSTATE ${code})${hint}${during}\n`);
+      const condition = databaseCondition(within.error);
+      const hint = condition?.kind === 'not_migrated' ? '; is the database migrated? run `sourcebound migrate` first'
+        : condition?.kind === 'insufficient_privilege' ? '; does this role have the grants it needs? see docs/trust-boundaries.md' : '';
+      const detail = (within.error as { detail?: unknown }).detail;
+      const during = within.error === error ? '' : ` [while: ${firstLine((error as Error).message)}]`;
+      process.stderr.write(`sourcebound ${command.name}: the database refused: ${within.error.message}${typeof detail === 'string' ? ` (${detail})` : ''} (SQLSTATE ${within.fields.code})${hint}${during}\n`);
       return 1;
     }
     process.stderr.write(`sourcebound ${command.name}: ${(error as Error).stack ?? String(error)}\n`);
     return 1;
   }
-}
-
-/** The PostgreSQL error an error is or wraps (through `cause`), if any. */
-function databaseErrorIn(error: unknown): { error: unknown; code: string; message: string; detail?: string } | undefined {
-  for (let e = error, depth = 0; e && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
-      const detail = (e as { detail?: unknown }).detail;
-      return { error: e, code, message: (e as Error).message, detail: typeof detail === 'string' ? detail : undefined };
-    }
-  }
-  return undefined;
 }
 
 function firstLine(text: string): string {

@@ -1,12 +1,13 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { Config } from '../config.ts';
-import type { Logger } from '../logger.ts';
+import type { Config } from '../support/config.ts';
+import type { Logger } from '../support/logger.ts';
 import { describeError } from '../gateway/error-text.ts';
-import type { Summarizer } from '../gateway/types.ts';
+import type { Summarizer } from '../support/summary-contract.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /** A `--summarizer` module that cannot be used: the CLI prints the message alone and exits 1. */
-export class SummarizerModuleError extends Error {
+export class SummarizerModuleError extends SourceboundError {
   override name = 'SummarizerModuleError';
   readonly exitQuietly = true;
 }

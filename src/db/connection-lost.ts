@@ -1,3 +1,5 @@
+import { isConnectionSqlstate } from './database-errors.ts';
+
 /**
  * Whether a failed query failed because its connection was lost or could not
  * be made, not because of what it asked: such a query may be tried again on a
@@ -10,7 +12,6 @@
  * - node-postgres's own messages for a connection that ended under a query
  *   or could not be made in time.
  */
-const SQLSTATES = new Set(['57P01', '57P02', '57P03']);
 const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED']);
 const MESSAGES = /Connection terminated|connection error and is not queryable|timeout exceeded when trying to connect|Client was closed and is not queryable/i;
 
@@ -19,7 +20,7 @@ export function connectionLost(error: unknown): boolean {
   for (let e: unknown = error; typeof e === 'object' && e !== null && !seen.has(e); e = (e as { cause?: unknown }).cause) {
     seen.add(e);
     const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && (code.startsWith('08') || SQLSTATES.has(code) || SOCKET_CODES.has(code))) return true;
+    if (typeof code === 'string' && (isConnectionSqlstate(code) || SOCKET_CODES.has(code))) return true;
     const message = (e as { message?: unknown }).message;
     if (typeof message === 'string' && MESSAGES.test(message)) return true;
   }

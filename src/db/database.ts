@@ -1,10 +1,11 @@
 import pg from 'pg';
-import type { Config } from '../config.ts';
-import type { Logger } from '../logger.ts';
+import type { Config } from '../support/config.ts';
+import type { Logger } from '../support/logger.ts';
 import { startEmbeddedPostgres } from './embedded.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /** Raised when PostgreSQL cannot be reached at start-up: one clear line, not a retry loop. */
-export class DatabaseUnreachableError extends Error {
+export class DatabaseUnreachableError extends SourceboundError {
   override name = 'DatabaseUnreachableError';
 }
 
@@ -73,7 +74,7 @@ export async function openDatabase(
   };
 }
 
-class DirectUnreachable extends Error {}
+class DirectUnreachable extends SourceboundError {}
 
 /** One round trip on a fresh session. @throws DirectUnreachable carrying the driver's error. */
 async function probe(connectionString: string): Promise<void> {

@@ -1,7 +1,7 @@
 import { open, readFile, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { ConfigError } from '../config.ts';
-import type { Logger } from '../logger.ts';
+import { ConfigError } from '../support/config.ts';
+import type { Logger } from '../support/logger.ts';
 
 /**
  * Who is using an embedded PostgreSQL data folder, across processes. Two

@@ -8,9 +8,9 @@ import { userInfo } from 'node:os';
 import { execFile, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import pg from 'pg';
-import { ConfigError } from '../config.ts';
-import { SourceboundError } from '../errors.ts';
-import type { Logger } from '../logger.ts';
+import { ConfigError } from '../support/config.ts';
+import { SourceboundError } from '../support/errors.ts';
+import type { Logger } from '../support/logger.ts';
 import { acquireStartLock, dataFolderHolder, readyHolder, type DataFolderHolder } from './embedded-lock.ts';
 
 export interface EmbeddedPostgres {

@@ -3,9 +3,9 @@
  * One place, so two features can never take each other's locks by accident.
  */
 export const LOCK_NS = Object.freeze({
-  /** Serializes changes to one conversation's pairs (0003_pair_index.sql). */
+  /** Serializes changes to one conversation's pairs (sourcebound.refresh_pair(), sourcebound.pairs_lock()). */
   pairs: 74201,
-  /** Serializes claims of one summary range (src/compaction/claim.ts). */
+  /** Serializes claims of one summary range (src/conversation/claim.ts). */
   summaryClaim: 74202,
   /** Serializes migrators (src/db/migrate.ts); key 0. */
   migrate: 74203,

@@ -1,12 +1,13 @@
-import { packageFile } from '../package-files.ts';
+import { packageFile } from '../support/package-files.ts';
 import pg from 'pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { Logger as GraphileLogger, runMigrations } from 'graphile-worker';
-import type { Logger } from '../logger.ts';
+import type { Logger } from '../support/logger.ts';
 import { LOCK_NS } from './locks.ts';
 import { assertSessionUrl } from './pooler-probe.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 export const MIGRATIONS_FOLDER = packageFile('migrations');
 /** Where drizzle records applied migrations; our own schema, so an app's drizzle table is untouched. */
@@ -60,7 +61,7 @@ export async function migrateDatabase(connectionString: string, logger: Logger, 
  * squashed into its baseline: drizzle's migrator would take the baseline for new migrations
  * (it compares timestamps only) and fail on its first CREATE.
  */
-export class SquashedMigrationsError extends Error {
+export class SquashedMigrationsError extends SourceboundError {
   override name = 'SquashedMigrationsError';
 }
 

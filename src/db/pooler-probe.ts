@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { SourceboundError } from '../errors.ts';
+import { SourceboundError } from '../support/errors.ts';
 
 /**
  * Whether a URL leads to a pooler that shares server sessions between its

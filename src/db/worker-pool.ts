@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Logger } from '../logger.ts';
+import type { Logger } from '../support/logger.ts';
 import { trackConnections } from './database.ts';
 
 /**

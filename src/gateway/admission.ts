@@ -1,6 +1,6 @@
 import { LOCK_NS } from '../db/locks.ts';
-import { createFleetLocks, type FleetLocks } from './fleet.ts';
-import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
+import { createFleetLocks, type FleetLocks } from './fleet-locks.ts';
+import { silentGatewayLogger, type GatewayLogger } from './gateway-logger.ts';
 import { createSemaphore } from './semaphore.ts';
 
 /**

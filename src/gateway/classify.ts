@@ -1,5 +1,5 @@
 import * as AnthropicSdk from '@anthropic-ai/sdk';
-import type { Outcome, Usage } from './types.ts';
+import type { Outcome, Usage } from '../support/summary-contract.ts';
 import { describeError } from './error-text.ts';
 import { codePointLength, isBlank, providerText, toWellFormed } from './text.ts';
 
@@ -51,7 +51,7 @@ const KNOWN_STOP_REASONS = new Set([
 
 /**
  * Statuses where the provider refused before any generation: 429 rate limit,
- * 503 unavailable, 529 overloaded (DESIGN "Attempts"), plus 408 (the server
+ * 503 unavailable, 529 overloaded (docs/design.md), plus 408 (the server
  * gave up reading our request) and 409 (conflict before processing). No
  * attempt is spent.
  */

@@ -1,9 +1,9 @@
 import { answerText, classifyThrown } from './classify.ts';
 import { freshNonce, renderMaterial, type ItemTag } from './fence.ts';
-import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
+import { silentGatewayLogger, type GatewayLogger } from './gateway-logger.ts';
 import { promptEntry, promptText } from './prompts.ts';
 import { codePointLength, isBlank } from './text.ts';
-import { SUMMARY_CHAR_CEILING, type Outcome, type SummaryRequest, type Usage } from './types.ts';
+import { SUMMARY_CHAR_CEILING, type Outcome, type SummaryRequest, type Usage } from '../support/summary-contract.ts';
 
 /**
  * The summary contract as helpers, shared by the built-in summarizers and

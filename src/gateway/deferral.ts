@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { doubling, jitter } from '../backoff.ts';
-import type { Outcome, SummaryRequest } from './types.ts';
+import { doubling, jitter } from '../support/backoff.ts';
+import type { Outcome, SummaryRequest } from '../support/summary-contract.ts';
 
 /**
  * Backoff of provider deferrals. A provider that refuses with `retry-after: 0`

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { ItemKey } from './prompts.ts';
-import type { MaterialItem } from './types.ts';
+import type { MaterialItem } from '../support/summary-contract.ts';
 import { toWellFormed } from './text.ts';
 
 /**

@@ -1,9 +1,9 @@
 import type { Admission, Slot } from './admission.ts';
 import { capRetryAfter, classifyThrown, isTokenCount, storableRequestId } from './classify.ts';
 import { createDeferralBackoff, DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';
-import { silentGatewayLogger, type GatewayLogger } from './logger.ts';
+import { silentGatewayLogger, type GatewayLogger } from './gateway-logger.ts';
 import { codePointLength, isBlank, providerText } from './text.ts';
-import { SUMMARY_CHAR_CEILING, type Outcome, type Summarizer, type SummaryRequest, type Usage } from './types.ts';
+import { SUMMARY_CHAR_CEILING, type Outcome, type Summarizer, type SummaryRequest, type Usage } from '../support/summary-contract.ts';
 
 /**
  * Code points kept of an outcome's reason (and model name): it is stored on

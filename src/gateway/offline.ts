@@ -4,7 +4,7 @@ import { factKeys, isPhatic, namesInside } from './salience.ts';
 import { splitSentences, type Sentence } from './sentences.ts';
 import { textRank } from './textrank.ts';
 import { codePointLength, sliceCodePoints, toWellFormed } from './text.ts';
-import type { Outcome, Summarizer, SummaryRequest } from './types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../support/summary-contract.ts';
 
 /**
  * The model identity of the offline summarizer. Its records carry it, so an

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { packageFile } from '../package-files.ts';
+import { packageFile } from '../support/package-files.ts';
 
 /**
  * The prompt registry. A prompt version is a released file in `prompts/`; its
@@ -43,7 +43,7 @@ const entries: readonly PromptEntry[] = Object.freeze(([
   { version: 'conversation-compaction@1', inputKind: 'mixed_conversation', itemKey: 'id', projectable: false, current: false },
   { version: 'conversation-compaction@2', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
   { version: 'conversation-compaction@3', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
-  // @4: @3 plus the grounding rule (every figure copied from the material; src/grounding.ts checks it).
+  // @4: @3 plus the grounding rule (every figure copied from the material; src/grounding/index.ts checks it).
   { version: 'conversation-compaction@4', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
   // @5: replies named by their pair number, not their message id; keep what a reader would ask about over pleasantries.
   { version: 'conversation-compaction@5', inputKind: 'assistant_replies', itemKey: 'pair', projectable: true, current: true },

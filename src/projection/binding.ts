@@ -1,13 +1,13 @@
 import type { ProjectionSummaryRow } from '../db/queries/projection.ts';
 import { CONVERSATION_PROMPT_VERSION, isProjectable } from '../gateway/prompts.ts';
 import { codePointLength, isBlank } from '../gateway/text.ts';
-import { SUMMARY_CHAR_CEILING } from '../gateway/types.ts';
-import { sourceHash, sourceMessageIds, type SourcePair } from '../hash.ts';
-import { isAlignedRange } from '../plan.ts';
+import { SUMMARY_CHAR_CEILING } from '../support/summary-contract.ts';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../conversation/source-hash.ts';
+import { isAlignedRange } from '../conversation/plan.ts';
 import type { SummaryNotUsedReason } from './types.ts';
 
 /**
- * Whether a stored summary record may be used for a range now (DESIGN.md
+ * Whether a stored summary record may be used for a range now (docs/design.md
  * "Projection"; seed Case B). A record is usable only when all hold:
  * its range is ten pairs aligned on a multiple of ten, it is completed, its
  * prompt version is projectable (@2 to @5; never @1 or an unknown version),

@@ -1,4 +1,4 @@
-import { jsonBytes } from './anthropic.ts';
+import { jsonBytes } from './to-anthropic.ts';
 
 /**
  * Budgets a developer can state: tokens instead of bytes, and the parts of

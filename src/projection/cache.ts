@@ -1,7 +1,7 @@
 import { FILL_RATIO } from './fidelity.ts';
 
 /**
- * The prompt-cache price model, in one place. `npm run bench` (P8) prices
+ * The prompt-cache price model, in one place. `npm run bench` (bench/p8-cache.ts) prices
  * replayed requests with it; the layout (layout.ts) keeps its history stable
  * between rewrites so that each request reads the previous one from the cache.
  *

@@ -1,5 +1,5 @@
-import { RANGE_SIZE } from '../plan.ts';
-import { firstPairOf } from './anthropic.ts';
+import { RANGE_SIZE } from '../conversation/plan.ts';
+import { firstPairOf } from './to-anthropic.ts';
 import type { ConversationReader } from './reader.ts';
 import type { OmittedSpan, PairItem, ProjectionItem, SummaryItem, SummaryNotUsed } from './types.ts';
 

@@ -1,6 +1,6 @@
-import { aiSdkShape, toModelMessages } from './ai-sdk.ts';
-import { BREAKPOINT_BYTES, itemBytes, messagesBytes, projectedBytes, toAnthropicMessages } from './anthropic.ts';
-import { openaiShape, toOpenAIMessages } from './openai.ts';
+import { aiSdkShape, toModelMessages } from './to-ai-sdk.ts';
+import { BREAKPOINT_BYTES, itemBytes, messagesBytes, projectedBytes, toAnthropicMessages } from './to-anthropic.ts';
+import { openaiShape, toOpenAIMessages } from './to-openai.ts';
 import { shapeBytes } from './shape.ts';
 import type { ConversationProjection, OmittedSpan, ProjectionItem } from './types.ts';
 

@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import {
   projectionLayoutNearRead, projectionLayoutRead, type ProjectionLayoutRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
-import { RANGE_SIZE } from '../plan.ts';
-import { firstPairOf, toAnthropicMessages } from './anthropic.ts';
+import { RANGE_SIZE } from '../conversation/plan.ts';
+import { firstPairOf, toAnthropicMessages } from './to-anthropic.ts';
 import { lowWaterBytes } from './cache.ts';
 import { gapWithinBound, HEAD_MAX_RATIO, planLayout, type Plan } from './fidelity.ts';
 import { itemSerial, type ConversationReader } from './reader.ts';

@@ -5,7 +5,7 @@ import {
 } from '../db/queries/projection.ts';
 import { resolveBudget, type RequestReserve } from './budget.ts';
 import { DEFAULT_CACHE_TTL_SECONDS } from './cache.ts';
-import { ConversationNotFoundError } from './errors.ts';
+import { ConversationNotFoundError } from './projection-errors.ts';
 import { formatOf, historyBytes, type Format, type ProjectionFormat } from './format.ts';
 import { planLayout } from './fidelity.ts';
 import { stableProjection } from './layout.ts';
@@ -30,7 +30,7 @@ export { MAX_PAGE_PAIRS } from './reader.ts';
  * use a summary only while its binding holds now.
  *
  * Reads see one snapshot (given a pool). A stable call first reads in one
- * statement (projection_read, 0040: the count, the stored layout, the pairs
+ * statement (projection_read(): the count, the stored layout, the pairs
  * from its start and the records of its summaries; one statement sees one
  * snapshot, so no transaction): a call that keeps its layout needs nothing
  * more, one round trip. A call that must read further (a rewrite) is made

@@ -1,8 +1,8 @@
 import {
   pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionRead, type ProjectionSummaryRow, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
-import { sourceHash, type SourcePair } from '../hash.ts';
-import { RANGE_SIZE } from '../plan.ts';
+import { sourceHash, type SourcePair } from '../conversation/source-hash.ts';
+import { RANGE_SIZE } from '../conversation/plan.ts';
 import { FORMATS, type Format } from './format.ts';
 import type { PairItem, ProjectionItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
 import {

@@ -1,4 +1,4 @@
-import { jsonBytes, placement } from './anthropic.ts';
+import { jsonBytes, placement } from './to-anthropic.ts';
 import type { ConversationProjection, OmittedSpan, ProjectionItem } from './types.ts';
 
 /**

@@ -1,5 +1,5 @@
 /**
- * The read projection (DESIGN.md "Projection (the read module)"): the history
+ * The read projection (docs/design.md "Projection (the read module)"): the history
  * of a Conversation as it goes into the next model request.
  *
  * Terminology

@@ -1,14 +1,14 @@
 import type { ProjectionPairRow, ProjectionSummaryRow } from '../db/queries/projection.ts';
-import type { SourcePair } from '../hash.ts';
-import { RANGE_SIZE, RAW_TAIL } from '../plan.ts';
-import { BREAKPOINT_BYTES, itemBytes } from './anthropic.ts';
+import type { SourcePair } from '../conversation/source-hash.ts';
+import { RANGE_SIZE, RAW_TAIL } from '../conversation/plan.ts';
+import { BREAKPOINT_BYTES, itemBytes } from './to-anthropic.ts';
 import { byPreference, currentIds, mostTelling, recordHashCheck, recordIdCheck, sameIds } from './binding.ts';
 import type { PairItem, ProjectionItem, SummaryItem, SummaryNotUsedReason } from './types.ts';
 import { summaryLabel } from './wording.ts';
 
 /**
- * What the layouts need of one range and one pair (DESIGN "Projection"; seed
- * Cases B and C): whether a range may show a summary now (judgeRange), and the
+ * What the layouts need of one range and one pair (docs/design.md "Projection (the read module)";
+ * its cases): whether a range may show a summary now (judgeRange), and the
  * items a pair or a summarized range becomes.
  */
 

@@ -3,11 +3,12 @@
  * Shared by prepareRunRequest, the net-benefit gate and cold recovery, so all
  * three produce byte-identical requests from the same records.
  */
-import type { Queryable } from '../db/queries/run-history.ts';
+import type { Queryable } from '../db/queryable.ts';
 import { runResultBodies } from '../db/queries/run-results.ts';
 import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
-import { RunPolicyError } from './errors.ts';
-import { fillBodies, fit, project, type Fitted, type ProjectedCheckpoint, type Projection, type RequestInput } from './fitting.ts';
+import { RunPolicyError } from './run-errors.ts';
+import { fillBodies, fit, type Fitted } from './fitting.ts';
+import { layOutRequest, type ProjectedCheckpoint, type Projection, type RequestInput } from './request-slots.ts';
 import { fromStoredJson } from './stored.ts';
 import type { RunCompactionPolicy, RunRequest, ThinkingBlock } from './types.ts';
 
@@ -33,7 +34,7 @@ export async function loadState(db: Queryable, runId: string, scope: string, pol
 
 /** Projection and fitting of `state`, with `extra` as checkpoints under evaluation (after the stored ones). */
 export function evaluate(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[]): Evaluated {
-  const projection = project(state, input, policy, extra);
+  const projection = layOutRequest(state, input, policy, extra);
   return { projection, fitted: fit(projection, policy) };
 }
 

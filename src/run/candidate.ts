@@ -2,14 +2,13 @@ import type { ToolResultRefRow } from '../db/queries/run-checkpoints.ts';
 import type { UnitRow } from '../db/queries/run-history.ts';
 import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
-import type { MaterialItem } from '../gateway/types.ts';
+import type { MaterialItem } from '../support/summary-contract.ts';
 import type { Evaluated } from './assemble.ts';
-import { itemBytes } from './anthropic.ts';
-import { identityKeyOf, sourceHashOf } from './hash.ts';
-import {
-  cutBytes, floorOf, hashGroup, isSettled, minSummaryRoom, project, summaryItem, type Floor, type Group, type ProjectedCheckpoint,
-  type Projection, type RequestInput,
-} from './fitting.ts';
+import { itemBytes } from './wire.ts';
+import { identityKeyOf, sourceHashOf } from './run-hash.ts';
+import { floorOf, type Floor } from './fitting.ts';
+import { summaryItem } from './request-slots.ts';
+import { cutBytes, hashGroup, isSettled, minSummaryRoom, layOutRequest, type Group, type ProjectedCheckpoint, type Projection, type RequestInput } from './request-slots.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**
@@ -270,7 +269,7 @@ export function planCompaction(
 ): Plan {
   const chunks: Chunk[] = [first, ...cut(compactable.filter((g) => g.seq > first.toSeq), policy, sizes, base, first.segment + 1)];
   const share = (floorBytes: number, k: number) => Math.min(policy.summaryCapBytes, Math.floor((policy.targetBytes - floorBytes) / k));
-  const exact = (k: number) => floorOf(project(state, input, policy, chunks.slice(0, k).map(bare)), policy);
+  const exact = (k: number) => floorOf(layOutRequest(state, input, policy, chunks.slice(0, k).map(bare)), policy);
   const firstSaving = (floorBytes: number) => current.fitted.bytes - policy.minSavingBytes - floorBytes;
 
   let estimate = base.bytes;

@@ -6,12 +6,13 @@ import type { RunState } from '../db/queries/run-state.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { evaluate, type Evaluated } from './assemble.ts';
 import { hypothetical, type Candidate } from './candidate.ts';
-import { isUniqueViolation } from './errors.ts';
-import { RUN_HASH_VERSION } from './hash.ts';
-import { escapedBytes } from './anthropic.ts';
-import { minSummaryRoom, SUMMARY_NOTE, summaryNote, type RequestInput } from './fitting.ts';
+import { isWriteRace } from './run-errors.ts';
+import { RUN_HASH_VERSION } from './run-hash.ts';
+import { escapedBytes } from './wire.ts';
+import { minSummaryRoom, SUMMARY_NOTE, summaryNote, type RequestInput } from './request-slots.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
-import type { CompactionReport, RunCompactionPolicy } from './types.ts';
+import type { RunCompactionPolicy } from './types.ts';
+import type { CompactionReport } from './reports.ts';
 
 export type GateReport = Pick<CompactionReport, 'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'>;
 
@@ -100,8 +101,7 @@ export async function commitCheckpoint(
     });
     return null;
   } catch (error) {
-    const code = (error as { code?: string }).code;
-    if (code !== '23000' && !isUniqueViolation(error)) throw error;
+    if (!isWriteRace(error)) throw error;
     await rollbackTo(client, 'checkpoint');
     return `stale_candidate:${(error as Error).message}`;
   }

@@ -1,4 +1,4 @@
-import type { CompactionObservation, DeepReadonly, RunCompactionHooks } from './types.ts';
+import type { CompactionObservation, DeepReadonly, RunCompactionHooks } from './reports.ts';
 
 /**
  * Hooks observe; they never steer. Each receives its own deep-frozen copy of

@@ -1,5 +1,5 @@
 /**
- * Run compaction (DESIGN.md "System 2"): keep one long Run's next model
+ * Run compaction (docs/runs.md): keep one long Run's next model
  * request under byte pressure without letting a summary rewrite what
  * happened. See src/run/README.md and the Terminology in types.ts.
  */
@@ -11,14 +11,16 @@ export { prepareRunRequest } from './prepare.ts';
 export type { PrepareRunRequestOptions, PreparedRunRequest } from './prepare.ts';
 export { recoverRunContext } from './recover.ts';
 export type { OpenUnit, RecoverRunContextOptions, RecoveryReport, SummaryReceipt } from './recover.ts';
-export { toAnthropicRequest, turnOfMessage } from './anthropic.ts';
-export type { AnthropicRunRequest, ModelTurn, ProviderMessage } from './anthropic.ts';
+export { toAnthropicRequest, turnOfMessage } from './wire.ts';
+export type { AnthropicRunRequest, ModelTurn, ProviderMessage } from './wire.ts';
 export { READ_RESULT_TOOL, readResultTool } from './tool.ts';
 export type { ReadResultToolOptions } from './tool.ts';
 export { DEFAULT_RUN_POLICY, resolvePolicy } from './policy.ts';
-export { measureRequest, SUMMARY_NOTE, type RequestInput } from './fitting.ts';
-export type { CannotFit, ByteHolder, ExhaustedIdentity } from './types.ts';
-export { RUN_HASH_VERSION } from './hash.ts';
-export { RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError } from './errors.ts';
+export { measureRequest } from './fitting.ts';
+export { SUMMARY_NOTE, type RequestInput } from './request-slots.ts';
+export type { CannotFit, ByteHolder, ExhaustedIdentity } from './reports.ts';
+export { RUN_HASH_VERSION } from './run-hash.ts';
+export { RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError } from './run-errors.ts';
 export type { ToolUnitState } from '../db/queries/run-history.ts';
 export type * from './types.ts';
+export type * from './reports.ts';

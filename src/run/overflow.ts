@@ -1,6 +1,7 @@
 import type { Evaluated } from './assemble.ts';
-import { isSettled } from './fitting.ts';
-import type { ByteHolder, CannotFit, RunCompactionPolicy, RunRequest } from './types.ts';
+import { isSettled } from './request-slots.ts';
+import type { RunCompactionPolicy, RunRequest } from './types.ts';
+import type { ByteHolder, CannotFit } from './reports.ts';
 
 /**
  * Why a request cannot be sent: what holds its bytes, largest first, so the

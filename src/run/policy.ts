@@ -1,10 +1,10 @@
-import { DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES } from '../grounding.ts';
-import { RunPolicyError } from './errors.ts';
+import { DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES } from '../grounding/index.ts';
+import { RunPolicyError } from './run-errors.ts';
 import { INT4_MAX } from './stored.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**
- * The defaults of DESIGN.md "System 2": application thresholds on the
+ * The defaults of run compaction (docs/runs.md): application thresholds on the
  * serialized request, not a provider's context window.
  */
 export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { runBudgetCharge, runBudgetEnsure, runBudgetGet } from '../db/queries/run-budget.ts';
-import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runModelTurnOfRequest, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type Queryable, type ToolUnitState } from '../db/queries/run-history.ts';
+import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runModelTurnOfRequest, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type ToolUnitState } from '../db/queries/run-history.ts';
+import type { Queryable } from '../db/queryable.ts';
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
-import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
+import { BlankTextError, historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './run-errors.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
-import { isCondition } from '../db/conditions.ts';
+import { isCorrectionRace } from '../db/database-errors.ts';
 import { ESCAPED_JSON_KEY, INT4_MAX, isInt4, isUuid, runIdOf, toStoredJson, toStoredText } from './stored.ts';
 import type { ResultMeta, ResultRef, RunBudget, Settlement, ThinkingBlock, ToolProposal } from './types.ts';
 
@@ -43,7 +44,7 @@ function storedText(value: unknown, what: string): string {
  * verbatim into every later request, where an empty text block is refused by
  * the Messages API, and it can never be edited: one blank entry would stop
  * the Run for good. Whitespace is what String.prototype.trim removes (the
- * database checks the same class, migration 0018).
+ * database checks the same class: the run_turns_user_text_not_blank constraint).
  */
 function requireUserText(value: unknown, what: string): string {
   const text = requireText(value, what);
@@ -195,7 +196,7 @@ export async function recordCorrection(options: RunAddress & { text: string }): 
     try {
       return await runCorrectionInsert(pool, runId, text);
     } catch (error) {
-      const raced = isUniqueViolation(error) || isCondition(error, 'run_correction_revision');
+      const raced = isUniqueViolation(error) || isCorrectionRace(error);
       if (attempt < 10 && raced) continue;
       throw historyErrorFrom(error, 'recordCorrection');
     }

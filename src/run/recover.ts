@@ -1,15 +1,16 @@
 import type pg from 'pg';
 import { runLockTry } from '../db/queries/run-history.ts';
 import { runSummaryRequestsExpire, runSummaryRequestsList, type ReceiptListRow } from '../db/queries/run-receipts.ts';
-import type { Summarizer } from '../gateway/types.ts';
-import { RunNotFoundError } from './errors.ts';
+import type { Summarizer } from '../support/summary-contract.ts';
+import { RunNotFoundError } from './run-errors.ts';
 import { resolvePolicy } from './policy.ts';
 import { runIdOf } from './stored.ts';
-import { toAnthropicRequest, type AnthropicRunRequest } from './anthropic.ts';
+import { toAnthropicRequest, type AnthropicRunRequest } from './wire.ts';
 import { evaluate, handedOut, loadState, materialize, requestInput } from './assemble.ts';
-import type { RequestInput } from './fitting.ts';
+import type { RequestInput } from './request-slots.ts';
 import { inTransaction } from '../db/transaction.ts';
-import type { FitStep, ReferenceMade, RunCompactionPolicy, RunRequest } from './types.ts';
+import type { RunCompactionPolicy, RunRequest } from './types.ts';
+import type { FitStep, ReferenceMade } from './reports.ts';
 
 export interface RecoverRunContextOptions extends RequestInput {
   pool: pg.Pool;

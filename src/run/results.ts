@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { runInScopeGet } from '../db/queries/run-history.ts';
 import { runResultInsert, runResultRead, type ResultSlice } from '../db/queries/run-results.ts';
-import { historyErrorFrom, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './errors.ts';
+import { historyErrorFrom, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './run-errors.ts';
 import { INT4_MAX, isInt4, isUuid, runIdOf, toStoredText } from './stored.ts';
 import type { ResultMeta } from './types.ts';
 

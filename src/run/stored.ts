@@ -1,5 +1,5 @@
 import { REPLACEMENT_CHARACTER, toWellFormed } from '../gateway/text.ts';
-import { RunNotFoundError } from './errors.ts';
+import { RunNotFoundError } from './run-errors.ts';
 
 /**
  * What the Run's columns accept, checked before a value reaches them: a

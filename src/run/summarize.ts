@@ -1,7 +1,7 @@
 import type { ReceiptSettlement } from '../db/queries/run-receipts.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { checkedAnswer, conformOutcome } from '../gateway/gateway.ts';
-import type { MaterialItem, Outcome, Summarizer } from '../gateway/types.ts';
+import type { MaterialItem, Outcome, Summarizer } from '../support/summary-contract.ts';
 import { toWellFormed } from '../gateway/text.ts';
 
 /**

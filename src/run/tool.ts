@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { runInScopeGet } from '../db/queries/run-history.ts';
 import { runCheckpointCallsPage, runResultCatalogPage } from '../db/queries/run-results.ts';
-import { RunHistoryError, RunNotFoundError } from './errors.ts';
+import { RunHistoryError, RunNotFoundError } from './run-errors.ts';
 import { READ_MAX_BYTES, readResult, type ResultRange } from './results.ts';
 import { INT4_MAX, runIdOf } from './stored.ts';
 

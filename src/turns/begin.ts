@@ -1,7 +1,7 @@
 import { conversationInScopeExists, conversationInsert, messageInsert, runInsert } from '../db/queries/turns.ts';
-import { TurnNotFoundError, turnErrorFrom } from './errors.ts';
+import { TurnNotFoundError, turnErrorFrom } from './turn-errors.ts';
 import { requireDatabase, requireOptions, requireScope, requireText, requireUuid } from './input.ts';
-import { inTurnTransaction } from './transaction.ts';
+import { inTurnTransaction } from './turn-transaction.ts';
 import type { TurnDatabase } from './types.ts';
 
 export interface BeginTurnOptions {

@@ -1,8 +1,8 @@
 import { messageInsert, runStatusUpdate } from '../db/queries/turns.ts';
-import { TurnStateError, turnErrorFrom } from './errors.ts';
+import { TurnStateError, turnErrorFrom } from './turn-errors.ts';
 import { requireDatabase, requireOneOf, requireOptions, requireScope, requireText, requireUuid } from './input.ts';
 import { assertUserMessage, isOpen, lockRun, settledError } from './run.ts';
-import { inTurnTransaction } from './transaction.ts';
+import { inTurnTransaction } from './turn-transaction.ts';
 import { COMPLETED_TURN_STATUSES, type CompletedTurnStatus, type TurnDatabase } from './types.ts';
 
 export interface CompleteTurnOptions {

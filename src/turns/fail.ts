@@ -1,8 +1,8 @@
 import { messageStatusUpdate, runStatusUpdate } from '../db/queries/turns.ts';
-import { turnErrorFrom } from './errors.ts';
+import { turnErrorFrom } from './turn-errors.ts';
 import { requireDatabase, requireOneOf, requireOptions, requireScope, requireUuid } from './input.ts';
 import { isOpen, lockRun, settledError } from './run.ts';
-import { inTurnTransaction } from './transaction.ts';
+import { inTurnTransaction } from './turn-transaction.ts';
 import { FAILED_TURN_STATUSES, type FailedTurnStatus, type TurnDatabase } from './types.ts';
 
 export interface FailTurnOptions {

@@ -1,5 +1,5 @@
 import { isUuid, toStoredText } from '../run/stored.ts';
-import { TurnInputError } from './errors.ts';
+import { TurnInputError } from './turn-errors.ts';
 import type { TurnDatabase } from './types.ts';
 
 /**
@@ -56,7 +56,7 @@ export function requireUuid(operation: string, field: string, value: unknown): s
  * PostgreSQL text refuses, and a lone surrogate become U+FFFD). A blank text
  * is refused: a pair needs both messages non-blank, so the turn would be
  * written and silently never count. Blank is what String.prototype.trim
- * removes, the class the pair index uses (migration 0013).
+ * removes, the class the pair index uses (sourcebound.refresh_pair()).
  */
 export function requireText(operation: string, field: string, value: unknown): string {
   if (typeof value !== 'string' || value.trim() === '') {

@@ -1,8 +1,8 @@
 import { messageInsert, messageStatusUpdate, replyAppend, runInScopeStatusGet, runStatusUpdate } from '../db/queries/turns.ts';
-import { TurnNotFoundError, TurnStateError, turnErrorFrom } from './errors.ts';
+import { TurnNotFoundError, TurnStateError, turnErrorFrom } from './turn-errors.ts';
 import { requireChunk, requireDatabase, requireOneOf, requireOptions, requireScope, requireUuid } from './input.ts';
 import { assertUserMessage, isOpen, lockRun, settledError } from './run.ts';
-import { inTurnTransaction } from './transaction.ts';
+import { inTurnTransaction } from './turn-transaction.ts';
 import { COMPLETED_TURN_STATUSES, type CompletedTurnStatus, type TurnDatabase } from './types.ts';
 
 /**

@@ -1,5 +1,6 @@
-import { messagesOfRunListForUpdate, runInScopeGetForUpdate, type Queryable, type TurnMessageRow } from '../db/queries/turns.ts';
-import { TurnNotFoundError, TurnStateError } from './errors.ts';
+import { messagesOfRunListForUpdate, runInScopeGetForUpdate, type TurnMessageRow } from '../db/queries/turns.ts';
+import type { Queryable } from '../db/queryable.ts';
+import { TurnNotFoundError, TurnStateError } from './turn-errors.ts';
 import { OPEN_RUN_STATUSES, type RunStatus } from './types.ts';
 
 /** A run of the scope, locked for the rest of the transaction, with its user message and reply. */

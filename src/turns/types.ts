@@ -19,12 +19,8 @@
 import type pg from 'pg';
 import { MESSAGE_ROLES, MESSAGE_STATUSES, RUN_STATUSES } from '../db/schema/conversations.ts';
 
-/** Every status a run can have (the `runs_status_known` constraint). */
-export type RunStatus = (typeof RUN_STATUSES)[number];
-/** Every status a message can have (the `messages_status_known` constraint). */
-export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
-/** Every role a message can have (the `messages_role_known` constraint). */
-export type MessageRole = (typeof MESSAGE_ROLES)[number];
+import type { MessageRole, MessageStatus, RunStatus } from '../db/queries/turns.ts';
+export type { MessageRole, MessageStatus, RunStatus };
 
 /** The statuses a turn completes with: the run's Pair is eligible in each. */
 export const COMPLETED_TURN_STATUSES = ['completed', 'partial', 'clarify_pending'] as const satisfies readonly RunStatus[];

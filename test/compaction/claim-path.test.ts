@@ -1,9 +1,9 @@
 import type pg from 'pg';
 import type { JobHelpers } from 'graphile-worker';
 import { describe, expect, it } from 'vitest';
-import type { Outcome, Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
-import { silentLogger } from '../../src/logger.ts';
-import { compactConversationTask } from '../../tasks/compact_conversation.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
+import { silentLogger } from '../../src/support/logger.ts';
+import { compactConversationTask } from '../../src/worker/tasks/compact-conversation.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 

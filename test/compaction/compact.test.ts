@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compactConversation, SummarizerConfigError } from '../../src/compaction/compact.ts';
+import { compactConversation, SummarizerConfigError } from '../../src/conversation/compact.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';

@@ -1,12 +1,12 @@
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { compactConversation, type CompactionContext } from '../../src/compaction/compact.ts';
-import { claimNextRange } from '../../src/compaction/claim.ts';
-import { commitRetrying } from '../../src/compaction/commit-retry.ts';
-import { DEFAULT_RETRY_DELAYS } from '../../src/compaction/commit.ts';
+import { compactConversation, type CompactionContext } from '../../src/conversation/compact.ts';
+import { claimNextRange } from '../../src/conversation/claim.ts';
+import { commitRetrying } from '../../src/conversation/commit-retry.ts';
+import { DEFAULT_RETRY_DELAYS } from '../../src/conversation/commit.ts';
 import { compactionSweepRun, summaryAttemptRead } from '../../src/db/queries/summaries.ts';
 import { createOfflineSummarizer } from '../../src/gateway/index.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 

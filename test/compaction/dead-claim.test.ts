@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { claimRange } from '../../src/compaction/claim.ts';
-import { commitOutcome } from '../../src/compaction/commit.ts';
+import { claimRange } from '../../src/conversation/claim.ts';
+import { commitOutcome } from '../../src/conversation/commit.ts';
 import { attemptsOfConversationRead, compactionSweepRun, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import { rangeAt } from '../../src/plan.ts';
+import { rangeAt } from '../../src/conversation/plan.ts';
 import { compactOffline, offlineContext } from '../integrity/support.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';

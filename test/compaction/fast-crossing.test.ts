@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/support/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
-import { silentLogger } from '../../src/logger.ts';
-import { startWorker } from '../../src/worker.ts';
+import { silentLogger } from '../../src/support/logger.ts';
+import { startWorker } from '../../src/worker/supervisor.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { gatewayFor } from '../support/gateway.ts';

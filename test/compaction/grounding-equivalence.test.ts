@@ -1,9 +1,9 @@
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { DEMO_DATA, readThreads } from '../../src/demo.ts';
+import { DEMO_DATA, readThreads } from '../../src/cli/demo-threads.ts';
 import { extractiveSummary } from '../../src/gateway/offline.ts';
-import { extractFacts, groundSummary, normalizeText } from '../../src/grounding.ts';
-import { plannableRanges } from '../../src/plan.ts';
+import { extractFacts, groundSummary, normalizeText } from '../../src/grounding/index.ts';
+import { plannableRanges } from '../../src/conversation/plan.ts';
 import * as reference from './grounding-reference.ts';
 
 /**

@@ -1,14 +1,14 @@
 /**
- * FROZEN REFERENCE: src/grounding.ts as it was before the digit-run
+ * FROZEN REFERENCE: src/grounding/index.ts as it was before the digit-run
  * extraction and the id-first tag lookup (main at 0cf7b86), kept only for
  * test/compaction/grounding-equivalence.test.ts, which requires the current
  * module to give the same facts, normalized text and grounding on real and
  * hostile text. Do not edit it to make that test pass.
  */
-import type { MaterialItem, Outcome } from '../../src/gateway/types.ts';
+import type { MaterialItem, Outcome } from '../../src/support/summary-contract.ts';
 
 /**
- * Grounding (DESIGN.md "Summarizer input and contract"): every checkable fact
+ * Grounding (docs/grounding.md): every checkable fact
  * of a summary must occur in the material the summarizer was given. One
  * module for both systems: conversation ranges (src/compaction) and Run
  * checkpoints (src/run) call `groundOutcome` on the summarizer's answer

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { compactConversation } from '../../src/compaction/compact.ts';
+import { compactConversation } from '../../src/conversation/compact.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
-import type { FactKind } from '../../src/grounding.ts';
-import { renderInspection } from '../../src/cli/inspect.ts';
-import { inspectConversation } from '../../src/inspect.ts';
+import type { FactKind } from '../../src/grounding/index.ts';
+import { renderInspection } from '../../src/cli/inspect-command.ts';
+import { inspectConversation } from '../../src/conversation/inspect.ts';
 import { projectConversationHistory, type SummaryItem } from '../../src/projection/index.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { behaviours } from '../support/messages-server.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compactConversation } from '../../src/compaction/compact.ts';
+import { compactConversation } from '../../src/conversation/compact.ts';
 import { MAX_RETRY_AFTER_MS } from '../../src/gateway/classify.ts';
 import { DEFAULT_DEFERRAL_BACKOFF } from '../../src/gateway/deferral.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';

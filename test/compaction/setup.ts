@@ -1,6 +1,6 @@
 import { afterAll, beforeEach } from 'vitest';
-import type { CompactionContext } from '../../src/compaction/compact.ts';
-import { silentLogger } from '../../src/logger.ts';
+import type { CompactionContext } from '../../src/conversation/compact.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { gatewayFor } from '../support/gateway.ts';
 import { startMessagesServer, type MessagesServer } from '../support/messages-server.ts';

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { DEMO_DATA, readThreads } from '../../src/demo.ts';
-import { sourceHash, type SourcePair } from '../../src/hash.ts';
+import { DEMO_DATA, readThreads } from '../../src/cli/demo-threads.ts';
+import { sourceHash, type SourcePair } from '../../src/conversation/source-hash.ts';
 import { pairsRangeRead } from '../../src/db/queries/summaries.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
@@ -10,7 +10,7 @@ import { addPairs, createConversation } from '../support/fixtures.ts';
 /**
  * The claim and the commit hash a range's source in SQL (range_source() and
  * its array twin source_hash_v1(), both set-based since 0025); the projection and inspect hash it in
- * TypeScript (src/hash.ts). The two must agree byte for byte, or summaries
+ * TypeScript (src/conversation/source-hash.ts). The two must agree byte for byte, or summaries
  * would never bind: checked on every real conversation and on hostile text.
  */
 const db = await createTestDatabase();
@@ -38,10 +38,10 @@ const HOSTILE = [
   '\ufffd replacement character itself',
   'x'.repeat(70_000) + '€',
 ];
-// Lone surrogates are not text PostgreSQL can store: node-postgres (like Buffer.from in src/hash.ts) sends them as U+FFFD.
+// Lone surrogates are not text PostgreSQL can store: node-postgres (like Buffer.from in src/conversation/source-hash.ts) sends them as U+FFFD.
 const SURROGATES = ['lone high \ud800 here', 'lone low \udfff here', 'reversed pair \udc00\ud800', 'ends in a high surrogate \udbff'];
 
-describe('source hash: the SQL twin equals src/hash.ts', () => {
+describe('source hash: the SQL twin equals src/conversation/source-hash.ts', () => {
   it('on every real conversation (oasst1), ten pairs at a time, through the database', async () => {
     let ranges = 0;
     for (const thread of threads) {
@@ -90,7 +90,7 @@ describe('source hash: the SQL twin equals src/hash.ts', () => {
     expect(stored.map((p) => p.userText)).toEqual(Array.from({ length: 10 }, (_, i) => texts[i % texts.length]!.user));
   });
 
-  it('on lone surrogates, mapped to U+FFFD on the way in exactly as src/hash.ts maps them', async () => {
+  it('on lone surrogates, mapped to U+FFFD on the way in exactly as src/conversation/source-hash.ts maps them', async () => {
     for (const text of SURROGATES) {
       const pairs = [pair(text, text)];
       expect(await sqlHash(pairs)).toBe(sourceHash(pairs));

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort, startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { startPgBouncer, type PgBouncer } from '../support/pgbouncer.ts';
 import { until } from '../support/processes.ts';

@@ -23,7 +23,7 @@ import {
  * No range may fail for good: a terminated connection is not a lost database
  * (the worker recovers its runner only when a new session cannot answer), and
  * a commit cut with the model's answer in hand is tried again, not left to a
- * lease expiry that would spend the attempt (src/compaction/commit-retry.ts).
+ * lease expiry that would spend the attempt (src/conversation/commit-retry.ts).
  * Earlier, each cut probe or LISTEN connection retired the runner and handed
  * its claims over as spent attempts: 2-5 of 40 ranges ended failed for good.
  */

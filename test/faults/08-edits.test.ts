@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
-import { sourceHash } from '../../src/hash.ts';
+import { sourceHash } from '../../src/conversation/source-hash.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';

@@ -1,10 +1,10 @@
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createAdmission, type Admission, type AdmissionOptions } from '../../src/gateway/admission.ts';
-import { createAnthropicSummarizer } from '../../src/gateway/anthropic.ts';
+import { createAnthropicSummarizer } from '../../src/gateway/anthropic-summarizer.ts';
 import { createGateway } from '../../src/gateway/gateway.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import type { GatewayLogger } from '../../src/gateway/logger.ts';
+import type { GatewayLogger } from '../../src/gateway/gateway-logger.ts';
 import { behaviours, startMessagesServer, type MessagesServer } from '../support/messages-server.ts';
 import { databaseUrl, namespaceFor } from './database.ts';
 

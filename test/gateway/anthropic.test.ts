@@ -1,10 +1,10 @@
 import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createAnthropicSummarizer, maxTokensFor } from '../../src/gateway/anthropic.ts';
+import { createAnthropicSummarizer, maxTokensFor } from '../../src/gateway/anthropic-summarizer.ts';
 import { MAX_RETRY_AFTER_MS } from '../../src/gateway/classify.ts';
 import { CONVERSATION_PROMPT_VERSION, promptText } from '../../src/gateway/prompts.ts';
-import type { MaterialItem, Outcome, SummaryRequest } from '../../src/gateway/types.ts';
+import type { MaterialItem, Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import { behaviours, echoSummary, startMessagesServer, type Behaviour, type MessagesServer } from '../support/messages-server.ts';
 
 /** Deadline for calls that should answer: generous, so a loaded machine never turns them into timeouts. */

@@ -6,7 +6,7 @@ import {
   createGateway, describeError, maskSecrets, outcomeFromAnswer, outcomeFromError, prepareSummary, promptText,
   type Summarizer, type SummaryRequest,
 } from '../../src/gateway/index.ts';
-import { createOpenAISummarizer } from '../../src/gateway/openai.ts';
+import { createOpenAISummarizer } from '../../src/gateway/openai-summarizer.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { startChatServer, type ChatServer } from '../support/chat-server.ts';
 

@@ -1,14 +1,14 @@
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdmission } from '../../src/gateway/admission.ts';
-import { createAnthropicSummarizer } from '../../src/gateway/anthropic.ts';
+import { createAnthropicSummarizer } from '../../src/gateway/anthropic-summarizer.ts';
 import { MAX_RETRY_AFTER_MS, REQUEST_ID_MAX_CHARS } from '../../src/gateway/classify.ts';
 import { DEFAULT_DEFERRAL_BACKOFF } from '../../src/gateway/deferral.ts';
 import { createGateway, REASON_MAX_CHARS } from '../../src/gateway/gateway.ts';
-import type { GatewayLogger } from '../../src/gateway/logger.ts';
+import type { GatewayLogger } from '../../src/gateway/gateway-logger.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import type { Outcome, Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
+import type { Outcome, Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
 import { behaviours, startMessagesServer, type MessagesServer } from '../support/messages-server.ts';
 import { databaseUrl, namespaceFor } from './database.ts';
 

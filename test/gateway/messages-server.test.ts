@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAnthropicSummarizer } from '../../src/gateway/anthropic.ts';
+import { createAnthropicSummarizer } from '../../src/gateway/anthropic-summarizer.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import { behaviours } from '../support/messages-server.ts';
 

@@ -1,13 +1,13 @@
 import { existsSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { readThreads } from '../../src/demo.ts';
+import { readThreads } from '../../src/cli/demo-threads.ts';
 import { createOfflineSummarizer, extractiveSummary, MIN_TARGET_BYTES, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { DEFAULT_MAX_INPUT_CHARS } from '../../src/gateway/contract.ts';
 import { SEGMENT_WINDOW, splitSentences } from '../../src/gateway/sentences.ts';
-import { groundSummary } from '../../src/grounding.ts';
-import { plannableRanges } from '../../src/plan.ts';
+import { groundSummary } from '../../src/grounding/index.ts';
+import { plannableRanges } from '../../src/conversation/plan.ts';
 import { codePointLength } from '../../src/gateway/text.ts';
-import type { MaterialItem } from '../../src/gateway/types.ts';
+import type { MaterialItem } from '../../src/support/summary-contract.ts';
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 

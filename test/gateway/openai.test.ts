@@ -1,10 +1,10 @@
 import { createServer } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { maxTokensFor } from '../../src/gateway/anthropic.ts';
+import { maxTokensFor } from '../../src/gateway/anthropic-summarizer.ts';
 import { createGateway } from '../../src/gateway/gateway.ts';
-import { createOpenAISummarizer, openAIModelIdentity } from '../../src/gateway/openai.ts';
+import { createOpenAISummarizer, openAIModelIdentity } from '../../src/gateway/openai-summarizer.ts';
 import { CONVERSATION_PROMPT_VERSION, promptText } from '../../src/gateway/prompts.ts';
-import type { MaterialItem, Outcome, SummaryRequest } from '../../src/gateway/types.ts';
+import type { MaterialItem, Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import { chat, echo, startChatServer, type ChatBehaviour, type ChatServer } from '../support/chat-server.ts';
 
 /** Deadline for calls that should answer: generous, so a loaded machine never turns them into timeouts. */

@@ -1,14 +1,14 @@
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { conversationMaterial } from '../../src/compaction/material.ts';
-import { readThreads } from '../../src/demo.ts';
+import { conversationMaterial } from '../../src/conversation/material.ts';
+import { readThreads } from '../../src/cli/demo-threads.ts';
 import { createOfflineSummarizer, extractiveSummary, targetBytes } from '../../src/gateway/offline.ts';
 import { CONVERSATION_PROMPT_VERSION, promptEntry } from '../../src/gateway/prompts.ts';
 import { factKeys, isPhatic, namesInside } from '../../src/gateway/salience.ts';
 import { splitSentences } from '../../src/gateway/sentences.ts';
-import type { MaterialItem } from '../../src/gateway/types.ts';
-import { groundSummary } from '../../src/grounding.ts';
-import { RANGE_SIZE } from '../../src/plan.ts';
+import type { MaterialItem } from '../../src/support/summary-contract.ts';
+import { groundSummary } from '../../src/grounding/index.ts';
+import { RANGE_SIZE } from '../../src/conversation/plan.ts';
 
 const SHARED = '/work/shared/data/oasst1-threads.jsonl';
 const bytes = (text: string) => Buffer.byteLength(text, 'utf8');

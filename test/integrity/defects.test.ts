@@ -5,7 +5,7 @@ import { createTestDatabase } from '../support/db.ts';
 import { addPairs, compactionJobs, createConversation, drift, pairCount } from '../support/fixtures.ts';
 import { spawnSourcebound } from '../support/processes.ts';
 import { UsageError } from '../../src/cli/common.ts';
-import { projectCliCommand } from '../../src/cli/project-cli.ts';
+import { projectCliCommand } from '../../src/cli/project-command.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import { insertSummary } from '../projection/support.ts';
 import { compactOffline, longText, projectAll, shape, summaryVerdicts } from './support.ts';

@@ -1,11 +1,11 @@
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { renderInspection } from '../../src/cli/inspect.ts';
-import { repairCommand } from '../../src/cli/repair.ts';
-import { inspectConversation } from '../../src/inspect.ts';
+import { renderInspection } from '../../src/cli/inspect-command.ts';
+import { repairCommand } from '../../src/cli/repair-command.ts';
+import { inspectConversation } from '../../src/conversation/inspect.ts';
 import { messagesBytes, projectConversationHistory, toAnthropicMessages } from '../../src/projection/index.ts';
 import type { ConversationProjection } from '../../src/projection/types.ts';
-import { repairConversation } from '../../src/repair.ts';
+import { repairConversation } from '../../src/conversation/repair.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation, drift, type WrittenPair } from '../support/fixtures.ts';
 import { spawnSourcebound } from '../support/processes.ts';

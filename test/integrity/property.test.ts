@@ -1,11 +1,11 @@
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { compactConversation, type CompactionContext } from '../../src/compaction/compact.ts';
+import { compactConversation, type CompactionContext } from '../../src/conversation/compact.ts';
 import { createGateway, createOfflineSummarizer } from '../../src/gateway/index.ts';
-import type { Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
-import { sourceHash, sourceMessageIds } from '../../src/hash.ts';
-import { silentLogger } from '../../src/logger.ts';
-import { RANGE_SIZE, RAW_TAIL } from '../../src/plan.ts';
+import type { Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
+import { sourceHash, sourceMessageIds } from '../../src/conversation/source-hash.ts';
+import { silentLogger } from '../../src/support/logger.ts';
+import { RANGE_SIZE, RAW_TAIL } from '../../src/conversation/plan.ts';
 import { messagesBytes, projectConversationHistory, toAnthropicMessages } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';

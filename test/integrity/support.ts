@@ -1,7 +1,7 @@
 import type pg from 'pg';
-import { compactConversation, type CompactionContext, type CompactionReport } from '../../src/compaction/compact.ts';
+import { compactConversation, type CompactionContext, type CompactionReport } from '../../src/conversation/compact.ts';
 import { createGateway, createOfflineSummarizer } from '../../src/gateway/index.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { conversationPairCountRead } from '../../src/db/queries/projection.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import { ConversationReader } from '../../src/projection/reader.ts';

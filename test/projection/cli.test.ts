@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { projectCommand } from '../../src/cli/project.ts';
+import { projectCommand } from '../../src/cli/project-output.ts';
 import { ConversationNotFoundError, projectConversationHistory } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';

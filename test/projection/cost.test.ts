@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type pg from 'pg';
-import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/conversation/source-hash.ts';
 import { MAX_PAGE_PAIRS, projectConversationHistory, type ReadEvent } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';

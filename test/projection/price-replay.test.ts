@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { DEMO_DATA, readThreads } from '../../src/demo.ts';
+import { DEMO_DATA, readThreads } from '../../src/cli/demo-threads.ts';
 import { replayThread } from '../../bench/lib/replay.ts';
 import { createTestDatabase } from '../support/db.ts';
 

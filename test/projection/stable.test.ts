@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sourceHash, sourceMessageIds } from '../../src/hash.ts';
+import { sourceHash, sourceMessageIds } from '../../src/conversation/source-hash.ts';
 import {
   FILL_RATIO, HEAD_MAX_RATIO, MAX_GAP_PAIRS, TAIL_PAIRS, messagesBytes, projectConversationHistory, projectedBytes, toAnthropicMessages,
   type ConversationProjection, type PairItem, type ReadEvent,

@@ -1,5 +1,5 @@
 import type { Queryable } from '../support/fixtures.ts';
-import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/hash.ts';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../../src/conversation/source-hash.ts';
 
 /** The current pairs fromPair..toPair as the hash sees them (read straight from the view). */
 export async function rangeSource(db: Queryable, conversationId: string, fromPair: number, toPair = fromPair + 9): Promise<SourcePair[]> {

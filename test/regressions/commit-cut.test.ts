@@ -2,23 +2,23 @@ import { Writable } from 'node:stream';
 import pg from 'pg';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { compactConversation, type CompactionContext } from '../../src/compaction/compact.ts';
+import { compactConversation, type CompactionContext } from '../../src/conversation/compact.ts';
 import { createPool } from '../../src/db/database.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { createOfflineSummarizer } from '../../src/gateway/index.ts';
-import type { Summarizer } from '../../src/gateway/types.ts';
-import { silentLogger } from '../../src/logger.ts';
+import type { Summarizer } from '../../src/support/summary-contract.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { until } from '../support/processes.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 
 /**
- * Regression (fault scenario 3 ended with 2-5 of 40 ranges failed for good):
+ * Regression (test/faults/03-connection-faults.test.ts ended with 2-5 of 40 ranges failed for good):
  * a commit whose connection was cut failed the task with the model's answer
  * in hand; the claim ran out its lease and the takeover settled the attempt
  * as `unknown`, spent. Two such cuts and the identity was failed for good.
- * Now the commit is tried again on a new connection (src/compaction/commit-retry.ts),
+ * Now the commit is tried again on a new connection (src/conversation/commit-retry.ts),
  * and the database decides what the retry may do: complete once, never twice,
  * never a source that changed meanwhile.
  *

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { claimRange, type ClaimResult } from '../../src/compaction/claim.ts';
-import { commitOutcome } from '../../src/compaction/commit.ts';
+import { claimRange, type ClaimResult } from '../../src/conversation/claim.ts';
+import { commitOutcome } from '../../src/conversation/commit.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import type { Outcome } from '../../src/gateway/types.ts';
+import type { Outcome } from '../../src/support/summary-contract.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 

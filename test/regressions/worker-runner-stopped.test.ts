@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/support/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { createOfflineSummarizer } from '../../src/gateway/index.ts';
-import { startWorker } from '../../src/worker.ts';
+import { startWorker } from '../../src/worker/supervisor.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { until } from '../support/processes.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Outcome } from '../../src/gateway/types.ts';
+import type { Outcome } from '../../src/support/summary-contract.ts';
 import {
   measureRequest, prepareRunRequest, readRunBudget, recordCorrection, recoverRunContext, type CheckpointSummaryItem,
   type PrepareRunRequestOptions, type RunCompactionPolicy, type RunRequestItem, type ToolResultItem,

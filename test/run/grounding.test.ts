@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { SUMMARY_NOTE, warningReserve } from '../../src/run/fitting.ts';
+import { SUMMARY_NOTE, warningReserve } from '../../src/run/request-slots.ts';
 import { prepareRunRequest, recoverRunContext, type CheckpointSummaryItem, type RunCompactionPolicy, type RunRequest } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { gatewayFor } from '../support/gateway.ts';
@@ -9,7 +9,7 @@ import { recoverInColdProcess } from './support/cold-recovery.ts';
 import { buildRun, INPUT, ok, prepareChecked, recordingSummarizer, SMALL_POLICY } from './support/fixtures.ts';
 
 /**
- * Run checkpoints go through the same grounding check (src/grounding.ts) as
+ * Run checkpoints go through the same grounding check (src/grounding/index.ts) as
  * conversation summaries: here through the gateway, the real SDK and the
  * local Messages server, with the model's answer scripted.
  */

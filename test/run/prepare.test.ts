@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offline.ts';
 import { RUN_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
-import type { Outcome, SummaryRequest } from '../../src/gateway/types.ts';
+import type { Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
   measureRequest, prepareRunRequest, readResult, readRunBudget, recordCorrection, recordModelTurn, recordToolCall,
   recordToolResult, recoverRunContext, storeResult, toAnthropicRequest, type PrepareRunRequestOptions, type RunRequestItem,

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { Outcome, SummaryRequest } from '../../src/gateway/types.ts';
+import type { Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
   measureRequest, prepareRunRequest, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, startRun,
   storeResult, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,
 } from '../../src/run/index.ts';
-import { summaryNote } from '../../src/run/fitting.ts';
+import { summaryNote } from '../../src/run/request-slots.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { createConversation, filler, INPUT, ok, prng, recordingSummarizer, SMALL_POLICY, type Prng, prepareChecked } from './support/fixtures.ts';
 

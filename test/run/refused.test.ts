@@ -1,5 +1,5 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Summarizer, SummaryRequest } from '../../src/gateway/types.ts';
+import type { Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
   recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, type CompactionReport, type PrepareRunRequestOptions, type RunCompactionPolicy,
 } from '../../src/run/index.ts';

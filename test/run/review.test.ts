@@ -2,7 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { step } from '../../examples/run-agent-loop.ts';
-import type { Outcome, Summarizer } from '../../src/gateway/types.ts';
+import type { Outcome, Summarizer } from '../../src/support/summary-contract.ts';
 import {
   readResult, readResultTool, recordCorrection, recordModelRequest, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, RunHistoryError, startRun, storeResult,
   type AnthropicRunRequest,

@@ -1,7 +1,8 @@
 import type pg from 'pg';
 
 /** Anything that can run a query: a pool or a checked-out client. */
-export type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
+import type { Queryable } from '../../src/db/queryable.ts';
+export type { Queryable };
 
 export async function createConversation(db: Queryable, scope = 'tenant-a'): Promise<string> {
   const { rows } = await db.query<{ id: string }>('insert into sourcebound.conversations (scope) values ($1) returning id', [scope]);

@@ -6,7 +6,7 @@ import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { MIGRATIONS_FOLDER, migrateDatabase } from '../../src/db/migrate.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { withDatabase } from '../../src/db/database.ts';
 
 declare module 'vitest' {

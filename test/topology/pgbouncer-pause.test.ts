@@ -34,7 +34,7 @@ const RECOVERY_MS = 3000;
 const SHUTDOWN_MS = 2000;
 /** The exit's allowance past the shutdown deadline (the CLI's own margin plus a busy machine). */
 const MARGIN_MS = 4000;
-/** A probe query that hangs counts after this long (src/worker.ts PROBE_TIMEOUT_MS): the recovery's last check can run this late. */
+/** A probe query that hangs counts after this long (src/worker/supervisor.ts PROBE_TIMEOUT_MS): the recovery's last check can run this late. */
 const PROBE_TIMEOUT_MS = 5000;
 
 describe('behind a PgBouncer that hangs (PAUSE)', () => {

@@ -1,11 +1,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/support/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import { beginTurn, completeTurn } from '../../src/turns/index.ts';
-import { startWorker } from '../../src/worker.ts';
+import { startWorker } from '../../src/worker/supervisor.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { spawnSourcebound, until } from '../support/processes.ts';
 

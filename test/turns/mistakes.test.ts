@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { SourceboundError } from '../../src/errors.ts';
-import { turnErrorFrom } from '../../src/turns/errors.ts';
+import { SourceboundError } from '../../src/support/errors.ts';
+import { turnErrorFrom } from '../../src/turns/turn-errors.ts';
 import {
   appendReply, beginTurn, completeTurn, failTurn, finishReply, startReply, TurnInputError, TurnNotFoundError, TurnStateError,
 } from '../../src/turns/index.ts';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/db/database.ts';
 import { freePort } from '../../src/db/embedded.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { spawnSourcebound } from '../support/processes.ts';
 

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
-import { silentLogger } from '../../src/logger.ts';
+import { silentLogger } from '../../src/support/logger.ts';
 import { spawnSourcebound } from '../support/processes.ts';
 
 /**
@@ -43,7 +43,7 @@ describe.skipIf(!asRoot)('the embedded PostgreSQL as root', () => {
     await mkdir(join(root, '.sourcebound'), { recursive: true });
     const closed = await mkdtemp(join(root, '.sourcebound', 'closed-app-'));
     made.push(closed);
-    await promisify(execFile)('cp', ['-al', ...['bin', 'src', 'tasks', 'migrations', 'prompts', 'node_modules', 'package.json', 'tsconfig.json'].map((f) => join(root, f)), closed]);
+    await promisify(execFile)('cp', ['-al', ...['bin', 'src', 'migrations', 'prompts', 'node_modules', 'package.json', 'tsconfig.json'].map((f) => join(root, f)), closed]);
     const data = await openFolder();
     const cli = spawnSourcebound(['migrate'], { SOURCEBOUND_DATA_DIR: join(data, 'pgdata'), SOURCEBOUND_EMBEDDED_PORT: String(await freePort()) }, join(closed, 'bin', 'sourcebound.js'));
     const code = await cli.exited;

@@ -1,10 +1,10 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/support/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
-import { silentLogger } from '../../src/logger.ts';
-import { createWorkerMetrics, reasonLabel } from '../../src/metrics.ts';
-import { startWorker } from '../../src/worker.ts';
+import { silentLogger } from '../../src/support/logger.ts';
+import { createWorkerMetrics, reasonLabel } from '../../src/worker/metrics.ts';
+import { startWorker } from '../../src/worker/supervisor.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';

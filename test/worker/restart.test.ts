@@ -1,11 +1,11 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/support/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { createOfflineSummarizer } from '../../src/gateway/index.ts';
-import type { Summarizer } from '../../src/gateway/types.ts';
-import { silentLogger } from '../../src/logger.ts';
-import { startWorker } from '../../src/worker.ts';
+import type { Summarizer } from '../../src/support/summary-contract.ts';
+import { silentLogger } from '../../src/support/logger.ts';
+import { startWorker } from '../../src/worker/supervisor.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';

@@ -1,12 +1,12 @@
 /**
- * SQL of the pair index itself (sourcebound.pairs, 0003/0016), named
+ * SQL of the pair index itself (sourcebound.pairs), named
  * noun-first: its drift from the definition and its rebuild. Both read a
  * whole conversation: for operators (`inspect`, `repair`) and tests, never
  * for hot paths.
  */
 import type pg from 'pg';
+import type { Queryable } from '../queryable.ts';
 
-export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** One row where the index differs from the definition (sourcebound.pairs_drift). */
 export interface PairDriftRow {
@@ -28,7 +28,7 @@ export async function pairsDriftRead(db: Queryable, conversationId: string): Pro
 
 /**
  * Rebuilds a conversation's pair index from the definition under its pair
- * lock (sourcebound.pairs_rebuild, 0016); returns how many rows were wrong
+ * lock (sourcebound.pairs_rebuild()); returns how many rows were wrong
  * (0: nothing was written). Run it in a transaction.
  */
 export async function pairsRebuild(db: Queryable, conversationId: string): Promise<number> {

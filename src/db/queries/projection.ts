@@ -4,14 +4,15 @@
  * another scope, even if the caller skipped the existence check. Reads are by
  * `pair_index` ranges through the pairs index, so their cost follows what the
  * layout reaches (src/projection/reader.ts), not the conversation's length. The reads made on every call
- * are PL/pgSQL functions (0029_projection_reads.sql): their plans are kept
+ * are PL/pgSQL functions (migrations/0005_projection_reads.sql): their plans are kept
  * per connection, where a statement sent as text is planned every time. A
- * call starts with projectionRead (0040): what a call that keeps its layout
+ * call starts with projectionRead (projection_read()): what a call that keeps its layout
  * reads, in one statement.
  */
 import type pg from 'pg';
 
-export type Queryable = Pick<pg.ClientBase, 'query'>;
+import type { Queryable } from '../queryable.ts';
+export type { Queryable };
 
 /** What a query read, for callers that account for cost (tests, diagnostics). */
 export interface ReadEvent {
@@ -114,7 +115,7 @@ export async function summariesForRangesRead(
   return rows;
 }
 
-/** What one projectionRead statement returns (0040_projection_read_in_one_call.sql). */
+/** What one projectionRead statement returns (sourcebound.projection_read()). */
 export interface ProjectionRead {
   /** Eligible pairs now. */
   count: number;
@@ -150,7 +151,7 @@ export async function projectionRead(
       budget === null ? null : Math.ceil(budget * NEAR_BUDGET), budget === null ? null : Math.min(MAX_LAYOUT_BUDGET, Math.floor(budget / NEAR_BUDGET)),
       args.firstPage, args.maxTextBytes],
   );
-  // A first row with the rest as JSON, then the pairs as rows (0040).
+  // A first row with the rest as JSON, then the pairs as rows (projection_read()).
   const raw = rows[0]?.read ?? null;
   const statement = 'projectionRead' as const;
   observe?.({ query: 'conversationPairCountRead', rows: raw === null ? 0 : 1, statement });

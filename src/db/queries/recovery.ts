@@ -4,7 +4,7 @@
  * old runner held instead of waiting for graphile-worker's 4-hour lock expiry
  * and our claim lease. Only this process's own ids are touched.
  */
-import type { Queryable } from './summaries.ts';
+import type { Queryable } from '../queryable.ts';
 
 /**
  * Unlocks the jobs graphile-worker had locked for these worker (pool) ids,

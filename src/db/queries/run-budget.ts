@@ -2,7 +2,7 @@
  * Budget statements of run compaction: a Run's request and token limits, what is used and
  * what is reserved by summary requests in flight.
  */
-import type { Queryable } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
 
 export interface BudgetRow {
   requestsLimit: number | null;

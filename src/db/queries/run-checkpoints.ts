@@ -1,8 +1,8 @@
 /**
  * Checkpoint statements of run compaction: immutable records of one summary each (guard:
- * migration 0011).
+ * the run_checkpoints_guard trigger).
  */
-import type { Queryable } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
 
 export interface ToolResultRefRow {
   proposalId: string;
@@ -58,7 +58,7 @@ export interface CheckpointInsert {
   summary: string;
 }
 
-/** Inserts a checkpoint; the guard (0011) checks chain, range, settlement and binding. */
+/** Inserts a checkpoint; the run_checkpoints_guard trigger checks chain, range, settlement and binding. */
 export async function runCheckpointInsert(db: Queryable, c: CheckpointInsert): Promise<string> {
   const { rows } = await db.query<{ id: string }>(
     `insert into sourcebound.run_checkpoints (

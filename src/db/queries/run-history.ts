@@ -3,14 +3,18 @@
  * corrections, model turns), tool units and the application's model request receipts.
  * Callers pass a pool or a checked-out client; statements that must run together are run by
  * the caller inside one BEGIN ... COMMIT on one client.
- * Tables: src/db/schema/runs-history.ts; guards: migrations 0007-0011.
+ * Tables: src/db/schema/runs-history.ts; guards: the run_*_guard triggers.
  */
 import type pg from 'pg';
-import type { ThinkingBlock } from '../../run/types.ts';
+import type { Queryable } from '../queryable.ts';
 import { LOCK_NS } from '../locks.ts';
 
 /** Anything that can run a query: a pool or a checked-out client. */
-export type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
+/** A thinking block of an extended-thinking model turn, kept verbatim (the Messages API requires it with tool use). */
+export type ThinkingBlock =
+  | { type: 'thinking'; thinking: string; signature: string }
+  | { type: 'redacted_thinking'; data: string };
+
 
 // ---------------------------------------------------------------------------
 // Row shapes (camelCase, as the statements return them)

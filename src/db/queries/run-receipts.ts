@@ -1,8 +1,8 @@
 /**
  * Summary request receipts of run compaction: written before the summary call, settled once
- * (guard: migration 0010).
+ * (guard: the run_summary_requests_guard trigger).
  */
-import type { Queryable } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
 
 export type ReceiptStatus = 'dispatched' | 'ok' | 'invalid' | 'deferred' | 'unknown' | 'config';
 
@@ -79,7 +79,7 @@ export interface ReceiptSettlement {
   chargedRequests: number;
   chargedTokens: number;
   notBefore: Date | null;
-  /** The answer's grounding check (src/grounding.ts), when one was made. */
+  /** The answer's grounding check (src/grounding/index.ts), when one was made. */
   grounding?: { checked: string[]; ungrounded: string[] } | null;
 }
 

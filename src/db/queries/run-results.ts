@@ -1,8 +1,8 @@
 /**
- * Result store statements of run compaction: versioned, immutable result bodies (migration 0009
- * computes their sizes and hash).
+ * Result store statements of run compaction: versioned, immutable result bodies (the run_results_guard
+ * trigger computes their sizes and hash).
  */
-import type { Queryable } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
 
 export interface CatalogRow {
   resultId: string;

@@ -4,7 +4,8 @@
  */
 import type { BudgetRow } from './run-budget.ts';
 import type { CheckpointRow } from './run-checkpoints.ts';
-import type { Queryable, RunRow, TurnRow, UnitRow } from './run-history.ts';
+import type { Queryable } from '../queryable.ts';
+import type { RunRow, TurnRow, UnitRow } from './run-history.ts';
 import type { ReceiptRow } from './run-receipts.ts';
 import type { CatalogRow } from './run-results.ts';
 

@@ -3,9 +3,9 @@
  * takes the client it runs on, so callers decide the transaction.
  */
 import type pg from 'pg';
-import type { Grounding } from '../../grounding.ts';
+import type { Queryable } from '../queryable.ts';
+import type { Grounding } from '../../support/summary-contract.ts';
 
-export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /**
  * How a hot query is sent. `prepared`: as a named prepared statement, parsed
@@ -124,7 +124,7 @@ export interface ReplyRow {
   assistantText: string;
 }
 
-/** A mark (0022): a plannable range that may need work, as a job saw it. */
+/** A mark (sourcebound.compaction_marks): a plannable range that may need work, as a job saw it. */
 export interface MarkRow {
   fromPair: number;
   generation: number;
@@ -171,7 +171,7 @@ export interface ClaimIdentity {
   leaseMs: number;
 }
 
-/** One statement: sourcebound.claim_range() of one range (0025_claim_path.sql). */
+/** One statement: sourcebound.claim_range() of one range. */
 export async function rangeClaim(
   db: Queryable,
   request: ClaimIdentity & { conversationId: string; range: { fromPair: number } },
@@ -185,8 +185,8 @@ export async function rangeClaim(
 }
 
 /**
- * One statement: sourcebound.claim_range() of the conversation's next mark
- * (0025_claim_path.sql): the first after `after` that is not in `skip`
+ * One statement: sourcebound.claim_range() of the conversation's next mark:
+ * the first after `after` that is not in `skip`
  * (from pair -> generation, marks the job left in place), or with `wrap` the
  * first such from the start. `mark` is null when there is none.
  */
@@ -216,12 +216,12 @@ export interface CommitInput {
   usage?: unknown;
   /** ok: unused; invalid/unknown: retry no sooner than this; deferred: wait this long. */
   notBeforeMs?: number | null;
-  /** The grounding check made before the commit (src/grounding.ts), kept with the attempt. */
+  /** The grounding check made before the commit (src/grounding/index.ts), kept with the attempt. */
   grounding?: Grounding | undefined;
 }
 
 /**
- * One statement: sourcebound.commit_summary() (0025_claim_path.sql).
+ * One statement: sourcebound.commit_summary().
  * `marksRemain`: the conversation still has a mark after it (true when the lease was lost: not looked at).
  */
 export async function summaryCommit(db: Queryable, input: CommitInput, options?: SendOptions): Promise<{ kind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; record: SummaryRow | null; marksRemain: boolean }> {
@@ -300,7 +300,7 @@ export async function summaryAttemptRead(db: Queryable, summaryId: string, attem
 /**
  * Schedules the conversation's compaction job at a time (deferral, lease
  * expiry); deduplicated by its job key, as that key's one writer at a time
- * (0026_enqueue_one_writer_per_key.sql).
+ * (sourcebound.compaction_key_lock()).
  */
 export async function compactionJobAtAdd(db: Queryable, conversationId: string, runAt: Date): Promise<void> {
   await db.query('select sourcebound.compaction_job_at($1, $2)', [conversationId, runAt]);
@@ -320,7 +320,7 @@ export async function compactionLeaseWatchAdd(db: Queryable, conversationId: str
   );
 }
 
-/** Enqueues marked conversations that have no job waiting, one page from where the last sweep stopped (0023_compaction_functions.sql). */
+/** Enqueues marked conversations that have no job waiting, one page from where the last sweep stopped (sourcebound.sweep_compaction()). */
 export async function compactionSweepRun(db: Queryable, limit = 1000): Promise<number> {
   const { rows } = await db.query<{ n: number }>('select sourcebound.sweep_compaction($1) as n', [limit]);
   return rows[0]!.n;

@@ -4,9 +4,16 @@
  * client it runs on; the helper decides the transaction.
  */
 import type pg from 'pg';
-import type { MessageRole, MessageStatus, RunStatus } from '../../turns/types.ts';
+import type { Queryable } from '../queryable.ts';
+import type { MESSAGE_ROLES, MESSAGE_STATUSES, RUN_STATUSES } from '../schema/conversations.ts';
 
-export type Queryable = Pick<pg.ClientBase, 'query'>;
+/** Every status a run can have (the `runs_status_known` constraint). */
+export type RunStatus = (typeof RUN_STATUSES)[number];
+/** Every status a message can have (the `messages_status_known` constraint). */
+export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
+/** Every role a message can have (the `messages_role_known` constraint). */
+export type MessageRole = (typeof MESSAGE_ROLES)[number];
+
 
 export interface TurnRunRow {
   conversationId: string;

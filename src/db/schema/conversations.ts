@@ -10,7 +10,7 @@
  * - Run: the execution of one request in a Conversation; `seq` orders runs.
  * - Message: a user or assistant text of one Run.
  * - Pair: the user message and completed assistant message of one eligible
- *   Run; `pairs` is their trigger-maintained index (see 0002_pairs.sql).
+ *   Run; `pairs` is their trigger-maintained index (sourcebound.refresh_pair(), called by the messages and runs triggers).
  * - Summary record: one attempt-bounded, immutable-once-completed summary of
  *   exactly ten pairs, bound to their ids and a source hash.
  */
@@ -79,7 +79,7 @@ export const messages = sourcebound.table('messages', {
   content: text('content').notNull().default(''),
   status: text('status').notNull().default('completed'),
   createdAt: createdAt(),
-  // When the content of the completed message last changed (an edit), set by a trigger (0037); null if never.
+  // When the content of the completed message last changed (an edit), set by the messages_note_edit trigger; null if never.
   editedAt: timestamp('edited_at', { withTimezone: true }),
 }, (t) => [
   check('messages_role_known', inList('role', MESSAGE_ROLES)),
@@ -186,7 +186,7 @@ export const conversationSummaryAttempts = sourcebound.table('conversation_summa
   requestId: text('request_id'),
   usage: jsonb('usage'),
   inputChars: integer('input_chars'),
-  // The grounding check of the answer (src/grounding.ts), as `kind:text`: every fact checked, and
+  // The grounding check of the answer (src/grounding/index.ts), as `kind:text`: every fact checked, and
   // those its material does not contain. Null when no answer text was checked.
   groundingChecked: text('grounding_checked').array(),
   groundingUngrounded: text('grounding_ungrounded').array(),

@@ -1,7 +1,8 @@
 /**
- * Run compaction tables (DESIGN.md "System 2: run compaction"). Written only
- * through src/run (the recording API and prepareRunRequest); triggers in the
- * hand-written migrations 0007-0011 guard what the database can guard.
+ * Run compaction tables (docs/runs.md). Written only
+ * through src/run (the recording API and prepareRunRequest); the guard
+ * triggers (run_turns_guard, run_model_requests_guard, run_results_guard,
+ * run_summary_requests_guard, run_checkpoints_guard) guard what the database can guard.
  *
  * Terminology
  * - Turn: one entry of a Run's ordered history (`seq`, global and monotonic):
@@ -87,7 +88,7 @@ export const runTurns = sourcebound.table('run_turns', {
   check('run_turns_thinking_only_on_model', sql`${t.thinking} is null or (${t.kind} = 'model' and jsonb_typeof(${t.thinking}) = 'array')`),
   // A request or correction of only whitespace would be an empty text block in every later request,
   // which the Messages API refuses; corrections are immutable, so the Run could never send again.
-  // The class is exactly what String.prototype.trim removes (as in migration 0013).
+  // The class is exactly what String.prototype.trim removes (as in the pair eligibility of sourcebound.refresh_pair()).
   check('run_turns_user_text_not_blank', sql`${t.kind} = 'model' or ${t.text} ~ '[^\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]'`),
   // Target of the tool units' composite key: a unit's turn is always in its own Run.
   unique('run_turns_run_seq_key').on(t.runId, t.seq),
@@ -204,7 +205,7 @@ export const runSummaryRequests = sourcebound.table('run_summary_requests', {
   answerModel: text('answer_model'),
   providerRequestId: text('provider_request_id'),
   usage: jsonb('usage'),
-  /** The grounding check of the answer (src/grounding.ts), as `kind:text`: facts checked, and those not in the material. */
+  /** The grounding check of the answer (src/grounding/index.ts), as `kind:text`: facts checked, and those not in the material. */
   groundingChecked: text('grounding_checked').array(),
   groundingUngrounded: text('grounding_ungrounded').array(),
   reservedRequests: integer('reserved_requests').notNull(),

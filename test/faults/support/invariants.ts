@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { isProjectable } from '../../../src/gateway/prompts.ts';
-import { sourceHash, sourceMessageIds, type SourcePair } from '../../../src/hash.ts';
-import { plannableRangeCount, RANGE_SIZE } from '../../../src/plan.ts';
+import { sourceHash, sourceMessageIds, type SourcePair } from '../../../src/conversation/source-hash.ts';
+import { plannableRangeCount, RANGE_SIZE } from '../../../src/conversation/plan.ts';
 import { ConversationNotFoundError, projectConversationHistory, type ConversationProjection } from '../../../src/projection/index.ts';
 import { ConversationReader } from '../../../src/projection/reader.ts';
 
@@ -11,7 +11,7 @@ import { ConversationReader } from '../../../src/projection/reader.ts';
  *
  * Coverage invariant: every eligible pair of every conversation is
  * - in exactly one completed, binding-valid summary (its 20 ids and its source
- *   hash, recomputed with src/hash.ts over the current texts, match), and the
+ *   hash, recomputed with src/conversation/source-hash.ts over the current texts, match), and the
  *   projection's verdict for its range is that summary (a history that fits is
  *   sent raw, so the whole projection under a huge budget is checked raw, and
  *   what it would show in place of each range is the reader's verdict); or

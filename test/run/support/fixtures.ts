@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { MaterialItem, Outcome, Summarizer, SummaryRequest } from '../../../src/gateway/types.ts';
+import type { MaterialItem, Outcome, Summarizer, SummaryRequest } from '../../../src/support/summary-contract.ts';
 import { prepareRunRequest, toAnthropicRequest, type PreparedRunRequest, type PrepareRunRequestOptions, type RunRequest } from '../../../src/run/index.ts';
 
 export async function createConversation(pool: pg.Pool, scope = 'tenant-a'): Promise<string> {

@@ -18,7 +18,7 @@ import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { step, type AgentLoop } from '../../../examples/run-agent-loop.ts';
 import { createGateway } from '../../../src/gateway/gateway.ts';
-import type { MaterialItem, Outcome, Summarizer } from '../../../src/gateway/types.ts';
+import type { MaterialItem, Outcome, Summarizer } from '../../../src/support/summary-contract.ts';
 import {
   prepareRunRequest, READ_RESULT_TOOL, recordCorrection, startRun, toAnthropicRequest, type RunCompactionPolicy,
 } from '../../../src/run/index.ts';

@@ -1,0 +1,22 @@
+import type { SupervisorState } from './state.ts';
+
+/** What /healthz and `WorkerHandle.health()` report (http.ts serves it). */
+export interface WorkerHealth {
+  /** A runner is taking jobs. */
+  running: boolean;
+  /** Recovering from a lost database or runner. */
+  recovering: boolean;
+  /** When PostgreSQL last answered the probe (epoch ms), or null. */
+  databaseOkAt: number | null;
+  /** Runners started after the first. */
+  restarts: number;
+}
+
+/** Before the worker has started: not running, nothing answered yet. */
+export const NOT_STARTED: WorkerHealth = Object.freeze({ running: false, recovering: false, databaseOkAt: null, restarts: 0 });
+
+/** The health the supervisor's state shows. A give-up, and a stop that came while recovering, still say recovering. */
+export function healthOf(state: SupervisorState, databaseOkAt: number | null, restarts: number): WorkerHealth {
+  const recovering = state.kind === 'recovering' || state.kind === 'gave_up' || (state.kind === 'stopping' && state.wasRecovering);
+  return { running: state.kind === 'running', recovering, databaseOkAt, restarts };
+}

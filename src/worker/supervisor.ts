@@ -1,0 +1,433 @@
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { run, type Runner, type WorkerEvents } from 'graphile-worker';
+import { graphileLogger, migrateDatabase } from '../db/migrate.ts';
+import { createWorkerPool } from '../db/worker-pool.ts';
+import { ownOutageDeferralsRelease } from '../db/queries/recovery.ts';
+import { missingSchemasList } from '../db/queries/server.ts';
+import type { Summarizer } from '../support/summary-contract.ts';
+import { gatewayFromConfig } from '../gateway/from-config.ts';
+import { createFleetModels, workerApplicationName } from '../gateway/fleet-models.ts';
+import { createWorkerMetrics, instrumentSummarizer, recordRanges } from './metrics.ts';
+import { startWorkerHttp, type WorkerHttp } from './http.ts';
+import { jitter, sleep } from '../support/backoff.ts';
+import { bounded } from '../support/bounded.ts';
+import { compactConversationTask } from './tasks/compact-conversation.ts';
+import { sweepCompactionTask } from './tasks/sweep-compaction.ts';
+import { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
+import { createProbe, oneShot, PROBE_INTERVAL_MS } from './probe.ts';
+import { RECONNECT_FIRST_MS, RECONNECT_MAX_MS, releaseOwn, retire, trackTask, type Generation } from './generation.ts';
+import { healthOf, NOT_STARTED, type WorkerHealth } from './health.ts';
+import type { WorkerHandle, WorkerOptions } from './handle.ts';
+import { gaveUpError, runningGeneration, transition, type SupervisorEvent, type SupervisorState } from './state.ts';
+
+export { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
+export { PROBE_INTERVAL_MS } from './probe.ts';
+export type { WorkerHealth } from './health.ts';
+export type { WorkerHandle, WorkerOptions } from './handle.ts';
+
+/**
+ * The worker process around graphile-worker (Terminology: a *runner* is one
+ * graphile-worker `run()`; a *generation* is one runner with its own pool,
+ * its graphile worker ids and the lease-owner id its claims carry).
+ *
+ * graphile-worker 0.17 does not survive a PostgreSQL restart by itself: its
+ * runner stops (or, in about half the restarts measured, never resolves and
+ * sits idle). So the worker supervises it: a health probe on its own
+ * connection notices a lost database at once (its connection fails and a
+ * new session cannot be opened, or the server's start time changed), the runner is retired
+ * (graceful stop, bounded), the worker reconnects with backoff, starts a new
+ * runner, then hands back what the old one held: the jobs graphile-worker had
+ * locked for it (`force_unlock_workers`) and its running claims (their lease
+ * ends now, so they are taken over at once, not after SOURCEBOUND_LEASE_MS).
+ * If the database does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS
+ * the worker gives up: `runner.promise` rejects and the CLI exits 1.
+ *
+ * One lost connection is not a lost database: a backend terminated by an
+ * administrator or a pooler (pg_terminate_backend, idle timeouts) fails the
+ * probe's or the LISTEN session, and graphile-worker reconnects its LISTEN
+ * itself. A recovery there would retire a healthy runner and hand its claims
+ * over as spent attempts (test/faults/03-connection-faults.test.ts). So a
+ * failed probe or LISTEN connection recovers only when a fresh session cannot
+ * answer either.
+ *
+ * The supervisor is a state machine: state.ts has its states, its transitions
+ * and their diagram (docs/worker.md tells the story). Its parts: probe.ts (is
+ * PostgreSQL there, is it the same server), generation.ts (start, retire and
+ * hand back one runner's work), health.ts and http.ts (/healthz, /metrics),
+ * metrics.ts, tasks/ (the graphile-worker tasks).
+ */
+
+/**
+ * The sweep runs every minute, at most one at a time across the fleet
+ * (graphile-worker's crontab is distributed-safe; the job key dedupes backlog).
+ */
+export const CRONTAB = '* * * * * sweep_compaction ?max=1&jobKey=sourcebound:sweep&jobKeyMode=replace';
+
+/**
+ * With migrations skipped (`--no-migrate`), the schemas must be there: a
+ * worker on an unmigrated database would look healthy while every job and
+ * sweep failed. @throws WorkerStartError naming what to run.
+ */
+async function assertMigrated(pool: pg.Pool): Promise<void> {
+  const missing = (await missingSchemasList(pool)).map((m) => `"${m}"`);
+  if (missing.length > 0) {
+    throw new WorkerStartError(`the database is not migrated (${missing.length > 1 ? `schemas ${missing.join(' and ')} do` : `schema ${missing[0]} does`} not exist): `
+      + 'run `sourcebound migrate` first (or start the worker without --no-migrate)');
+  }
+}
+
+/**
+ * Runs graphile-worker with sourcebound's tasks and crontab, supervised (see
+ * above). Migrates first (graphile-worker's schema before ours). Installs no
+ * signal handlers: the caller decides when to stop (see src/cli/worker-command.ts).
+ */
+export async function startWorker(options: WorkerOptions): Promise<WorkerHandle> {
+  const { config, logger, database } = options;
+  const workerId = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  if (!options.skipMigrations) await migrateDatabase(database.directConnectionString, logger);
+  else await assertMigrated(database.pool);
+
+  // A claim must outlive the admission wait plus the model call, or another
+  // worker takes over a call that is still running (bounded by the two
+  // attempts, but wasted). Short leases are legitimate in tests, so warn.
+  if (config.leaseMs < config.admissionWaitMs + config.modelTimeoutMs) {
+    logger.warn({ leaseMs: config.leaseMs, admissionWaitMs: config.admissionWaitMs, modelTimeoutMs: config.modelTimeoutMs },
+      'SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
+  }
+  const metrics = createWorkerMetrics({ pool: database.pool });
+  // /healthz and /metrics listen before any job can be taken: a port that cannot be
+  // opened ends the start here, with nothing running (exit non-zero, never hang).
+  // Until the runner is up, /healthz answers 503 (no runner).
+  let health = (): WorkerHealth => NOT_STARTED;
+  let http: WorkerHttp | null = null;
+  if (config.metricsPort !== undefined) {
+    http = await startWorkerHttp({ host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health: () => health(), probeIntervalMs: PROBE_INTERVAL_MS });
+    logger.info({ port: http.port, host: config.metricsHost }, 'metrics and health listening');
+  }
+  // How long a call may still need: a retired runner's calls get this long before they are cut.
+  const callGraceMs = config.admissionWaitMs + config.modelTimeoutMs + 5000;
+  let configured: ReturnType<typeof gatewayFromConfig>;
+  try {
+    if (options.summarizer !== undefined) assertSummarizer(options.summarizer);
+    configured = gatewayFromConfig(config, database.directConnectionString, logger, {
+      admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
+    }, options.summarizer);
+  } catch (error) {
+    // Nothing may stay open behind a failed start (the process would not exit).
+    await http?.close();
+    throw error;
+  }
+  // What the worker opened besides its runners, closed in one place (a failed start, stop()).
+  const closeServices = async () => {
+    await configured.close();
+    await http?.close();
+  };
+  const summarizer = instrumentSummarizer(configured.gateway, metrics);
+  const fleetModels = createFleetModels({ pool: database.pool, model: summarizer.model, logger, gauge: metrics.fleetModelIdentities });
+
+  // One emitter for every generation's events, so observers survive restarts.
+  const events = new EventEmitter() as WorkerEvents;
+  events.on('job:success', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'success' }));
+  events.on('job:error', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'error' }));
+  events.on('job:failed', ({ job }) => metrics.jobs.inc({ task: job.task_identifier, outcome: 'failed' }));
+
+  // The supervisor's one state (state.ts); `move` is the only way it changes.
+  let state: SupervisorState = { kind: 'starting' };
+  const move = (event: SupervisorEvent) => { state = transition(state, event); };
+  const isStopping = () => state.kind === 'stopping';
+  /** Retired generations whose retirement is not over, and that retirement. */
+  const retiring = new Map<Generation, Promise<void>>();
+  let generations = 0;
+  let restarts = 0;
+  let settle!: { resolve: () => void; reject: (e: unknown) => void };
+  const promise = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
+  // Marked handled here: a caller that never looks at runner.promise must not crash on it.
+  promise.catch(() => {});
+  const wake = new AbortController();
+
+  async function startGeneration(): Promise<Generation> {
+    const n = generations;
+    const claimOwner = n === 0 ? workerId : `${workerId}/r${n}`;
+    const pool = createWorkerPool({
+      connectionString: database.connectionString,
+      directConnectionString: database.directConnectionString,
+      max: config.workerConcurrency + 3,
+      applicationName: 'sourcebound-worker',
+      // The model identity on the direct sessions, for the other workers to see (fleet-models.ts).
+      directApplicationName: workerApplicationName(summarizer.model),
+      logger,
+    });
+    const own = new EventEmitter() as WorkerEvents;
+    const forward = own.emit.bind(own);
+    own.emit = ((name: string, payload: unknown) => {
+      forward(name as never, payload as never);
+      return events.emit(name as never, payload as never);
+    }) as typeof own.emit;
+    const gen: Generation = { n, claimOwner, pool, runner: null!, graphileWorkerIds: new Set(), tasks: new Map(), abort: new AbortController(), retired: false };
+    // graphile-worker 0.17 locks jobs with its worker *pool's* id (get_job's worker_id is `pool-...`).
+    own.on('pool:create', ({ workerPool }) => gen.graphileWorkerIds.add(workerPool.id));
+    // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
+    own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
+    own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void suspect('listen_connection_lost', error); });
+
+    // Tasks see graphile-worker's abort signal or ours, whichever comes first: we decide when calls are cut.
+    const track = (task: Parameters<typeof trackTask>[1]) => trackTask(gen, task);
+    // Named prepared statements for the claim and the commit on a direct connection only, as for graphile-worker's own below.
+    const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding, preparedStatements: !database.pooled };
+    try {
+      gen.runner = await run({
+        pgPool: pool,
+        concurrency: config.workerConcurrency,
+        pollInterval: config.pollIntervalMs,
+        // A transaction pooler cannot carry named prepared statements between transactions.
+        noPreparedStatements: database.pooled,
+        noHandleSignals: true,
+        logger: graphileLogger(logger),
+        events: own,
+        crontab: CRONTAB,
+        taskList: {
+          compact_conversation: track(compactConversationTask({ ...ctx, onPass: (report) => recordRanges(metrics, report.ranges) })),
+          sweep_compaction: track(sweepCompactionTask(ctx)),
+        },
+        // Our own abort (retire) cuts calls at the deadline we choose; graphile-worker's only after a call could have ended.
+        gracefulShutdownAbortTimeout: callGraceMs,
+        preset: {
+          // With batching on, a job finishing during shutdown may never be marked
+          // complete and stays locked for 4 hours (graphile-worker 0.17): complete at once.
+          worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 },
+        },
+      });
+    } catch (error) {
+      gen.retired = true;
+      await bounded(pool.end(), 5000);
+      throw error;
+    }
+    generations++;
+    // A runner that ends without our stop() (its worker pool failed) is replaced.
+    gen.runner.promise.then(
+      () => { if (!gen.retired) void recover('runner_stopped', null); },
+      (error: unknown) => { if (!gen.retired) void recover('runner_failed', error); },
+    );
+    return gen;
+  }
+
+  const retireGen = (gen: Generation, graceMs: number) => retire(gen, graceMs, logger, workerId);
+  const release = { pool: database.pool, logger, workerId, stopping: isStopping, wake: wake.signal };
+
+  let recovery: Promise<void> = Promise.resolve();
+  /** Single-flight: retire the runner, wait for PostgreSQL, start a new runner, hand back the old one's work. */
+  function recover(reason: string, error: unknown): Promise<void> {
+    if (state.kind !== 'running') return recovery;
+    const old = state.generation;
+    move({ type: 'lost', reason });
+    recovery = recoverOnce(old, reason, error);
+    return recovery;
+  }
+
+  async function recoverOnce(old: Generation, reason: string, error: unknown): Promise<void> {
+    metrics.runnerUp.set(0);
+    const since = Date.now();
+    const deadline = since + config.recoveryTimeoutMs;
+    logger.error({ err: error ?? undefined, reason, workerId, generation: old.n },
+      'worker lost its database or its graphile-worker runner: retiring the runner, reconnecting');
+    const retired = retireGen(old, callGraceMs);
+    retiring.set(old, retired);
+    void retired.finally(() => retiring.delete(old));
+
+    let delay = RECONNECT_FIRST_MS;
+    let lastError: unknown = error;
+    for (;;) {
+      if (isStopping()) return;
+      const answer = await databaseAnswers();
+      if (answer === null) {
+        try {
+          if (isStopping()) return;
+          const started = await startGeneration();
+          // stop() came while the runner started: it is not ours to keep.
+          if (isStopping()) { await retireGen(started, config.shutdownTimeoutMs); return; }
+          move({ type: 'restarted', generation: started });
+          break;
+        } catch (startError) {
+          lastError = startError;
+        }
+      } else {
+        lastError = answer;
+      }
+      if (Date.now() + delay > deadline) {
+        giveUp(new WorkerRunnerStoppedError(
+          `the worker lost PostgreSQL (${reason}) and could not start again within ${config.recoveryTimeoutMs} ms `
+            + `(SOURCEBOUND_RECOVERY_TIMEOUT_MS): ${(lastError as Error)?.message ?? lastError}`,
+          { cause: lastError },
+        ));
+        return;
+      }
+      await sleep(jitter(delay), wake.signal);
+      delay = Math.min(delay * 2, RECONNECT_MAX_MS);
+    }
+    restarts++;
+    metrics.restarts.inc({ reason });
+    metrics.runnerUp.set(1);
+    logger.info({ workerId, generation: runningGeneration(state)!.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
+    // Now what the old runner's ended tasks held; the rest as each of its tasks ends (a call
+    // that outlived the outage may still commit), and everything once the retirement is over.
+    let retiredDone = false;
+    void retired.then(() => { retiredDone = true; });
+    await releaseOwn(old, release);
+    while (old.tasks.size > 0 && !retiredDone && !isStopping()) {
+      await Promise.race([retired, ...[...old.tasks.keys()].map((task) => task.then(() => {}, () => {}))]);
+      await releaseOwn(old, release, { all: retiredDone });
+    }
+    // Deferrals the outage caused that landed after the hand-back (see ownOutageDeferralsRelease).
+    for (const ms of [2000, 8000]) {
+      await sleep(ms, wake.signal);
+      if (state.kind !== 'running') return;
+      const undeferred = await ownOutageDeferralsRelease(database.pool, workerId).catch(() => []);
+      if (undeferred.length > 0) logger.info({ workerId, conversations: undeferred.length }, 'calls deferred by the outage made claimable');
+    }
+  }
+
+  // Single-flight guard of the check below (a check in progress, not a state of the worker).
+  let suspecting = false;
+  /**
+   * A connection (the probe's, LISTEN) failed: recover only if PostgreSQL is
+   * unreachable, i.e. a new session on each URL cannot answer. Single-flight.
+   */
+  async function suspect(reason: string, error: unknown): Promise<void> {
+    if (suspecting || state.kind !== 'running') return;
+    suspecting = true;
+    try {
+      const answer = await freshSessionsAnswer();
+      if (answer === null) {
+        logger.warn({ err: error ?? undefined, reason, workerId }, 'a worker connection was lost but PostgreSQL answers a new session: no recovery');
+        return;
+      }
+      if (state.kind === 'running') void recover(reason, answer);
+    } finally {
+      suspecting = false;
+    }
+  }
+
+  /** null when a new session on the pooled and on the direct URL answers `select 1`, else the error. */
+  async function freshSessionsAnswer(): Promise<unknown> {
+    try {
+      await oneShot(database.connectionString);
+      if (database.pooled) await oneShot(database.directConnectionString);
+      return null;
+    } catch (error) {
+      return error;
+    }
+  }
+
+  /** null when both the pooled and the direct URL answer `select 1`, else the error. */
+  async function databaseAnswers(): Promise<unknown> {
+    try {
+      await probe.check();
+      if (database.pooled) await oneShot(database.directConnectionString);
+      return null;
+    } catch (error) {
+      return error;
+    }
+  }
+
+  function giveUp(error: WorkerRunnerStoppedError): void {
+    if (gaveUpError(state)) return;
+    move({ type: 'gave_up', error });
+    logger.error({ err: error, workerId }, error.message);
+    settle.reject(error);
+  }
+
+  // The server's start time, first seen by the probe: another one means it restarted (or failed over).
+  let serverStartedAt: string | null = null;
+  const probe = createProbe(database.connectionString, {
+    ok: (startedAt) => {
+      metrics.databaseLastOk.set(Date.now() / 1000);
+      const restarted = serverStartedAt !== null && startedAt !== serverStartedAt;
+      serverStartedAt = startedAt;
+      if (restarted && state.kind === 'running') void recover('database_restarted', null);
+    },
+    lost: (error, definite) => {
+      if (state.kind === 'running' && definite) void suspect('database_unreachable', error);
+    },
+  });
+
+  try {
+    move({ type: 'started', generation: await startGeneration() });
+  } catch (error) {
+    await probe.close();
+    await closeServices();
+    throw error;
+  }
+  metrics.runnerUp.set(1);
+  // Other model identities on this database are said once now, then when they change.
+  await fleetModels.check().catch((err: unknown) => logger.warn({ err }, 'could not read the model identities of the other workers'));
+  fleetModels.start();
+  // A first answer now, so /healthz is ok from the start; a failure here is the probe's to report.
+  await probe.check().catch(() => {});
+  probe.start();
+  logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model, pooled: database.pooled }, 'worker started');
+
+  health = () => healthOf(state, probe.okAt(), restarts);
+
+  const stop = (): Promise<void> => {
+    if (state.kind === 'stopping') return state.done;
+    const gen = runningGeneration(state);
+    const gaveUpBefore = gaveUpError(state);
+    const done = (async () => {
+      logger.info({ workerId }, 'worker stopping: no new jobs, waiting for running ones');
+      wake.abort();
+      fleetModels.stop();
+      const probeClosed = bounded(probe.close(), 5000);
+      const closing = (async () => {
+        await Promise.all([gen ? retireGen(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring.values(), recovery, probeClosed]);
+        await closeServices();
+      })();
+      let clean = true;
+      if (gaveUpBefore) {
+        // Given up: the database is gone, so the retired runner's calls cannot commit, and stopping
+        // can hang on it (graphile-worker's runner.stop() and the pool's sockets on a pooler that
+        // hangs): its calls get the shutdown deadline, as on SIGTERM, not their whole grace.
+        const cut = setTimeout(() => { for (const g of retiring.keys()) g.abort.abort(); }, config.shutdownTimeoutMs);
+        clean = await bounded(closing, config.shutdownTimeoutMs);
+        clearTimeout(cut);
+      } else {
+        await closing;
+      }
+      metrics.runnerUp.set(0);
+      if (clean) {
+        logger.info({ workerId }, 'worker stopped');
+      } else {
+        logger.warn({ workerId, shutdownTimeoutMs: config.shutdownTimeoutMs, retiredRunners: retiring.size },
+          'worker stopped without a clean stop: what had not stopped within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS after the give-up is left (its database does not answer)');
+      }
+      const gaveUp = gaveUpError(state);
+      if (gaveUp) throw gaveUp;
+      settle.resolve();
+    })();
+    move({ type: 'stop', done });
+    return done;
+  };
+
+  const runner: Runner = {
+    stop: (reason?: string) => runningGeneration(state)?.runner.stop(reason) ?? Promise.reject(new Error('Runner is already stopped')),
+    kill: (reason?: string) => runningGeneration(state)?.runner.kill(reason) ?? Promise.resolve(),
+    addJob: ((...args: Parameters<Runner['addJob']>) => {
+      const current = runningGeneration(state);
+      if (!current) return Promise.reject(new Error('the worker has no running runner (stopping or recovering)'));
+      return current.runner.addJob(...args);
+    }) as Runner['addJob'],
+    promise,
+    events,
+  };
+  return { workerId, runner, metrics, health, httpPort: http?.port ?? null, stop };
+}
+
+/** A summarizer handed in by code must be one: a model identity and a summarize function. @throws WorkerStartError */
+function assertSummarizer(value: unknown): asserts value is Summarizer {
+  const s = value as Partial<Summarizer> | null;
+  if (s === null || typeof s !== 'object' || typeof s.summarize !== 'function' || typeof s.model !== 'string' || s.model.trim() === '') {
+    throw new WorkerStartError('the summarizer given to the worker is not one: it needs a non-empty `model` (the identity its summaries record) and a `summarize(request)` function');
+  }
+}
