@@ -8,7 +8,7 @@ import type { SummaryNotUsedReason } from './types.ts';
 
 /**
  * Whether a stored summary record may be used for a range now (docs/design.md
- * "Projection"; seed Case B). A record is usable only when all hold:
+ * "Projection (the read module)"). A record is usable only when all hold:
  * its range is ten pairs aligned on a multiple of ten, it is completed, its
  * prompt version is projectable (@2 to @5; never @1 or an unknown version),
  * its text has something visible (gateway isBlank) and is at most the

@@ -311,8 +311,8 @@ export const SUMMARY_FLOOR_BYTES = 512;
  * take at most 6N + 12T bytes (plus 512 B for each checkpoint small enough
  * to be at the floor): at 10,000 calls in about 2,900 turns, about 95 KB,
  * under half of the 208 KiB a request body has at the 224 KiB target after
- * the 16 KiB reserve. A summary is a lossy note of older work clues (seed
- * 004, section 4), not the record of each call: the calls, their
+ * the 16 KiB reserve. A summary is a lossy note of older work clues (docs/runs.md),
+ * not the record of each call: the calls, their
  * settlements and results stay in the checkpoint's references and the
  * result store, rereadable by id, so a few bytes a call are enough.
  */

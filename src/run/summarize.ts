@@ -65,7 +65,7 @@ function checked(outcome: Outcome, maxChars: number): Outcome {
 
 /**
  * The character limit to tell the summarizer for an allowance in bytes (the
- * seed's cap is 6,000 *bytes*; the summarizer contract counts characters). A
+ * design's cap is 6,000 *bytes* (docs/runs.md); the summarizer contract counts characters). A
  * model writes in the script of its material, so the limit is the allowance
  * divided by the UTF-8 bytes per character of that script: the widest byte
  * length (1 to 4) held by at least 5% of the material's characters. A summary
