@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { run, type Runner, type WorkerEvents } from 'graphile-worker';
 import { graphileLogger, migrateDatabase } from '../db/migrate.ts';
+import { assertSessionUrl } from '../db/pooler-probe.ts';
 import { createWorkerPool } from '../db/worker-pool.ts';
 import { ownOutageDeferralsRelease } from '../db/queries/recovery.ts';
 import { missingSchemasList } from '../db/queries/server.ts';
@@ -88,7 +89,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const { config, logger, database } = options;
   const workerId = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   if (!options.skipMigrations) await migrateDatabase(database.directConnectionString, logger);
-  else await assertMigrated(database.pool);
+  else {
+    // migrateDatabase refuses a transaction pooler itself; without it, LISTEN and the fleet's session locks still need a session.
+    await assertSessionUrl(database.directConnectionString);
+    await assertMigrated(database.pool);
+  }
 
   // A claim must outlive the admission wait plus the model call, or another
   // worker takes over a call that is still running (bounded by the two
