@@ -1,3 +1,4 @@
+import { neutralizeQuoted } from '../support/markers.ts';
 import { DEFAULT_MAX_INPUT_CHARS } from './contract.ts';
 import { promptEntry, type ItemKey } from './prompts.ts';
 import { factKeys, isPhatic, namesInside } from './salience.ts';
@@ -100,7 +101,9 @@ export function createOfflineSummarizer(options: { maxChars: number; maxInputCha
       if (inputChars > maxInputChars) return { kind: 'invalid', reason: 'input_too_large', model: OFFLINE_MODEL, usage: null, requestId: null };
       const text = extractiveSummary(request.items, request.maxChars ?? options.maxChars, promptEntry(request.promptVersion)!.itemKey);
       if (text === null) return { kind: 'invalid', reason: 'empty_input', model: OFFLINE_MODEL, usage: null, requestId: null };
-      return { kind: 'ok', text, model: OFFLINE_MODEL, usage: null, requestId: null };
+      // Quoted replies that show a transcript or copy a marker are made safe to stand as a summary
+      // (same length): otherwise the commit path would refuse them as imitations (support/markers.ts).
+      return { kind: 'ok', text: neutralizeQuoted(text), model: OFFLINE_MODEL, usage: null, requestId: null };
     },
   };
 }

@@ -1,6 +1,7 @@
 // The grounding verdict: each fact of a summary grounded by key or by occurrence,
 // and what the policy makes of the ungrounded ones.
 import { DEFAULT_GROUNDING_POLICY, type Fact, type Grounding, type GroundingPolicy, type MaterialItem, type Outcome } from '../support/summary-contract.ts';
+import { markerImitation } from '../support/markers.ts';
 import { isAsciiDigit } from './chars.ts';
 import { locatedFacts } from './extract.ts';
 import { attachedScale, dateReadings, poundsWeight } from './keys.ts';
@@ -13,12 +14,19 @@ const REASON_FACTS = 5;
 
 /**
  * The answer after the grounding check: a non-`ok` outcome unchanged; an `ok`
- * one with its `grounding` attached, and, under `reject`, turned `invalid`
- * (reason `ungrounded:...`) when a fact is not in the material.
+ * one with its `grounding` attached, turned `invalid` when it imitates the
+ * product's markers or a speaker (`imitates_marker:marker|role_line`,
+ * support/markers.ts) and, under `reject`, when a fact is not in the material
+ * (`ungrounded:...`).
  */
 export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[], policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY): Outcome {
   if (outcome.kind !== 'ok') return outcome;
   const grounding = groundSummary(outcome.text, material);
+  // A summary that carries the product's marker or gives the word to a role would pass for sourcebound, or for a speaker, in the request.
+  const imitation = markerImitation(outcome.text);
+  if (imitation !== null) {
+    return { kind: 'invalid', reason: `imitates_marker:${imitation}`, model: outcome.model, usage: outcome.usage, requestId: outcome.requestId, grounding };
+  }
   if (grounding.ungrounded.length === 0 || policy === 'flag') return { ...outcome, grounding };
   const named = grounding.ungrounded.slice(0, REASON_FACTS).join(', ');
   const more = grounding.ungrounded.length > REASON_FACTS ? ` and ${grounding.ungrounded.length - REASON_FACTS} more` : '';

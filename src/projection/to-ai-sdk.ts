@@ -1,6 +1,7 @@
 import { PARAGRAPH } from './to-openai.ts';
 import { renderShape, type Shape } from './shape.ts';
 import type { ConversationProjection } from './types.ts';
+import { neutralizeMarkers } from '../support/markers.ts';
 
 /**
  * The Vercel AI SDK adapter: `ModelMessage[]` for `generateText`,
@@ -43,11 +44,11 @@ const part = (text: string): ModelTextPart => ({ type: 'text', text });
 export const aiSdkShape: Shape<Turn> = {
   itemMessages(item) {
     if (item.kind === 'pair') {
-      return [{ role: 'user', content: [part(item.userText)] }, { role: 'assistant', content: [part(item.assistantText)] }];
+      return [{ role: 'user', content: [part(neutralizeMarkers(item.userText))] }, { role: 'assistant', content: [part(neutralizeMarkers(item.assistantText))] }];
     }
     return [
-      { role: 'user', content: item.userMessages.map((m) => part(m.text)) },
-      { role: 'assistant', content: [part(item.label + PARAGRAPH + item.summary)] },
+      { role: 'user', content: item.userMessages.map((m) => part(neutralizeMarkers(m.text))) },
+      { role: 'assistant', content: [part(item.label + PARAGRAPH + neutralizeMarkers(item.summary))] },
     ];
   },
   withNote: (user, note) => ({ ...user, content: [part(note), ...user.content] }) as Turn,

@@ -2,6 +2,7 @@ import type Anthropic from '@anthropic-ai/sdk';
 import type { ConversationProjection, OmittedReason, OmittedSpan, ProjectionItem } from './types.ts';
 import { gapNote, omittedNote } from './wording.ts';
 import { jsonBytes } from '../support/json.ts';
+import { neutralizeMarkers } from '../support/markers.ts';
 
 /**
  * The Messages API adapter, and the byte accounting the projection budgets
@@ -45,13 +46,13 @@ const textBlock = (text: string): TextBlockParam => ({ type: 'text', text });
 export function itemMessages(item: ProjectionItem): [MessageParam, MessageParam] {
   if (item.kind === 'pair') {
     return [
-      { role: 'user', content: [textBlock(item.userText)] },
-      { role: 'assistant', content: [textBlock(item.assistantText)] },
+      { role: 'user', content: [textBlock(neutralizeMarkers(item.userText))] },
+      { role: 'assistant', content: [textBlock(neutralizeMarkers(item.assistantText))] },
     ];
   }
   return [
-    { role: 'user', content: item.userMessages.map((m) => textBlock(m.text)) },
-    { role: 'assistant', content: [textBlock(item.label), textBlock(item.summary)] },
+    { role: 'user', content: item.userMessages.map((m) => textBlock(neutralizeMarkers(m.text))) },
+    { role: 'assistant', content: [textBlock(item.label), textBlock(neutralizeMarkers(item.summary))] },
   ];
 }
 

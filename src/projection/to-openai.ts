@@ -1,6 +1,7 @@
 import type OpenAI from 'openai';
 import { renderShape, type Shape } from './shape.ts';
 import type { ConversationProjection } from './types.ts';
+import { neutralizeMarkers } from '../support/markers.ts';
 
 /**
  * The OpenAI Chat Completions adapter (also what OpenAI-compatible servers,
@@ -27,11 +28,11 @@ export type OpenAIMessage = ChatCompletionMessageParam & { content: string };
 export const openaiShape: Shape<OpenAIMessage> = {
   itemMessages(item) {
     if (item.kind === 'pair') {
-      return [{ role: 'user', content: item.userText }, { role: 'assistant', content: item.assistantText }];
+      return [{ role: 'user', content: neutralizeMarkers(item.userText) }, { role: 'assistant', content: neutralizeMarkers(item.assistantText) }];
     }
     return [
-      { role: 'user', content: item.userMessages.map((m) => m.text).join(PARAGRAPH) },
-      { role: 'assistant', content: item.label + PARAGRAPH + item.summary },
+      { role: 'user', content: item.userMessages.map((m) => neutralizeMarkers(m.text)).join(PARAGRAPH) },
+      { role: 'assistant', content: item.label + PARAGRAPH + neutralizeMarkers(item.summary) },
     ];
   },
   withNote: (user, note) => ({ ...user, content: note + PARAGRAPH + user.content }) as OpenAIMessage,

@@ -27,6 +27,17 @@ export function neutralizeMarkers(text: string): string {
 
 /** Lines a transcript would use to give another speaker the word. */
 const ROLE_LINE = /^[\s>*_#-]*(?:user|human|system|assistant|developer|tool)\s*:/imu;
+const ROLE_LINES = /^([\s>*_#-]*(?:user|human|system|assistant|developer|tool)\s*):/gimu;
+
+/**
+ * Text an extractive summary quotes, made safe to stand as a summary: markers
+ * neutralized and a line's leading `User:` (any role) turned into `User -`.
+ * For summarizers that copy their material (the offline one), which would
+ * otherwise fail on a reply that shows a transcript.
+ */
+export function neutralizeQuoted(text: string): string {
+  return neutralizeMarkers(text).replace(ROLE_LINES, '$1 -');
+}
 
 /**
  * Why a summary imitates the product's markers or another speaker, or null
