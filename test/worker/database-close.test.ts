@@ -45,7 +45,7 @@ describe('closing the database', () => {
     const home = join(tmpdir(), `sourcebound-cli-close-${process.pid}-${Date.now()}`);
     afterAll(() => rm(home, { recursive: true, force: true }));
     const env = { SOURCEBOUND_DATA_DIR: join(home, 'pgdata'), SOURCEBOUND_EMBEDDED_PORT: String(await freePort()), LOG_LEVEL: 'debug' };
-    for (const args of [['migrate'], ['enqueue', '00000000-0000-4000-8000-000000000000']]) {
+    for (const args of [['migrate'], ['enqueue', '00000000-0000-4000-8000-000000000000', '--scope', 's']]) {
       const cli = spawnSourcebound(args, env);
       const code = await cli.exited;
       const output = `${JSON.stringify(cli.logs)}\n${cli.stderr}`;

@@ -86,7 +86,7 @@ describe('a worker that cannot start exits 1 with one line, taking no job', () =
       expect(w.logs.map((l) => l.msg)).not.toContain('worker started');
 
       const id = '00000000-0000-4000-8000-000000000000';
-      for (const args of [['inspect', id, '--scope', 's'], ['project', id, '--scope', 's', '--budget', '1000'], ['enqueue', id], ['repair', id, '--scope', 's']]) {
+      for (const args of [['inspect', id, '--scope', 's'], ['project', id, '--scope', 's', '--budget', '1000'], ['enqueue', id, '--scope', 's'], ['repair', id, '--scope', 's']]) {
         const cli = spawnSourcebound(args, { DATABASE_URL: url });
         running.push(cli);
         expect(await exitWithin(cli, 30_000), args[0]).toBe(1);

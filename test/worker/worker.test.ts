@@ -180,14 +180,20 @@ describe('sourcebound CLI', () => {
     expect(config.stderr).toMatch(/SOURCEBOUND_LEASE_MS/);
   });
 
-  it('enqueue adds a job for an existing conversation and refuses an unknown one', async () => {
+  it('enqueue adds a job for a conversation of its scope; another scope\'s id reads like an unknown one', async () => {
     const c = await createConversation(db.pool);
-    const ok = spawnSourcebound(['enqueue', c], { DATABASE_URL: db.url });
+    const ok = spawnSourcebound(['enqueue', c, '--scope', 'tenant-a'], { DATABASE_URL: db.url });
     expect(await ok.exited).toBe(0);
     const { rows } = await db.pool.query(`select count(*)::int as n from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`]);
     expect(rows[0].n).toBe(1);
-    const missing = spawnSourcebound(['enqueue', '00000000-0000-4000-8000-000000000000'], { DATABASE_URL: db.url });
+    const unscoped = spawnSourcebound(['enqueue', c], { DATABASE_URL: db.url });
+    expect(await unscoped.exited).toBe(2);
+    expect(unscoped.stderr).toMatch(/missing --scope/);
+    const other = spawnSourcebound(['enqueue', c, '--scope', 'tenant-b'], { DATABASE_URL: db.url });
+    const missing = spawnSourcebound(['enqueue', '00000000-0000-4000-8000-000000000000', '--scope', 'tenant-b'], { DATABASE_URL: db.url });
+    expect(await other.exited).toBe(1);
     expect(await missing.exited).toBe(1);
-    expect(missing.stderr).toMatch(/does not exist/);
+    expect(other.stderr).toMatch(/not found in scope "tenant-b"/);
+    expect(other.stderr.replace(c, 'ID')).toBe(missing.stderr.replace('00000000-0000-4000-8000-000000000000', 'ID'));
   });
 });

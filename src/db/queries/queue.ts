@@ -21,7 +21,10 @@ export async function compactionQueueRead(db: Queryable): Promise<CompactionQueu
   return rows[0]!;
 }
 
-/** sourcebound.enqueue_compaction(): a job for the conversation. @throws its no_data_found (P0002) for an unknown conversation. */
-export async function compactionEnqueue(db: Queryable, conversationId: string): Promise<void> {
-  await db.query('select sourcebound.enqueue_compaction($1)', [conversationId]);
+/**
+ * sourcebound.enqueue_compaction(scope, id): a job for the conversation.
+ * @throws its no_data_found (P0002, conversation_in_scope) for a conversation not in `scope`, whether or not it exists elsewhere.
+ */
+export async function compactionEnqueue(db: Queryable, scope: string, conversationId: string): Promise<void> {
+  await db.query('select sourcebound.enqueue_compaction($1, $2)', [scope, conversationId]);
 }
