@@ -38,7 +38,7 @@ export async function beginTurn(options: BeginTurnOptions): Promise<BegunTurn> {
   const scope = requireScope(operation, given.scope);
   const conversationId = given.conversationId === undefined ? undefined : requireUuid(operation, 'conversationId', given.conversationId);
   const userText = requireText(operation, 'userText', given.userText);
-  const write = { operation, scope, conversationId, role: 'user' as const, runStatus: 'running', messageStatus: 'completed' };
+  const write = { operation, scope, conversationId, role: 'user' as const, runStatus: 'running', messageStatus: 'completed', text: { field: 'userText', value: userText } };
   try {
     return await inTurnTransaction(db, operation, async (client) => {
       let conversation = conversationId;

@@ -56,6 +56,6 @@ export async function completeTurn(options: CompleteTurnOptions): Promise<{ assi
       return { assistantMessageId };
     });
   } catch (error) {
-    throw turnErrorFrom(error, { operation, scope, runId, role: 'assistant', runStatus: status, messageStatus: 'completed' });
+    throw turnErrorFrom(error, { operation, scope, runId, role: 'assistant', runStatus: status, messageStatus: 'completed', text: { field: 'assistantText', value: text } });
   }
 }

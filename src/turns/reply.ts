@@ -74,7 +74,7 @@ export async function appendReply(options: ReplyAddress & { text: string }): Pro
         `${operation}: run ${runId} (${status}) has no streaming reply; start one with startReply`, runId, status);
     });
   } catch (error) {
-    throw turnErrorFrom(error, { operation, scope, runId });
+    throw turnErrorFrom(error, { operation, scope, runId, text: { field: 'text', value: text } });
   }
 }
 

@@ -70,6 +70,8 @@ export interface TurnWrite {
   runId?: string;
   /** The role of the message being inserted, if any. */
   role?: MessageRole;
+  /** The option that carried the message's text, and the text, if one is being written. */
+  text?: { field: string; value: string };
   /** The status being written to the run, if any. */
   runStatus?: string;
   /** The status being written to the message, if any. */
@@ -106,6 +108,10 @@ export function turnErrorFrom(error: unknown, write: TurnWrite): unknown {
       return new TurnNotFoundError(operation, 'conversationId', write.conversationId ?? '', write.scope, cause);
     case 'foreign_key_violation:messages_run_same_conversation_fk':
       return new TurnNotFoundError(operation, 'runId', write.runId ?? '', write.scope, cause);
+    case 'limit_exceeded:message_size_limit':
+      return new TurnInputError(operation, write.text?.field ?? 'text',
+        'at most sourcebound.max_message_bytes bytes of UTF-8, a limit the database sets (docs/trust-boundaries.md#limits)',
+        write.text === undefined ? undefined : `a text of ${Buffer.byteLength(write.text.value, 'utf8')} bytes`, cause);
     default:
       return error;
   }

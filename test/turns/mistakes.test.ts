@@ -164,6 +164,20 @@ describe('what the database refuses is named by SQLSTATE and constraint, with th
     }
   });
 
+  it('a message over the database\'s size limit names the option and the limit, for user text and replies', async () => {
+    const big = 'x'.repeat(1024 * 1024 + 1);
+    const before = await written();
+    const begun = await beginTurn({ pool, scope, userText: big }).then(() => undefined, (e: unknown) => e);
+    expect(begun).toBeInstanceOf(TurnInputError);
+    expect((begun as TurnInputError).field).toBe('userText');
+    expect((begun as Error).message).toBe('beginTurn: userText must be at most sourcebound.max_message_bytes bytes of UTF-8, a limit the database sets '
+      + "(docs/trust-boundaries.md#limits); got 'a text of 1048577 bytes'");
+    expect(await written()).toEqual(before);
+    const t = await beginTurn({ pool, scope, userText: 'q' });
+    const completed = await completeTurn({ pool, scope, runId: t.runId, assistantText: big }).then(() => undefined, (e: unknown) => e);
+    expect((completed as TurnInputError).field).toBe('assistantText');
+  });
+
   it('anything else passes through unchanged', () => {
     const other = Object.assign(new Error('deadlock detected'), { code: '40P01' });
     expect(turnErrorFrom(other, { operation: 'op', scope })).toBe(other);
