@@ -1,3 +1,5 @@
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { projectConversationHistory, type ConversationProjection, type ReadEvent } from '../src/projection/index.ts';
 import type { BenchContext } from './lib/context.ts';
@@ -171,7 +173,35 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
   } finally {
     await pool.end();
   }
+  importTimes(result, rounds);
   return result;
+}
+
+/**
+ * Import time of the package's entry points, as an app pays it at start: the
+ * built files (npm run build), each in a fresh node process, interleaved;
+ * `sourcebound/app` (turns and projection) against `sourcebound` (everything).
+ */
+function importTimes(result: BenchResult, rounds: number): void {
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'ignore' });
+  const once = (entry: string): number => Number(execFileSync(process.execPath, ['--input-type=module', '-e',
+    `const t = process.hrtime.bigint(); await import(${JSON.stringify(`${root}dist/src/${entry}.js`)}); console.log(Number(process.hrtime.bigint() - t) / 1e6);`],
+  { cwd: root, encoding: 'utf8' }).trim());
+  const app: number[] = [];
+  const full: number[] = [];
+  for (let r = 0; r < Math.max(5, rounds) * 2; r++) {
+    app.push(once('app'));
+    full.push(once('index'));
+  }
+  result.figures.push(
+    { label: 'import sourcebound/app (turns, projection, adapters), built', unit: 'ms', value: spread(app) },
+    { label: 'import sourcebound (everything, with the worker), built', unit: 'ms', value: spread(full) },
+  );
+  result.headlines.push({
+    label: 'P2b import sourcebound/app / import sourcebound', ratio: spread(roundRatios(app, full)), goal: { op: '<=', target: 1 / 3 },
+    floor: `sourcebound/app ${spread(app).median.toFixed(0)} ms, sourcebound ${spread(full).median.toFixed(0)} ms (a fresh node process each)`,
+  });
 }
 
 const LABELS: Record<string, string> = {

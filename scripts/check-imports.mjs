@@ -22,7 +22,7 @@ const LAYERS = [
   ['conversation', 'projection', 'run', 'turns'], // System 1, the read path, System 2, the turn API
   ['worker'], // the graphile-worker process, its supervisor, health, metrics, tasks
   ['cli'], // one file per command
-  ['index.ts'], // the public API
+  ['index.ts', 'app.ts'], // the public API (app.ts: its request path alone)
 ];
 const MAX_LINES = 450;
 // File names that may repeat: a folder's entry point and its types.

@@ -11,23 +11,8 @@
  * - Turn: one Run written by the turn helpers: its user message, then its reply, then its settlement.
  * - Grounded: every checkable fact of a summary occurs in the material it summarizes (src/grounding/index.ts).
  */
-export { SourceboundError } from './support/errors.ts';
-export {
-  beginTurn, completeTurn, startReply, appendReply, finishReply, failTurn, TurnInputError, TurnNotFoundError, TurnStateError,
-  COMPLETED_TURN_STATUSES, FAILED_TURN_STATUSES, RUN_STATUSES, MESSAGE_STATUSES, MESSAGE_ROLES,
-} from './turns/index.ts';
-export type {
-  BeginTurnOptions, BegunTurn, CompleteTurnOptions, FailTurnOptions, ReplyAddress,
-  CompletedTurnStatus, FailedTurnStatus, RunStatus, MessageStatus, MessageRole, TurnDatabase,
-} from './turns/index.ts';
-
-export {
-  projectConversationHistory, toAnthropicMessages, toOpenAIMessages, toModelMessages, historyBytes, BYTES_PER_TOKEN, ConversationNotFoundError,
-} from './projection/index.ts';
-export type {
-  ConversationProjection, ProjectionItem, PairItem, SummaryItem, OmittedSpan, SummaryNotUsed, ProjectionFormat, RequestReserve,
-  ModelMessagesOptions, ModelHistoryMessage, ModelTextPart, ProjectArgs,
-} from './projection/index.ts';
+// The request path (turns, projection, adapters): also `sourcebound/app`, which loads nothing else.
+export * from './app.ts';
 
 export { loadConfig, ConfigError, type Config } from './support/config.ts';
 export { openDatabase, DatabaseUnreachableError, type Database } from './db/database.ts';

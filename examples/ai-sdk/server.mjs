@@ -9,7 +9,7 @@ import pg from 'pg';
 import { generateText } from 'ai';
 import { anthropic } from '@ai-sdk/anthropic'; // ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL (with /v1)
 import { openai } from '@ai-sdk/openai'; // OPENAI_API_KEY, OPENAI_BASE_URL
-import { beginTurn, completeTurn, failTurn, projectConversationHistory, toModelMessages } from 'sourcebound'; // sourcebound
+import { beginTurn, completeTurn, failTurn, projectConversationHistory, toModelMessages } from 'sourcebound/app'; // sourcebound
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sourcebound
 const model = process.env.PROVIDER === 'openai' ? openai.chat(process.env.MODEL ?? 'gpt-4.1') : anthropic(process.env.MODEL ?? 'claude-sonnet-4-5');

@@ -6,7 +6,7 @@
 import { createServer } from 'node:http';
 import pg from 'pg';
 import Anthropic from '@anthropic-ai/sdk';
-import { beginTurn, completeTurn, failTurn, projectConversationHistory, toAnthropicMessages } from 'sourcebound'; // sourcebound
+import { beginTurn, completeTurn, failTurn, projectConversationHistory, toAnthropicMessages } from 'sourcebound/app'; // sourcebound
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sourcebound
 const client = new Anthropic(); // ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL

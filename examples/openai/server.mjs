@@ -7,7 +7,7 @@
 import { createServer } from 'node:http';
 import pg from 'pg';
 import OpenAI from 'openai';
-import { beginTurn, completeTurn, failTurn, projectConversationHistory, toOpenAIMessages } from 'sourcebound'; // sourcebound
+import { beginTurn, completeTurn, failTurn, projectConversationHistory, toOpenAIMessages } from 'sourcebound/app'; // sourcebound
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sourcebound
 const client = new OpenAI(); // OPENAI_API_KEY, OPENAI_BASE_URL

@@ -6,6 +6,8 @@ import {
   type ConversationProjection, type ProjectionItem, type Config, type Summarizer, type BegunTurn, type CompletedTurnStatus, type RunStatus,
 } from 'sourcebound';
 import { conversations, conversationSummaries } from 'sourcebound/schema';
+import { beginTurn as beginTurnLight, projectConversationHistory as projectLight } from 'sourcebound/app';
+void beginTurnLight; void projectLight;
 
 type ConversationRow = typeof conversations.$inferSelect;
 type SummaryStatus = (typeof conversationSummaries.$inferSelect)['status'];

