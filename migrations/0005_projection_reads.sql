@@ -191,7 +191,15 @@ BEGIN
 
   RETURN QUERY SELECT NULL::int, NULL::uuid, NULL::uuid, NULL::uuid, NULL::int, NULL::int, NULL::text, NULL::text,
     json_build_object('count', v_count, 'layout', v_layout, 'layoutBudget', v_layout_budget, 'fromPair', v_from,
-                      'recordRanges', to_json(coalesce(v_ranges, '{}')), 'records', v_records);
+                      'recordRanges', to_json(coalesce(v_ranges, '{}')), 'records', v_records,
+                      -- What keeps history out of every pair, silently: messages with no run, replies still
+                      -- streaming, runs not settled after ten minutes. Each count reads a partial index that
+                      -- holds only such rows (0008_projection_problems), so it costs nothing when there are none.
+                      'withoutRun', (SELECT count(*) FROM sourcebound.messages m WHERE m.conversation_id = p_conversation_id AND m.run_id IS NULL),
+                      'streaming', (SELECT count(*) FROM sourcebound.messages m WHERE m.conversation_id = p_conversation_id AND m.status = 'streaming'),
+                      'unsettledRuns', (SELECT count(*) FROM sourcebound.runs r
+                                        WHERE r.conversation_id = p_conversation_id AND r.status IN ('queued', 'running')
+                                          AND r.created_at < now() - interval '10 minutes'));
   RETURN QUERY
   SELECT e.pair_index, e.run_id, e.user_message_id, e.assistant_message_id,
          octet_length(e.user_text), octet_length(e.assistant_text),

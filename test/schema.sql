@@ -116,6 +116,8 @@ SELECT p.conversation_id,
   constraint messages_status_known: CHECK (status = ANY (ARRAY['streaming'::text, 'completed'::text, 'failed'::text]))
   CREATE INDEX messages_conversation_idx ON sourcebound.messages USING btree (conversation_id)
   CREATE UNIQUE INDEX messages_run_role_key ON sourcebound.messages USING btree (run_id, role) WHERE (run_id IS NOT NULL)
+  CREATE INDEX messages_streaming_idx ON sourcebound.messages USING btree (conversation_id) WHERE (status = 'streaming'::text)
+  CREATE INDEX messages_without_run_idx ON sourcebound.messages USING btree (conversation_id) WHERE (run_id IS NULL)
   CREATE TRIGGER messages_note_edit BEFORE UPDATE OF content ON sourcebound.messages FOR EACH ROW WHEN (old.status = 'completed'::text AND new.content IS DISTINCT FROM old.content) EXECUTE FUNCTION sourcebound.messages_note_edit()
   CREATE TRIGGER messages_refresh_pair_del AFTER DELETE ON sourcebound.messages FOR EACH ROW WHEN (old.run_id IS NOT NULL) EXECUTE FUNCTION sourcebound.messages_refresh_pair()
   CREATE TRIGGER messages_refresh_pair_ins AFTER INSERT ON sourcebound.messages FOR EACH ROW WHEN (ARRAY[new.role, new.status] && '{user,completed}'::text[]) EXECUTE FUNCTION sourcebound.messages_refresh_pair()
@@ -390,6 +392,7 @@ END)
   constraint runs_pkey: PRIMARY KEY (id)
   constraint runs_status_known: CHECK (status = ANY (ARRAY['queued'::text, 'running'::text, 'completed'::text, 'partial'::text, 'clarify_pending'::text, 'failed'::text, 'cancelled'::text]))
   CREATE INDEX runs_conversation_seq_idx ON sourcebound.runs USING btree (conversation_id, seq)
+  CREATE INDEX runs_open_idx ON sourcebound.runs USING btree (conversation_id, created_at) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text]))
   CREATE TRIGGER runs_refresh_pair_del AFTER DELETE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
   CREATE TRIGGER runs_refresh_pair_upd AFTER UPDATE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
   CREATE TRIGGER runs_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebound.runs FOR EACH ROW WHEN (new.conversation_id IS DISTINCT FROM old.conversation_id) EXECUTE FUNCTION sourcebound.scope_fixed()
@@ -1350,7 +1353,15 @@ BEGIN
 
   RETURN QUERY SELECT NULL::int, NULL::uuid, NULL::uuid, NULL::uuid, NULL::int, NULL::int, NULL::text, NULL::text,
     json_build_object('count', v_count, 'layout', v_layout, 'layoutBudget', v_layout_budget, 'fromPair', v_from,
-                      'recordRanges', to_json(coalesce(v_ranges, '{}')), 'records', v_records);
+                      'recordRanges', to_json(coalesce(v_ranges, '{}')), 'records', v_records,
+                      -- What keeps history out of every pair, silently: messages with no run, replies still
+                      -- streaming, runs not settled after ten minutes. Each count reads a partial index that
+                      -- holds only such rows (0008_projection_problems), so it costs nothing when there are none.
+                      'withoutRun', (SELECT count(*) FROM sourcebound.messages m WHERE m.conversation_id = p_conversation_id AND m.run_id IS NULL),
+                      'streaming', (SELECT count(*) FROM sourcebound.messages m WHERE m.conversation_id = p_conversation_id AND m.status = 'streaming'),
+                      'unsettledRuns', (SELECT count(*) FROM sourcebound.runs r
+                                        WHERE r.conversation_id = p_conversation_id AND r.status IN ('queued', 'running')
+                                          AND r.created_at < now() - interval '10 minutes'));
   RETURN QUERY
   SELECT e.pair_index, e.run_id, e.user_message_id, e.assistant_message_id,
          octet_length(e.user_text), octet_length(e.assistant_text),

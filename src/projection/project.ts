@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import {
   projectionLayoutTouch, projectionLayoutWrite, projectionRead, snapshotBegin, snapshotEnd,
-  type Queryable, type ReadObserver,
+  type ProjectionRead, type Queryable, type ReadObserver,
 } from '../db/queries/projection.ts';
 import { resolveBudget, type RequestReserve } from './budget.ts';
 import { DEFAULT_CACHE_TTL_SECONDS } from './cache.ts';
@@ -10,7 +10,7 @@ import { formatOf, historyBytes, type Format, type ProjectionFormat } from './fo
 import { planLayout } from './fidelity.ts';
 import { stableProjection } from './layout.ts';
 import { ConversationReader, FIRST_PAGE_PAIRS, itemSerial, memoFor, NO_FURTHER_READS, SnapshotNeeded } from './reader.ts';
-import type { ConversationProjection, ProjectionCacheInfo } from './types.ts';
+import type { ConversationProjection, ProjectionCacheInfo, ProjectionProblem } from './types.ts';
 
 export { MAX_PAGE_PAIRS } from './reader.ts';
 
@@ -131,6 +131,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
     if (read === null) throw new ConversationNotFoundError(conversationId, scope);
     const { count } = read;
     const reader = new ConversationReader(live ? db : NO_FURTHER_READS, { conversationId, scope, count, budgetBytes, onRead: args.onRead, format, prefetch: read, memo });
+    reader.problems.push(...hiddenExchanges(read));
     const at = { conversationId, scope, budgetBytes, count, format, requestBytes: budget.requestBytes, reservedBytes: budget.reservedBytes };
     if (mode === 'newest-first') {
       const plan = await planLayout(reader, { budgetBytes, fillBytes: budgetBytes });
@@ -155,7 +156,7 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   // A kept layout is already stored: only a rewrite reports a save.
   projection.cache.layoutSaved = projection.cache.rewrite !== null && saved;
   if (projection.problems.length > 0) {
-    args.logger?.warn({ conversationId, scope, problems: projection.problems }, 'projection degraded: the stored pair index is inconsistent');
+    args.logger?.warn({ conversationId, scope, problems: projection.problems }, 'projection: history left out of every request (see problems)');
   }
   return projection;
 }
@@ -275,4 +276,23 @@ async function withSnapshot<T>(
   } finally {
     client.release(broken);
   }
+}
+
+/** The exchanges no pair can take, as problems: they would otherwise disappear from every request without a word. */
+function hiddenExchanges(read: Pick<ProjectionRead, 'withoutRun' | 'streaming' | 'unsettledRuns'>): ProjectionProblem[] {
+  const problems: ProjectionProblem[] = [];
+  const n = (count: number, one: string, many: string) => `${count} ${count === 1 ? one : many}`;
+  if (read.withoutRun > 0) {
+    problems.push({ kind: 'messages_without_run', atPair: null, count: read.withoutRun,
+      message: `${n(read.withoutRun, 'message has', 'messages have')} no run, so no pair and no request carries ${read.withoutRun === 1 ? 'it' : 'them'}: write turns with beginTurn/completeTurn` });
+  }
+  if (read.streaming > 0) {
+    problems.push({ kind: 'replies_streaming', atPair: null, count: read.streaming,
+      message: `${n(read.streaming, 'reply is', 'replies are')} still streaming, so ${read.streaming === 1 ? 'its exchange is' : 'their exchanges are'} in no request yet: finishReply or failTurn` });
+  }
+  if (read.unsettledRuns > 0) {
+    problems.push({ kind: 'runs_not_settled', atPair: null, count: read.unsettledRuns,
+      message: `${n(read.unsettledRuns, 'run is', 'runs are')} still queued or running ten minutes after ${read.unsettledRuns === 1 ? 'it' : 'they'} began, so ${read.unsettledRuns === 1 ? 'its exchange is' : 'their exchanges are'} in no request: completeTurn or failTurn` });
+  }
+  return problems;
 }

@@ -125,9 +125,20 @@ export interface SummaryNotUsed {
 
 /** A stored state the projection could not prove consistent; it projected what it could and says what to do. */
 export interface ProjectionProblem {
-  kind: 'pair_index_gap' | 'pairs_changed_during_read';
-  /** The first pair the problem concerns; it and everything older are omitted. */
-  atPair: number;
+  /**
+   * What left history out: the stored pair index is inconsistent
+   * (`pair_index_gap`) or changed during the read (`pairs_changed_during_read`);
+   * or the conversation holds exchanges no pair can take, so they are in no
+   * request: `messages_without_run` (a message written without a run),
+   * `replies_streaming` (an assistant reply still streaming: finish or fail
+   * it), `runs_not_settled` (a run still queued or running ten minutes after
+   * it began: complete or fail it).
+   */
+  kind: 'pair_index_gap' | 'pairs_changed_during_read' | 'messages_without_run' | 'replies_streaming' | 'runs_not_settled';
+  /** The first pair the problem concerns (it and everything older are omitted); null for the last three kinds. */
+  atPair: number | null;
+  /** How many messages or runs (the last three kinds). */
+  count?: number;
   message: string;
 }
 

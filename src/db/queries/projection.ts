@@ -128,6 +128,10 @@ export interface ProjectionRead {
   /** Ranges (pairs 10k..10k+9) whose records were read, and those records, as summariesForRangesRead returns them. */
   recordRanges: number[];
   records: ProjectionSummaryRow[];
+  /** What keeps history out of every pair: messages with no run, replies still streaming, runs not settled after ten minutes. */
+  withoutRun: number;
+  streaming: number;
+  unsettledRuns: number;
 }
 
 /**
@@ -177,7 +181,10 @@ export async function projectionRead(
       fromPair: raw.recordRanges[0]! * 10, toPair: raw.recordRanges.at(-1)! * 10 + 9,
     });
   }
-  return { count: raw.count, layout, layoutBudget: layout === null ? null : raw.layoutBudget, fromPair: raw.fromPair, pairs, recordRanges: raw.recordRanges, records };
+  return {
+    count: raw.count, layout, layoutBudget: layout === null ? null : raw.layoutBudget, fromPair: raw.fromPair, pairs, recordRanges: raw.recordRanges, records,
+    withoutRun: Number(raw.withoutRun), streaming: Number(raw.streaming), unsettledRuns: Number(raw.unsettledRuns),
+  };
 }
 
 type RawRead = Omit<ProjectionRead, 'layout' | 'records' | 'pairs'> & {

@@ -69,6 +69,8 @@ export const runs = sourcebound.table('runs', {
   // belong to a run of another conversation.
   unique('runs_id_conversation_key').on(t.id, t.conversationId),
   index('runs_conversation_seq_idx').on(t.conversationId, t.seq),
+  // Runs not settled yet, for the projection's `problems` (one stuck past a threshold hides its pair): small, as most runs settle.
+  index('runs_open_idx').on(t.conversationId, t.createdAt).where(sql`status in ('queued', 'running')`),
 ]);
 
 export const messages = sourcebound.table('messages', {
@@ -89,6 +91,9 @@ export const messages = sourcebound.table('messages', {
   // At most one user and one assistant message per run.
   uniqueIndex('messages_run_role_key').on(t.runId, t.role).where(sql`run_id is not null`),
   index('messages_conversation_idx').on(t.conversationId),
+  // Messages no pair can take (no run) and replies still streaming, for the projection's `problems`: rare rows, so cheap to keep.
+  index('messages_without_run_idx').on(t.conversationId).where(sql`run_id is null`),
+  index('messages_streaming_idx').on(t.conversationId).where(sql`status = 'streaming'`),
 ]);
 
 /**

@@ -1,0 +1,3 @@
+CREATE INDEX "messages_without_run_idx" ON "sourcebound"."messages" USING btree ("conversation_id") WHERE run_id is null;--> statement-breakpoint
+CREATE INDEX "messages_streaming_idx" ON "sourcebound"."messages" USING btree ("conversation_id") WHERE status = 'streaming';--> statement-breakpoint
+CREATE INDEX "runs_open_idx" ON "sourcebound"."runs" USING btree ("conversation_id","created_at") WHERE status in ('queued', 'running');
