@@ -19,7 +19,7 @@ export function plannableFor(fromPair: number, count: number): boolean {
   return fromPair + RANGE_SIZE - 1 < count - RAW_TAIL;
 }
 
-export type Verdict =
+export type RangeVerdict =
   | { usable: true; record: ProjectionSummaryRow & { summary: string }; pairs: TextPair[] }
   | { usable: false; reason: SummaryNotUsedReason; recordId?: string; pairs?: TextPair[] };
 
@@ -39,7 +39,7 @@ export async function judgeRange(args: {
   texts: () => Promise<TextPair[] | null>;
   /** sourceHash, or a memo of it (Default: sourceHash). */
   hash?: (pairs: readonly SourcePair[], version: number) => string;
-}): Promise<Verdict | 'changed'> {
+}): Promise<RangeVerdict | 'changed'> {
   const { fromPair, pairs, records, count } = args;
   const ids = currentIds(pairs);
   const failures: { reason: SummaryNotUsedReason; recordId: string }[] = [];

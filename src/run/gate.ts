@@ -12,9 +12,9 @@ import { escapedBytes } from './wire.ts';
 import { minSummaryRoom, SUMMARY_NOTE, summaryNote, type RequestInput } from './request-slots.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
 import type { RunCompactionPolicy } from './types.ts';
-import type { CompactionReport } from './reports.ts';
+import type { RunCompactionReport } from './reports.ts';
 
-export type GateReport = Pick<CompactionReport, 'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'>;
+export type GateReport = Pick<RunCompactionReport, 'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'>;
 
 /** Where the candidate stands in its plan (see planCompaction). */
 export interface StepGoal {
@@ -25,7 +25,7 @@ export interface StepGoal {
 }
 
 /** The gate's verdict on one answer: the checkpoint it would become, or why it is refused. */
-export type Verdict =
+export type GateVerdict =
   | { accepted: true; final: Evaluated; row: CheckpointRow; compaction: GateReport }
   | { accepted: false; compaction: GateReport & { reason: string } };
 
@@ -52,7 +52,7 @@ export function judge(
   goal: StepGoal,
   /** The answer's ungrounded facts (accepted under `flag`): the note names them, and they are measured with it. */
   ungrounded: readonly string[] = [],
-): Verdict {
+): GateVerdict {
   const summaryBytes = Buffer.byteLength(text, 'utf8');
   const base = { decision: 'rejected' as const, summaryRequestId: receipt.id, attempt: receipt.attempt, summaryBytes, bytesWithSummary: null, checkpointId: null };
   if (summaryBytes > policy.summaryCapBytes) {

@@ -22,7 +22,7 @@ import { RUN_HASH_VERSION } from './run-hash.ts';
 import { INT4_MAX } from './stored.ts';
 import { charLimitFor } from './summarize.ts';
 import { type RunCompactionPolicy, type SummaryBudgetOptions } from './types.ts';
-import { type CandidateReport, type CompactionPlanReport, type CompactionReport, type ExhaustedIdentity, type RefusedIdentity } from './reports.ts';
+import { type CandidateReport, type CompactionPlanReport, type RunCompactionReport, type ExhaustedIdentity, type RefusedIdentity } from './reports.ts';
 import { type MaterialItem, type Summarizer } from '../support/summary-contract.ts';
 
 /** The records as this call knows them (the snapshot it loaded, plus the checkpoints it committed since) and their request. */
@@ -45,7 +45,7 @@ export interface Dispatch {
   /** The character limit the summarizer is told for that room, in its material's script (charLimitFor). */
   maxChars: number;
   reservedTokens: number;
-  compaction: CompactionReport;
+  compaction: RunCompactionReport;
 }
 
 /** Nothing more to do in this call: `cursor` is where it ended. */
@@ -56,7 +56,7 @@ export interface Stop {
 
 /** One compaction decision of this call, in order. */
 export interface Decision {
-  compaction: CompactionReport;
+  compaction: RunCompactionReport;
   bytesBefore: number;
   /** The request after a committed checkpoint. */
   bytesAfter: number | null;
@@ -97,7 +97,7 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   const { state, current } = cursor;
   const { policy, summarizer, budget, input } = context;
   const runId = state.run.id;
-  const stop = (reason: string, extra: Partial<CompactionReport> = {}): Stop => {
+  const stop = (reason: string, extra: Partial<RunCompactionReport> = {}): Stop => {
     made.push(unobserved({ ...emptyCompaction('skipped', reason), ...extra }, current));
     return { kind: 'stop', cursor };
   };
@@ -236,7 +236,7 @@ export function following(cursor: Cursor, checkpoint: CheckpointRow, final: Eval
   return { state: { ...cursor.state, checkpoints: [...cursor.state.checkpoints, checkpoint], receipts: [] }, current: final };
 }
 
-export function unobserved(compaction: CompactionReport, at: Evaluated): Decision {
+export function unobserved(compaction: RunCompactionReport, at: Evaluated): Decision {
   return { compaction, bytesBefore: at.fitted.bytes, bytesAfter: null, observed: false };
 }
 
@@ -263,7 +263,7 @@ function candidateReport(c: Candidate, fitted: Fitted): CandidateReport {
   };
 }
 
-export function emptyCompaction(decision: CompactionReport['decision'], reason: string | null): CompactionReport {
+export function emptyCompaction(decision: RunCompactionReport['decision'], reason: string | null): RunCompactionReport {
   return {
     decision, reason, candidate: null, plan: null, summaryRequestId: null, attempt: null, outcome: null,
     summaryAllowance: null, summaryMaxChars: null, summaryBytes: null, bytesWithSummary: null, checkpointId: null, exhausted: null, refused: null,

@@ -13,7 +13,7 @@ import { RunNotFoundError } from './run-errors.ts';
 import { runIdOf } from './stored.ts';
 import { settlementOf, summaryCall } from './summarize.ts';
 import { type RunCompactionPolicy, type RunRequest, type SummaryBudgetOptions } from './types.ts';
-import { type CannotFit, type CompactionReport, type PrepareReport, type RunCompactionHooks } from './reports.ts';
+import { type CannotFit, type RunCompactionReport, type PrepareReport, type RunCompactionHooks } from './reports.ts';
 import { type AnthropicRunRequest, toAnthropicRequest } from './wire.ts';
 import { type Summarizer } from '../support/summary-contract.ts';
 import { type Context, type Cursor, type Decision, type Dispatch, type Stop, advance, budgetOptions, compactAbove, emptyCompaction, following, unobserved } from './prepare-steps.ts';
@@ -105,7 +105,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     const before = evaluate(state, input, policy);
     const cursor: Cursor = { state, current: before };
     const made: Decision[] = [];
-    const done = (decision: CompactionReport['decision'], reason: string | null) => {
+    const done = (decision: RunCompactionReport['decision'], reason: string | null) => {
       made.push(unobserved(emptyCompaction(decision, reason), before));
       return { expired, before, made, context: undefined as Context | undefined, next: { kind: 'stop', cursor } as Dispatch | Stop };
     };
@@ -140,7 +140,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     const leg = await inTransaction(pool, async (client) => {
       await runLockWait(client, runId);
       const made: Decision[] = [];
-      const stop = (compaction: CompactionReport, cursor = step.cursor, bytesAfter: number | null = null) => {
+      const stop = (compaction: RunCompactionReport, cursor = step.cursor, bytesAfter: number | null = null) => {
         made.push({ compaction, bytesBefore, bytesAfter, observed: true });
         return { made, next: { kind: 'stop', cursor } as Dispatch | Stop, error: undefined as unknown };
       };
@@ -160,7 +160,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
         await runSummaryRequestSettle(client, step.receiptId, { ...settled, reason: stale });
         return stop({ ...step.compaction, ...judged.compaction, decision: 'rejected', reason: stale, checkpointId: null, outcome: 'ok' });
       }
-      const compaction: CompactionReport = { ...step.compaction, ...judged.compaction, outcome: 'ok' };
+      const compaction: RunCompactionReport = { ...step.compaction, ...judged.compaction, outcome: 'ok' };
       const cursor = following(step.cursor, judged.row, judged.final);
       const result = stop(compaction, cursor, judged.final.fitted.bytes);
       if (judged.final.fitted.bytes <= policy.targetBytes) return result;

@@ -1,5 +1,5 @@
 /**
- * What prepareRunRequest reports (PrepareReport, CompactionReport, CannotFit)
+ * What prepareRunRequest reports (PrepareReport, RunCompactionReport, CannotFit)
  * and the hooks that observe it. The records and requests these reports speak
  * of are in types.ts, with the terminology.
  */
@@ -75,7 +75,7 @@ export interface CompactionPlanReport {
   };
 }
 
-export interface CompactionReport {
+export interface RunCompactionReport {
   decision: CompactionDecision;
   reason: string | null;
   candidate: CandidateReport | null;
@@ -147,7 +147,7 @@ export interface PrepareReport {
   /** Checkpoints whose sources no longer hash the same: their originals are shown instead. */
   brokenCheckpoints: string[];
   /** The last compaction decision of this call: why it stopped (or `committed` when its last summary reached the target). */
-  compaction: CompactionReport;
+  compaction: RunCompactionReport;
   /**
    * Every compaction decision of this call, in order; `compaction` is the
    * last. One per summary requested (each its own checkpoint when
@@ -155,7 +155,7 @@ export interface PrepareReport {
    * for another reason (budget, limit, cancellation...). With no summary: the
    * one decision (`not_needed`, `disabled` or `skipped`).
    */
-  compactions: CompactionReport[];
+  compactions: RunCompactionReport[];
   /** Summary requests found unsettled past their lease and settled as unknown by this call. */
   expiredReceipts: string[];
   /** Measured size of the final request (serialized bytes + response reserve). */
@@ -200,7 +200,7 @@ export interface CompactionObservation {
   runId: string;
   scope: string;
   bytesBefore: number;
-  compaction: CompactionReport;
+  compaction: RunCompactionReport;
 }
 
 export type DeepReadonly<T> = T extends (infer U)[] ? readonly DeepReadonly<U>[] : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;

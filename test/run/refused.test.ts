@@ -1,7 +1,7 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
-  recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, type CompactionReport, type PrepareRunRequestOptions, type RunCompactionPolicy,
+  recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, type RunCompactionReport, type PrepareRunRequestOptions, type RunCompactionPolicy,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { gatewayFor } from '../support/gateway.ts';
@@ -107,7 +107,7 @@ describe('a summary the net-benefit gate refused', () => {
     // The Run grows. Until it has grown enough for an answer that large to save the minimum, nothing
     // is sent and nothing is judged, and the report says which answer was refused and why; then a
     // later boundary is summarized and committed, and the request is at the target.
-    const waited: CompactionReport[] = [];
+    const waited: RunCompactionReport[] = [];
     let c = b;
     for (let turn = 1; turn <= 6; turn++) {
       await grow(runId, turn);
