@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { packageFile } from '../support/package-files.ts';
 import type pg from 'pg';
+import { conversationInsertIfAbsent, messageInsert, runInsert, runStatusUpdate } from '../db/queries/turns.ts';
 
 /** The demo's conversations: real threads from oasst1 (Apache-2.0, see demo/README.md). */
 export const DEMO_DATA = packageFile('demo', 'oasst1-sample.jsonl');
@@ -38,16 +39,15 @@ export async function writeThread(pool: pg.Pool, thread: Thread, scope = DEMO_SC
   const client = await pool.connect();
   try {
     await client.query('begin');
-    const inserted = await client.query('insert into sourcebound.conversations (id, scope) values ($1, $2) on conflict (id) do nothing', [conversationId, scope]);
-    if (inserted.rowCount === 0) {
+    if (!(await conversationInsertIfAbsent(client, conversationId, scope))) {
       await client.query('rollback');
       return { conversationId, created: false };
     }
     for (const pair of thread.pairs) {
-      const { rows: [run] } = await client.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
-      await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [conversationId, run!.id, pair.user]);
-      await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, 'completed')`, [conversationId, run!.id, pair.assistant]);
-      await client.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run!.id]);
+      const runId = await runInsert(client, conversationId, 'running');
+      await messageInsert(client, { conversationId, runId, role: 'user', content: pair.user, status: 'completed' });
+      await messageInsert(client, { conversationId, runId, role: 'assistant', content: pair.assistant, status: 'completed' });
+      await runStatusUpdate(client, runId, 'completed');
     }
     await client.query('commit');
     return { conversationId, created: true };

@@ -33,6 +33,12 @@ export async function conversationInsert(db: Queryable, scope: string): Promise<
   return rows[0]!.id;
 }
 
+/** Creates a conversation with a given id in `scope` unless one with that id exists; returns whether it created it. */
+export async function conversationInsertIfAbsent(db: Queryable, conversationId: string, scope: string): Promise<boolean> {
+  const { rowCount } = await db.query('insert into sourcebound.conversations (id, scope) values ($1, $2) on conflict (id) do nothing', [conversationId, scope]);
+  return rowCount === 1;
+}
+
 /** Whether a conversation with this id is in `scope` (false for one of another scope). */
 export async function conversationInScopeExists(db: Queryable, conversationId: string, scope: string): Promise<boolean> {
   const { rowCount } = await db.query('select 1 from sourcebound.conversations where id = $1 and scope = $2', [conversationId, scope]);
