@@ -121,7 +121,8 @@ DECLARE
   v_bytes bigint := octet_length(NEW.content);
 BEGIN
   IF v_bytes > v_limit THEN
-    RAISE EXCEPTION 'sourcebound: a % message of % bytes is over the limit of % bytes (sourcebound.max_message_bytes)', NEW.role, v_bytes, v_limit
+    RAISE EXCEPTION 'sourcebound: % message of % bytes is over the limit of % bytes (sourcebound.max_message_bytes)',
+      CASE NEW.role WHEN 'assistant' THEN 'an assistant' ELSE 'a ' || NEW.role END, v_bytes, v_limit
       USING ERRCODE = 'program_limit_exceeded', CONSTRAINT = 'message_size_limit';
   END IF;
   RETURN NEW;

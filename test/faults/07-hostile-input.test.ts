@@ -10,7 +10,8 @@ import {
 
 /**
  * Scenario 7, hostile input, all in one run:
- * - 10 MB messages: a 10 MB user message (never sent to the summarizer; its
+ * - 10 MB messages: refused at write over the default size limit (1 MiB);
+ *   with the limit raised, a 10 MB user message (never sent to the summarizer; its
  *   range is summarized and the message projected verbatim) and a 10 MB
  *   assistant reply (over the summarizer's input cap: refused before sending,
  *   twice, so the range fails for good and stays raw, with no model call);
@@ -67,13 +68,24 @@ describe('fault scenario 7: hostile input', () => {
     const canaries = scopeCanaries(['tenant-a', 'tenant-b']);
     const others = await seedConversations(pool, { count: OTHERS, pairs: 45, canaries });
 
-    // 10 MB: a user message in range 0, an assistant reply in range 1.
+    // 10 MB: a user message in range 0, an assistant reply in range 1. Over the default message
+    // size limit (1 MiB) it is refused at write; an owner who raises the limit gets it stored.
     const huge = await createConversation(pool, 'tenant-a');
     const big = (c: string) => c.repeat(MB10 / c.length);
-    await addPairs(pool, huge, 45, (i) => ({
-      user: i === 3 ? `big question ${big('0123456789abcdef')}` : `question ${i}`,
-      assistant: i === 15 ? `big answer ${big('fedcba9876543210')}` : `answer ${i} [${canaries['tenant-a']}]`,
-    }));
+    const refused = await addPairs(pool, huge, 1, () => ({ user: `big question ${big('0123456789abcdef')}`, assistant: 'a' })).then(() => null, (e: unknown) => e);
+    expect(refused).toMatchObject({ code: '54000', constraint: 'message_size_limit' });
+    const raised = await pool.connect();
+    try {
+      await raised.query('begin');
+      await raised.query(`set local sourcebound.max_message_bytes = '${2 * MB10}'`);
+      await addPairs(raised, huge, 45, (i) => ({
+        user: i === 3 ? `big question ${big('0123456789abcdef')}` : `question ${i}`,
+        assistant: i === 15 ? `big answer ${big('fedcba9876543210')}` : `answer ${i} [${canaries['tenant-a']}]`,
+      }));
+      await raised.query('commit');
+    } finally {
+      raised.release();
+    }
 
     // Odd Unicode, through the driver.
     const odd = await createConversation(pool, 'tenant-a');
