@@ -399,6 +399,13 @@ END)
 
 -- sequence runs_seq_seq (owned by sourcebound.runs.seq)
 
+-- table scope_call_windows
+  column scope text not null
+  column hour_start timestamp with time zone not null
+  column calls integer not null
+  constraint scope_call_windows_calls_positive: CHECK (calls > 0)
+  constraint scope_call_windows_pkey: PRIMARY KEY (scope, hour_start)
+
 -- function sourcebound.claim_range(uuid,integer,boolean,integer[],bigint[],text,text,text,double precision)
 CREATE OR REPLACE FUNCTION sourcebound.claim_range(p_conversation_id uuid, p_after integer, p_wrap boolean, p_skip_from integer[], p_skip_generation bigint[], p_model text, p_prompt_version text, p_worker_id text, p_lease_ms double precision)
  RETURNS TABLE(claim_kind text, claim_from_pair integer, claim_generation bigint, rec sourcebound.conversation_summaries, claim_attempt_id bigint, claim_until timestamp with time zone, claim_assistant_ids uuid[], claim_assistant_texts text[])
@@ -1996,6 +2003,33 @@ BEGIN
   PERFORM sourcebound.refresh_pair(OLD.conversation_id, OLD.id, false);
   IF TG_OP = 'UPDATE' AND (NEW.id IS DISTINCT FROM OLD.id OR NEW.conversation_id IS DISTINCT FROM OLD.conversation_id) THEN
     PERFORM sourcebound.refresh_pair(NEW.conversation_id, NEW.id, false);
+  END IF;
+  RETURN NULL;
+END
+$function$
+
+-- function sourcebound.scope_call_admit(text,integer)
+CREATE OR REPLACE FUNCTION sourcebound.scope_call_admit(p_scope text, p_limit integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+DECLARE
+  v_hour timestamptz := date_trunc('hour', now());
+  v_calls integer;
+BEGIN
+  IF p_limit <= 0 THEN
+    RETURN NULL;
+  END IF;
+  INSERT INTO sourcebound.scope_call_windows AS w (scope, hour_start, calls) VALUES (p_scope, v_hour, 1)
+  ON CONFLICT (scope, hour_start) DO UPDATE SET calls = w.calls + 1 WHERE w.calls < p_limit
+  RETURNING w.calls INTO v_calls;
+  IF v_calls IS NULL THEN
+    RETURN v_hour + interval '1 hour';
+  END IF;
+  IF v_calls = 1 THEN
+    DELETE FROM sourcebound.scope_call_windows WHERE scope = p_scope AND hour_start < v_hour;
   END IF;
   RETURN NULL;
 END

@@ -1,12 +1,13 @@
 import type pg from 'pg';
 import type { Logger } from '../support/logger.ts';
-import type { Summarizer } from '../support/summary-contract.ts';
+import type { Outcome, Summarizer } from '../support/summary-contract.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '../grounding/index.ts';
 import { claimNextRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
 import { conversationMaterial } from './material.ts';
+import * as q from '../db/queries/summaries.ts';
 import { SourceboundError } from '../support/errors.ts';
 
 /** Raised when the summarizer's configuration is wrong (no key, 401...): the job fails loudly, no attempt spent. */
@@ -25,6 +26,8 @@ export interface CompactionContext {
   retryDelays?: Readonly<RetryDelays>;
   /** What an ungrounded fact in a summary does: `reject` spends the attempt, `flag` completes it and labels it. (Default: reject) */
   grounding?: GroundingPolicy;
+  /** Summarizer calls one scope may start per clock hour, across the fleet; over it a range is deferred to the next hour. 0 or absent: no limit. */
+  scopeCallsPerHour?: number;
   /**
    * Send the claim and the commit as named prepared statements. Only when
    * `pool` reaches PostgreSQL directly, never through a transaction pooler
@@ -111,7 +114,11 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     // No transaction is open here: the call may take minutes.
     // The replies come in pair order, the range's ten pairs from its first.
     const items = conversationMaterial(claim.replies, range.fromPair, promptVersion);
-    const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
+    // Over its scope's hourly call limit (SOURCEBOUND_SCOPE_CALLS_PER_HOUR): deferred to the next hour, no attempt spent, no call.
+    const limitedUntil = ctx.scopeCallsPerHour ? await q.scopeCallAdmit(ctx.pool, claim.record.scope, ctx.scopeCallsPerHour) : null;
+    const answer: Outcome = limitedUntil !== null
+      ? { kind: 'deferred', reason: 'scope_call_limit', retryAfterMs: Math.max(0, limitedUntil.getTime() - Date.now()) }
+      : await ctx.summarizer.summarize({ promptVersion, items, signal });
     // Every figure, date and identifier must be in the replies it summarizes (src/grounding/index.ts).
     const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
     // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).

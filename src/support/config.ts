@@ -123,6 +123,8 @@ const schema = z.object({
   SOURCEBOUND_ADMISSION_WAIT_MS: int(0).default(30_000),
   /** How long a claim on a range is valid before another worker may take it over. (Default: 300000) */
   SOURCEBOUND_LEASE_MS: int(1000).default(300_000),
+  /** Summarizer calls one scope (tenant) may start per clock hour, across the fleet; over it, ranges are deferred (no attempt spent) to the next hour. 0: no limit. (Default: 0) */
+  SOURCEBOUND_SCOPE_CALLS_PER_HOUR: int(0, 1_000_000_000).default(0),
   /** graphile-worker jobs run at once per worker process. (Default: 4) */
   SOURCEBOUND_WORKER_CONCURRENCY: int(1, 1000).default(4),
   /** graphile-worker poll interval in milliseconds (LISTEN/NOTIFY does the fast path). (Default: 2000) */
@@ -159,6 +161,8 @@ export interface Config {
   fleetConcurrency: number;
   admissionWaitMs: number;
   leaseMs: number;
+  /** Summarizer calls per scope per clock hour; 0: no limit. */
+  scopeCallsPerHour: number;
   workerConcurrency: number;
   pollIntervalMs: number;
   shutdownTimeoutMs: number;
@@ -218,6 +222,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, defaults: { log
     fleetConcurrency: e.SOURCEBOUND_FLEET_CONCURRENCY,
     admissionWaitMs: e.SOURCEBOUND_ADMISSION_WAIT_MS,
     leaseMs: e.SOURCEBOUND_LEASE_MS,
+    scopeCallsPerHour: e.SOURCEBOUND_SCOPE_CALLS_PER_HOUR,
     workerConcurrency: e.SOURCEBOUND_WORKER_CONCURRENCY,
     pollIntervalMs: e.SOURCEBOUND_POLL_INTERVAL_MS,
     shutdownTimeoutMs: e.SOURCEBOUND_SHUTDOWN_TIMEOUT_MS,

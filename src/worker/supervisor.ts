@@ -181,7 +181,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // Tasks see graphile-worker's abort signal or ours, whichever comes first: we decide when calls are cut.
     const track = (task: Parameters<typeof trackTask>[1]) => trackTask(gen, task);
     // Named prepared statements for the claim and the commit on a direct connection only, as for graphile-worker's own below.
-    const ctx = { pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding, preparedStatements: !database.pooled };
+    const ctx = {
+      pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding,
+      scopeCallsPerHour: config.scopeCallsPerHour, preparedStatements: !database.pooled,
+    };
     try {
       gen.runner = await run({
         pgPool: pool,

@@ -325,3 +325,13 @@ export async function compactionSweepRun(db: Queryable, limit = 1000): Promise<n
   const { rows } = await db.query<{ n: number }>('select sourcebound.sweep_compaction($1) as n', [limit]);
   return rows[0]!.n;
 }
+
+/**
+ * sourcebound.scope_call_admit(): counts one summarizer call for `scope` in
+ * this clock hour, or, when `limit` calls were already started, counts nothing
+ * and returns when the next hour starts. `limit` 0: no limit.
+ */
+export async function scopeCallAdmit(db: Queryable, scope: string, limit: number): Promise<Date | null> {
+  const { rows } = await db.query<{ until: Date | null }>('select sourcebound.scope_call_admit($1, $2) as until', [scope, limit]);
+  return rows[0]?.until ?? null;
+}

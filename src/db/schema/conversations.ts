@@ -169,6 +169,20 @@ export const compactionMarks = sourcebound.table('compaction_marks', {
   check('compaction_marks_range_aligned', sql`${t.fromPair} >= 0 and ${t.fromPair} % 10 = 0`),
 ]);
 
+/**
+ * Summarizer calls started per scope (tenant) per clock hour, across the fleet:
+ * the per-scope limit (SOURCEBOUND_SCOPE_CALLS_PER_HOUR) counts here, through
+ * sourcebound.scope_call_admit(), one row per scope and hour.
+ */
+export const scopeCallWindows = sourcebound.table('scope_call_windows', {
+  scope: text('scope').notNull(),
+  hourStart: timestamp('hour_start', { withTimezone: true }).notNull(),
+  calls: integer('calls').notNull(),
+}, (t) => [
+  primaryKey({ name: 'scope_call_windows_pkey', columns: [t.scope, t.hourStart] }),
+  check('scope_call_windows_calls_positive', sql`${t.calls} > 0`),
+]);
+
 /** Where the sweep stopped: it pages through the marked conversations instead of taking the same first ones every run. */
 export const compactionSweepCursor = sourcebound.table('compaction_sweep_cursor', {
   singleton: boolean('singleton').primaryKey().default(true),
