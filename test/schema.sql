@@ -836,16 +836,18 @@ DECLARE
   v_have text[] := ARRAY(SELECT rolname::text FROM pg_roles
                          WHERE rolname IN ('sourcebound_app', 'sourcebound_worker', 'sourcebound_reader'));
   v_fn text;
-BEGIN
-  IF 'sourcebound_reader' = ANY (v_have) THEN
-    GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;
-    GRANT SELECT ON ALL TABLES IN SCHEMA sourcebound TO sourcebound_reader;
-    FOREACH v_fn IN ARRAY ARRAY['projection_read(uuid,text,integer,integer,integer,integer,bigint)', 'projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
+  -- The functions that only read: the reader's, and (less the two that read whole ranges) the app's.
+  v_reads text[] := ARRAY['projection_read(uuid,text,integer,integer,integer,integer,bigint)', 'projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
         'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'range_source(uuid,integer)', 'pairs_drift(uuid)', 'pair_of_run(uuid)', 'run_parent_alive(uuid)',
         'source_hash_v1(uuid[],text[],uuid[],text[])', 'source_hash_v1_field(text)', 'source_hash_v1_of(integer,bytea)',
-        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'] LOOP
+        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'];
+BEGIN
+  IF 'sourcebound_reader' = ANY (v_have) THEN
+    GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;
+    GRANT SELECT ON ALL TABLES IN SCHEMA sourcebound TO sourcebound_reader;
+    FOREACH v_fn IN ARRAY v_reads LOOP
       EXECUTE format('GRANT EXECUTE ON FUNCTION sourcebound.%s TO sourcebound_reader', v_fn);
     END LOOP;
   END IF;
@@ -859,12 +861,8 @@ BEGIN
     GRANT SELECT ON sourcebound.conversation_summaries, sourcebound.conversation_summary_attempts, sourcebound.pairs,
       sourcebound.eligible_pairs TO sourcebound_app;
     GRANT USAGE ON ALL SEQUENCES IN SCHEMA sourcebound TO sourcebound_app;
-    FOREACH v_fn IN ARRAY ARRAY['projection_read(uuid,text,integer,integer,integer,integer,bigint)', 'projection_layout(uuid,text,integer)', 'projection_pair_count(uuid,text)',
-        'projection_pairs_page(uuid,text,integer,integer,bigint)', 'projection_summaries(uuid,text,integer,integer)',
-        'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
-        'pair_of_run(uuid)', 'run_parent_alive(uuid)', 'enqueue_compaction(text,uuid)',
-        'source_hash_v1(uuid[],text[],uuid[],text[])', 'source_hash_v1_field(text)', 'source_hash_v1_of(integer,bytea)',
-        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'] LOOP
+    -- The reads, and enqueue by scope (range_source and pairs_drift read whole ranges: the reader's only).
+    FOREACH v_fn IN ARRAY array_remove(array_remove(v_reads, 'range_source(uuid,integer)'), 'pairs_drift(uuid)') || 'enqueue_compaction(text,uuid)'::text LOOP
       EXECUTE format('GRANT EXECUTE ON FUNCTION sourcebound.%s TO sourcebound_app', v_fn);
     END LOOP;
   END IF;
