@@ -7,7 +7,7 @@ describe('configuration', () => {
     const config = loadConfig({});
     expect(config).toMatchObject({
       databaseUrl: undefined, embeddedPort: 54329, summaryMaxChars: 6000, modelTimeoutMs: 120_000, modelConcurrency: 4,
-      fleetConcurrency: 8, leaseMs: 300_000, workerConcurrency: 4, pollIntervalMs: 2000, logLevel: 'info',
+      fleetConcurrency: 8, leaseMs: 30_000, leaseRenewMs: 10_000, workerConcurrency: 4, pollIntervalMs: 2000, logLevel: 'info',
     });
     expect(config.dataDir).toMatch(/\.sourcebound\/pgdata$/);
     expect(config.anthropic).toEqual({ apiKey: undefined, baseURL: undefined, model: 'claude-haiku-4-5' });
@@ -20,6 +20,12 @@ describe('configuration', () => {
     expect(config.leaseMs).toBe(5000);
     expect(config.prettyLogs).toBe(false);
     expect(config.anthropic.apiKey).toBe('k');
+  });
+
+  it('renews a lease every third of it unless told; a renewal interval must leave room for a late one', () => {
+    expect(loadConfig({ SOURCEBOUND_LEASE_MS: '9000' }).leaseRenewMs).toBe(3000);
+    expect(loadConfig({ SOURCEBOUND_LEASE_MS: '9000', SOURCEBOUND_LEASE_RENEW_MS: '0' }).leaseRenewMs).toBe(0);
+    expect(() => loadConfig({ SOURCEBOUND_LEASE_MS: '9000', SOURCEBOUND_LEASE_RENEW_MS: '5000' })).toThrow(/SOURCEBOUND_LEASE_RENEW_MS: at most half of SOURCEBOUND_LEASE_MS \(9000\)/);
   });
 
   it('fails fast naming every bad variable', () => {

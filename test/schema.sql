@@ -406,6 +406,14 @@ END)
   constraint scope_call_windows_calls_positive: CHECK (calls > 0)
   constraint scope_call_windows_pkey: PRIMARY KEY (scope, hour_start)
 
+-- table workers
+  column worker_id text not null
+  column graphile_worker_ids text[] not null default '{}'::text[]
+  column started_at timestamp with time zone not null default now()
+  column beat_at timestamp with time zone not null default now()
+  constraint workers_id_not_blank: CHECK (btrim(worker_id) <> ''::text)
+  constraint workers_pkey: PRIMARY KEY (worker_id)
+
 -- function sourcebound.claim_range(uuid,integer,boolean,integer[],bigint[],text,text,text,double precision)
 CREATE OR REPLACE FUNCTION sourcebound.claim_range(p_conversation_id uuid, p_after integer, p_wrap boolean, p_skip_from integer[], p_skip_generation bigint[], p_model text, p_prompt_version text, p_worker_id text, p_lease_ms double precision)
  RETURNS TABLE(claim_kind text, claim_from_pair integer, claim_generation bigint, rec sourcebound.conversation_summaries, claim_attempt_id bigint, claim_until timestamp with time zone, claim_assistant_ids uuid[], claim_assistant_texts text[])
@@ -555,6 +563,50 @@ BEGIN
 END
 $function$
 
+-- function sourcebound.claim_renew(uuid,bigint,text,double precision)
+CREATE OR REPLACE FUNCTION sourcebound.claim_renew(p_summary_id uuid, p_attempt_id bigint, p_worker_id text, p_lease_ms double precision)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+  UPDATE sourcebound.conversation_summaries s
+  SET lease_expires_at = greatest(s.lease_expires_at, now() + make_interval(secs => p_lease_ms / 1000))
+  WHERE s.id = p_summary_id AND s.status = 'running' AND s.lease_owner = p_worker_id
+    AND EXISTS (SELECT 1 FROM sourcebound.conversation_summary_attempts a
+                WHERE a.id = p_attempt_id AND a.summary_id = p_summary_id AND a.outcome IS NULL)
+  RETURNING s.lease_expires_at
+$function$
+
+-- function sourcebound.claims_hand_back(text,uuid[])
+CREATE OR REPLACE FUNCTION sourcebound.claims_hand_back(p_lease_owner text, p_except uuid[])
+ RETURNS SETOF uuid
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+DECLARE
+  v_conversations uuid[];
+BEGIN
+  WITH released AS (
+    UPDATE sourcebound.conversation_summaries SET lease_expires_at = now()
+    WHERE status = 'running' AND lease_owner = p_lease_owner AND lease_expires_at > now() AND NOT (conversation_id = ANY (p_except))
+    RETURNING conversation_id
+  ), undeferred AS (
+    UPDATE sourcebound.conversation_summaries s SET not_before = now()
+    WHERE s.status = 'pending' AND s.not_before > now() AND NOT (s.conversation_id = ANY (p_except))
+      AND (SELECT a.worker_id = p_lease_owner AND a.outcome = 'deferred' AND a.reason IN ('admission_timeout', 'aborted_before_send')
+           FROM sourcebound.conversation_summary_attempts a
+           WHERE a.summary_id = s.id ORDER BY a.id DESC LIMIT 1)
+    RETURNING conversation_id
+  )
+  SELECT coalesce(array_agg(DISTINCT c), '{}') INTO v_conversations
+  FROM (SELECT conversation_id AS c FROM released UNION ALL SELECT conversation_id FROM undeferred) changed;
+  PERFORM sourcebound.compaction_resume(v_conversations);
+  RETURN QUERY SELECT unnest(v_conversations);
+END
+$function$
+
 -- function sourcebound.commit_summary(uuid,bigint,text,text,text,text,text,jsonb,double precision,text[],text[])
 CREATE OR REPLACE FUNCTION sourcebound.commit_summary(p_summary_id uuid, p_attempt_id bigint, p_worker_id text, p_outcome text, p_summary text, p_reason text, p_request_id text, p_usage jsonb, p_not_before_ms double precision, p_grounding_checked text[], p_grounding_ungrounded text[])
  RETURNS TABLE(commit_kind text, rec sourcebound.conversation_summaries, marks_remain boolean)
@@ -694,6 +746,18 @@ CREATE OR REPLACE FUNCTION sourcebound.compaction_key_lock(p_conversation_id uui
  LANGUAGE sql
 AS $function$
   SELECT pg_advisory_xact_lock(74203, hashtext('sourcebound:compact:' || p_conversation_id::text))
+$function$
+
+-- function sourcebound.compaction_resume(uuid[])
+CREATE OR REPLACE FUNCTION sourcebound.compaction_resume(p_conversation_ids uuid[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+  SELECT graphile_worker.add_job('compact_conversation', json_build_object('conversationId', c),
+           run_at := now(), job_key := 'sourcebound:compact-resume:' || c, job_key_mode := 'replace')
+  FROM unnest(p_conversation_ids) AS c;
 $function$
 
 -- function sourcebound.conversation_summaries_guard()
@@ -1017,6 +1081,31 @@ AS $function$
     WHEN NOT EXISTS (SELECT 1 FROM sourcebound.compaction_marks m WHERE m.conversation_id = p_conversation_id AND m.from_pair = p_from_pair)
       THEN 'its range is no longer marked (a record of another model or prompt version binds its source)'
   END
+$function$
+
+-- function sourcebound.outage_deferrals_release(text)
+CREATE OR REPLACE FUNCTION sourcebound.outage_deferrals_release(p_worker_id text)
+ RETURNS SETOF uuid
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+DECLARE
+  v_conversations uuid[];
+BEGIN
+  WITH undeferred AS (
+    UPDATE sourcebound.conversation_summaries s SET not_before = now()
+    WHERE s.status = 'pending' AND s.not_before > now()
+      AND (SELECT (a.worker_id = p_worker_id OR starts_with(a.worker_id, p_worker_id || '/r')) AND a.outcome = 'deferred'
+                  AND a.reason IN ('admission_timeout', 'aborted_before_send') AND a.finished_at > now() - interval '2 minutes'
+           FROM sourcebound.conversation_summary_attempts a
+           WHERE a.summary_id = s.id ORDER BY a.id DESC LIMIT 1)
+    RETURNING conversation_id
+  )
+  SELECT coalesce(array_agg(DISTINCT conversation_id), '{}') INTO v_conversations FROM undeferred;
+  PERFORM sourcebound.compaction_resume(v_conversations);
+  RETURN QUERY SELECT unnest(v_conversations);
+END
 $function$
 
 -- function sourcebound.pair_of_run(uuid)
@@ -2185,5 +2274,80 @@ BEGIN
   VALUES (true, CASE WHEN v_seen >= p_limit THEN v_last END)
   ON CONFLICT (singleton) DO UPDATE SET after_conversation_id = excluded.after_conversation_id;
   RETURN v_count;
+END
+$function$
+
+-- function sourcebound.worker_beat(text,text[],double precision)
+CREATE OR REPLACE FUNCTION sourcebound.worker_beat(p_worker_id text, p_graphile_worker_ids text[], p_dead_after_ms double precision)
+ RETURNS TABLE(worker_id text, silent_ms double precision, jobs_unlocked integer, claims_released integer)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+DECLARE
+  v_dead sourcebound.workers;
+  v_reaped record;
+BEGIN
+  INSERT INTO sourcebound.workers AS w (worker_id, graphile_worker_ids, beat_at) VALUES (p_worker_id, p_graphile_worker_ids, now())
+  ON CONFLICT ON CONSTRAINT workers_pkey DO UPDATE SET graphile_worker_ids = EXCLUDED.graphile_worker_ids, beat_at = now();
+  FOR v_dead IN
+    SELECT * FROM sourcebound.workers d
+    WHERE d.worker_id <> p_worker_id
+      AND greatest(d.beat_at, pg_postmaster_start_time()) < now() - make_interval(secs => p_dead_after_ms / 1000)
+    FOR UPDATE SKIP LOCKED
+  LOOP
+    SELECT * INTO v_reaped FROM sourcebound.worker_reap(v_dead);
+    worker_id := v_dead.worker_id;
+    silent_ms := extract(epoch FROM now() - v_dead.beat_at) * 1000;
+    jobs_unlocked := v_reaped.jobs_unlocked;
+    claims_released := v_reaped.claims_released;
+    RETURN NEXT;
+  END LOOP;
+END
+$function$
+
+-- function sourcebound.worker_leave(text)
+CREATE OR REPLACE FUNCTION sourcebound.worker_leave(p_worker_id text, OUT jobs_unlocked integer, OUT claims_released integer)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+DECLARE
+  v_self sourcebound.workers;
+BEGIN
+  SELECT * INTO v_self FROM sourcebound.workers WHERE workers.worker_id = p_worker_id FOR UPDATE;
+  IF NOT FOUND THEN
+    jobs_unlocked := 0;
+    claims_released := 0;
+    RETURN;
+  END IF;
+  SELECT r.jobs_unlocked, r.claims_released INTO jobs_unlocked, claims_released FROM sourcebound.worker_reap(v_self) r;
+END
+$function$
+
+-- function sourcebound.worker_reap(sourcebound.workers)
+CREATE OR REPLACE FUNCTION sourcebound.worker_reap(p_worker sourcebound.workers, OUT jobs_unlocked integer, OUT claims_released integer)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+DECLARE
+  v_conversations uuid[];
+BEGIN
+  SELECT count(*)::int INTO jobs_unlocked FROM graphile_worker.jobs WHERE locked_by = ANY (p_worker.graphile_worker_ids);
+  IF jobs_unlocked > 0 THEN
+    PERFORM graphile_worker.force_unlock_workers(p_worker.graphile_worker_ids);
+  END IF;
+  WITH released AS (
+    UPDATE sourcebound.conversation_summaries SET lease_expires_at = now()
+    WHERE status = 'running' AND lease_expires_at > now()
+      AND (lease_owner = p_worker.worker_id OR starts_with(lease_owner, p_worker.worker_id || '/r'))
+    RETURNING conversation_id
+  )
+  SELECT count(*)::int, coalesce(array_agg(DISTINCT conversation_id), '{}') INTO claims_released, v_conversations FROM released;
+  PERFORM sourcebound.compaction_resume(v_conversations);
+  DELETE FROM sourcebound.workers WHERE worker_id = p_worker.worker_id;
 END
 $function$

@@ -7,6 +7,7 @@ import { claimNextRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
 import { conversationMaterial } from './material.ts';
+import { holdLease } from './lease.ts';
 import * as q from '../db/queries/summaries.ts';
 import { SourceboundError } from '../support/errors.ts';
 
@@ -22,6 +23,8 @@ export interface CompactionContext {
   logger: Logger;
   workerId: string;
   leaseMs: number;
+  /** How often the lease is renewed while a call runs (conversation/lease.ts); 0: never. (Default: a third of `leaseMs`) */
+  leaseRenewMs?: number;
   promptVersion?: string;
   retryDelays?: Readonly<RetryDelays>;
   /** What an ungrounded fact in a summary does: `reject` spends the attempt, `flag` completes it and labels it. (Default: reject) */
@@ -54,6 +57,11 @@ export interface CompactionReport {
    * job key, so later enqueues of the conversation still run at once).
    */
   leaseWatchAt: Date | null;
+}
+
+/** The lease renewal interval: the context's, else a third of the lease. */
+export function leaseRenewMs(ctx: Pick<CompactionContext, 'leaseMs' | 'leaseRenewMs'>): number {
+  return ctx.leaseRenewMs ?? Math.floor(ctx.leaseMs / 3);
 }
 
 /** Passes over the marks per job: a bound for a conversation edited without pause, not a figure reached in practice. */
@@ -116,11 +124,19 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     const items = conversationMaterial(claim.replies, range.fromPair, promptVersion);
     // Over its scope's hourly call limit (SOURCEBOUND_SCOPE_CALLS_PER_HOUR): deferred to the next hour, no attempt spent, no call.
     const limitedUntil = ctx.scopeCallsPerHour ? await q.scopeCallAdmit(ctx.pool, claim.record.scope, ctx.scopeCallsPerHour) : null;
-    const answer: Outcome = limitedUntil !== null
-      ? { kind: 'deferred', reason: 'scope_call_limit', retryAfterMs: Math.max(0, limitedUntil.getTime() - Date.now()) }
-      : await ctx.summarizer.summarize({ promptVersion, items, signal });
-    // Every figure, date and identifier must be in the replies it summarizes (src/grounding/index.ts).
-    const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
+    // The lease is renewed while the call runs; a claim lost meanwhile abandons the call.
+    const lease = holdLease(ctx.pool, { summaryId: claim.record.id, attemptId: claim.attemptId, workerId: ctx.workerId, leaseMs: ctx.leaseMs },
+      { renewEveryMs: leaseRenewMs(ctx), logger: log, signal });
+    let outcome: Outcome;
+    try {
+      const answer: Outcome = limitedUntil !== null
+        ? { kind: 'deferred', reason: 'scope_call_limit', retryAfterMs: Math.max(0, limitedUntil.getTime() - Date.now()) }
+        : await ctx.summarizer.summarize({ promptVersion, items, signal: lease.signal });
+      // Every figure, date and identifier must be in the replies it summarizes (src/grounding/index.ts).
+      outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
+    } finally {
+      lease.release();
+    }
     // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).
     const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
       ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal, send });

@@ -8,7 +8,9 @@ import * as q from '../db/queries/summaries.ts';
 import { claimRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, MAX_ATTEMPTS } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
-import { SummarizerConfigError, type CompactionContext } from './compact.ts';
+import { leaseRenewMs, SummarizerConfigError, type CompactionContext } from './compact.ts';
+import { holdLease } from './lease.ts';
+import type { Outcome } from '../support/summary-contract.ts';
 import { SourceboundError } from '../support/errors.ts';
 
 /**
@@ -108,9 +110,16 @@ export async function retryRange(ctx: CompactionContext, conversationId: string,
     log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'retrying range under a new model identity');
     // No transaction is open here: the call may take minutes.
     const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
-    const answer = await ctx.summarizer.summarize({ promptVersion, items, signal });
-    report.calls++;
-    const outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
+    const lease = holdLease(ctx.pool, { summaryId: claim.record.id, attemptId: claim.attemptId, workerId: ctx.workerId, leaseMs: ctx.leaseMs },
+      { renewEveryMs: leaseRenewMs(ctx), logger: log, signal });
+    let outcome: Outcome;
+    try {
+      const answer = await ctx.summarizer.summarize({ promptVersion, items, signal: lease.signal });
+      report.calls++;
+      outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
+    } finally {
+      lease.release();
+    }
     const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
       ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal, send });
     const reason = outcome.kind === 'ok' ? null : outcome.reason;

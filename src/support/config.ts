@@ -121,8 +121,10 @@ const schema = z.object({
   SOURCEBOUND_FLEET_CONCURRENCY: int(0, 10_000).default(8),
   /** How long a call waits for an admission slot before it is deferred. (Default: 30000) */
   SOURCEBOUND_ADMISSION_WAIT_MS: int(0).default(30_000),
-  /** How long a claim on a range is valid before another worker may take it over. (Default: 300000) */
-  SOURCEBOUND_LEASE_MS: int(1000).default(300_000),
+  /** How long a claim on a range is valid unless renewed; its holder renews it while the call runs, so a dead holder's range is taken over within this. (Default: 30000) */
+  SOURCEBOUND_LEASE_MS: int(1000).default(30_000),
+  /** How often a holder renews its claim's lease during the call; 0 turns renewal off (the lease must then outlive the admission wait plus the call). (Default: a third of the lease) */
+  SOURCEBOUND_LEASE_RENEW_MS: int(0).optional(),
   /** Summarizer calls one scope (tenant) may start per clock hour, across the fleet; over it, ranges are deferred (no attempt spent) to the next hour. 0: no limit. (Default: 0) */
   SOURCEBOUND_SCOPE_CALLS_PER_HOUR: int(0, 1_000_000_000).default(0),
   /** graphile-worker jobs run at once per worker process. (Default: 4) */
@@ -161,6 +163,8 @@ export interface Config {
   fleetConcurrency: number;
   admissionWaitMs: number;
   leaseMs: number;
+  /** Lease renewal interval during a call; 0: no renewal. */
+  leaseRenewMs: number;
   /** Summarizer calls per scope per clock hour; 0: no limit. */
   scopeCallsPerHour: number;
   workerConcurrency: number;
@@ -204,6 +208,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, defaults: { log
       problems.push('OPENAI_API_KEY: required for OpenAI\'s endpoint; for a server of your own (Ollama, vLLM, llama.cpp) set OPENAI_BASE_URL instead, e.g. http://localhost:11434/v1');
     }
   }
+  const leaseRenewMs = e.SOURCEBOUND_LEASE_RENEW_MS ?? Math.floor(e.SOURCEBOUND_LEASE_MS / 3);
+  if (leaseRenewMs > 0 && leaseRenewMs * 2 > e.SOURCEBOUND_LEASE_MS) {
+    problems.push(`SOURCEBOUND_LEASE_RENEW_MS: at most half of SOURCEBOUND_LEASE_MS (${e.SOURCEBOUND_LEASE_MS}), so one late renewal does not lose the lease; 0 turns renewal off`);
+  }
   if (problems.length > 0) {
     throw new ConfigError(`invalid configuration; fix these environment variables:\n${problems.map((p) => `  ${p}`).join('\n')}`);
   }
@@ -222,6 +230,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, defaults: { log
     fleetConcurrency: e.SOURCEBOUND_FLEET_CONCURRENCY,
     admissionWaitMs: e.SOURCEBOUND_ADMISSION_WAIT_MS,
     leaseMs: e.SOURCEBOUND_LEASE_MS,
+    leaseRenewMs,
     scopeCallsPerHour: e.SOURCEBOUND_SCOPE_CALLS_PER_HOUR,
     workerConcurrency: e.SOURCEBOUND_WORKER_CONCURRENCY,
     pollIntervalMs: e.SOURCEBOUND_POLL_INTERVAL_MS,

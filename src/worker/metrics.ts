@@ -27,6 +27,7 @@ export interface WorkerMetrics {
   runnerUp: Gauge;
   databaseLastOk: Gauge;
   fleetModelIdentities: Gauge;
+  deadWorkers: Counter<'what'>;
 }
 
 /** Scrapes must answer even when the database does not: the queue query gets this long. */
@@ -69,6 +70,7 @@ export function createWorkerMetrics(options: { pool: pg.Pool; defaultMetrics?: b
     restarts: new Counter({ name: 'sourcebound_worker_restarts_total', help: 'times this worker replaced its graphile-worker runner after losing the database or the runner, by reason', labelNames: ['reason'], registers }),
     runnerUp: new Gauge({ name: 'sourcebound_worker_runner_up', help: '1 while a graphile-worker runner is taking jobs, 0 while the worker recovers', registers }),
     databaseLastOk: new Gauge({ name: 'sourcebound_database_last_ok_timestamp_seconds', help: 'when the worker\'s health probe last got an answer from PostgreSQL (unix time)', registers }),
+    deadWorkers: new Counter({ name: 'sourcebound_dead_workers_total', help: 'what this worker handed back from workers that stopped beating (SIGKILL, OOM, a lost host): what=workers reaped, jobs unlocked, claims released', labelNames: ['what'], registers }),
     fleetModelIdentities: new Gauge({ name: 'sourcebound_fleet_model_identities', help: 'distinct summarizer model identities among the workers on this database, this one included (above 1: they compete for the same ranges)', registers }),
   };
 }

@@ -7,8 +7,6 @@ import { graphileLogger, migrateDatabase } from '../db/migrate.ts';
 import { assertSessionUrl } from '../db/pooler-probe.ts';
 import { createWorkerPool } from '../db/worker-pool.ts';
 import { ownOutageDeferralsRelease } from '../db/queries/recovery.ts';
-import { missingSchemasList } from '../db/queries/server.ts';
-import type { Summarizer } from '../support/summary-contract.ts';
 import { gatewayFromConfig } from '../gateway/from-config.ts';
 import { createFleetModels, workerApplicationName } from '../gateway/fleet-models.ts';
 import { createWorkerMetrics, instrumentSummarizer, recordRanges } from './metrics.ts';
@@ -21,6 +19,8 @@ import { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
 import { createProbe, oneShot, PROBE_INTERVAL_MS } from './probe.ts';
 import { RECONNECT_FIRST_MS, RECONNECT_MAX_MS, releaseOwn, retire, trackTask, type Generation } from './generation.ts';
 import { healthOf, NOT_STARTED, type WorkerHealth } from './health.ts';
+import { createLiveness } from './liveness.ts';
+import { assertMigrated, assertSummarizer } from './start-checks.ts';
 import type { WorkerHandle, WorkerOptions } from './handle.ts';
 import { gaveUpError, runningGeneration, transition, type SupervisorEvent, type SupervisorState } from './state.ts';
 
@@ -68,19 +68,6 @@ export type { WorkerHandle, WorkerOptions } from './handle.ts';
 export const CRONTAB = '* * * * * sweep_compaction ?max=1&jobKey=sourcebound:sweep&jobKeyMode=replace';
 
 /**
- * With migrations skipped (`--no-migrate`), the schemas must be there: a
- * worker on an unmigrated database would look healthy while every job and
- * sweep failed. @throws WorkerStartError naming what to run.
- */
-async function assertMigrated(pool: pg.Pool): Promise<void> {
-  const missing = (await missingSchemasList(pool)).map((m) => `"${m}"`);
-  if (missing.length > 0) {
-    throw new WorkerStartError(`the database is not migrated (${missing.length > 1 ? `schemas ${missing.join(' and ')} do` : `schema ${missing[0]} does`} not exist): `
-      + 'run `sourcebound migrate` first (or start the worker without --no-migrate)');
-  }
-}
-
-/**
  * Runs graphile-worker with sourcebound's tasks and crontab, supervised (see
  * above). Migrates first (graphile-worker's schema before ours). Installs no
  * signal handlers: the caller decides when to stop (see src/cli/worker-command.ts).
@@ -95,12 +82,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     await assertMigrated(database.pool);
   }
 
-  // A claim must outlive the admission wait plus the model call, or another
-  // worker takes over a call that is still running (bounded by the two
-  // attempts, but wasted). Short leases are legitimate in tests, so warn.
-  if (config.leaseMs < config.admissionWaitMs + config.modelTimeoutMs) {
+  // Without renewal a claim must outlive the admission wait plus the model call, or another
+  // worker takes over a call that is still running (bounded by the two attempts, but wasted).
+  if (config.leaseRenewMs === 0 && config.leaseMs < config.admissionWaitMs + config.modelTimeoutMs) {
     logger.warn({ leaseMs: config.leaseMs, admissionWaitMs: config.admissionWaitMs, modelTimeoutMs: config.modelTimeoutMs },
-      'SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
+      'lease renewal is off and SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
   }
   const metrics = createWorkerMetrics({ pool: database.pool });
   // /healthz and /metrics listen before any job can be taken: a port that cannot be
@@ -132,6 +118,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   };
   const summarizer = instrumentSummarizer(configured.gateway, metrics);
   const fleetModels = createFleetModels({ pool: database.pool, model: summarizer.model, logger, gauge: metrics.fleetModelIdentities });
+
+  // Every graphile-worker id this process's runners lock jobs with: the fleet unlocks them if it dies.
+  const graphileWorkerIds = new Set<string>();
+  const liveness = createLiveness({ pool: database.pool, workerId, graphileWorkerIds: () => [...graphileWorkerIds], logger, metrics });
 
   // One emitter for every generation's events, so observers survive restarts.
   const events = new EventEmitter() as WorkerEvents;
@@ -173,7 +163,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }) as typeof own.emit;
     const gen: Generation = { n, claimOwner, pool, runner: null!, graphileWorkerIds: new Set(), tasks: new Map(), abort: new AbortController(), retired: false };
     // graphile-worker 0.17 locks jobs with its worker *pool's* id (get_job's worker_id is `pool-...`).
-    own.on('pool:create', ({ workerPool }) => gen.graphileWorkerIds.add(workerPool.id));
+    own.on('pool:create', ({ workerPool }) => { gen.graphileWorkerIds.add(workerPool.id); graphileWorkerIds.add(workerPool.id); });
     // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
     own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
     own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void suspect('listen_connection_lost', error); });
@@ -182,7 +172,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const track = (task: Parameters<typeof trackTask>[1]) => trackTask(gen, task);
     // Named prepared statements for the claim and the commit on a direct connection only, as for graphile-worker's own below.
     const ctx = {
-      pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, grounding: config.grounding,
+      pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, leaseRenewMs: config.leaseRenewMs, grounding: config.grounding,
       scopeCallsPerHour: config.scopeCallsPerHour, preparedStatements: !database.pooled,
     };
     try {
@@ -277,6 +267,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
     restarts++;
     metrics.restarts.inc({ reason });
+    // The new runner's id, in the registry now rather than at the next beat.
+    void liveness.beat().catch(() => {});
     metrics.runnerUp.set(1);
     logger.info({ workerId, generation: runningGeneration(state)!.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
     // Now what the old runner's ended tasks held; the rest as each of its tasks ends (a call
@@ -368,6 +360,16 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     await closeServices();
     throw error;
   }
+  // In the registry before anything else: from here the fleet reaps this worker if it dies.
+  try {
+    await liveness.beat();
+  } catch (error) {
+    await retireGen(runningGeneration(state)!, 0);
+    await probe.close();
+    await closeServices();
+    throw new WorkerStartError(`the worker could not record its heartbeat (sourcebound.worker_beat): ${(error as Error).message}`, { cause: error });
+  }
+  liveness.start();
   metrics.runnerUp.set(1);
   // Other model identities on this database are said once now, then when they change.
   await fleetModels.check().catch((err: unknown) => logger.warn({ err }, 'could not read the model identities of the other workers'));
@@ -390,6 +392,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const probeClosed = bounded(probe.close(), 5000);
       const closing = (async () => {
         await Promise.all([gen ? retireGen(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring.values(), recovery, probeClosed]);
+        await liveness.leave();
         await closeServices();
       })();
       let clean = true;
@@ -430,12 +433,4 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     events,
   };
   return { workerId, runner, metrics, health, httpPort: http?.port ?? null, stop };
-}
-
-/** A summarizer handed in by code must be one: a model identity and a summarize function. @throws WorkerStartError */
-function assertSummarizer(value: unknown): asserts value is Summarizer {
-  const s = value as Partial<Summarizer> | null;
-  if (s === null || typeof s !== 'object' || typeof s.summarize !== 'function' || typeof s.model !== 'string' || s.model.trim() === '') {
-    throw new WorkerStartError('the summarizer given to the worker is not one: it needs a non-empty `model` (the identity its summaries record) and a `summarize(request)` function');
-  }
 }

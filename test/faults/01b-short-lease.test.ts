@@ -7,8 +7,8 @@ import {
 } from './support/scenario.ts';
 
 /**
- * Scenario 1b, a lease shorter than the model call (the worker warns about
- * this configuration): ONE worker process running four jobs, calls that take
+ * Scenario 1b, a lease shorter than the model call and not renewed (renewal
+ * off; the worker warns about this configuration): ONE worker process running four jobs, calls that take
  * 1.5-3.5 s against a 2 s lease, and a sweep every half second. Expired
  * claims are taken over by other jobs of the same process while the first
  * call still runs; the late first result must be dropped (lease lost), never
@@ -25,6 +25,8 @@ const fleet = new Fleet(1, workerEnv(db.url, server, {
   SOURCEBOUND_WORKER_CONCURRENCY: '4',
   SOURCEBOUND_MODEL_CONCURRENCY: '4',
   SOURCEBOUND_LEASE_MS: '2000',
+  // Renewal off: the lease runs out under the call, as when renewals cannot reach the database.
+  SOURCEBOUND_LEASE_RENEW_MS: '0',
   SOURCEBOUND_MODEL_TIMEOUT_MS: '8000',
 }));
 afterAll(async () => {

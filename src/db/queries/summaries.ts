@@ -205,6 +205,16 @@ export async function rangeNextClaim(
   return { ...claimRow(row), mark: { fromPair: claimFromPair!, generation: claimGeneration! } };
 }
 
+/**
+ * One statement: sourcebound.claim_renew(). The claim's new lease expiry, or
+ * null when it is no longer the caller's (taken over or settled).
+ */
+export async function claimRenew(db: Queryable, claim: { summaryId: string; attemptId: number; workerId: string; leaseMs: number }): Promise<Date | null> {
+  const { rows } = await db.query<{ until: Date | null }>('select sourcebound.claim_renew($1, $2, $3, $4) as until',
+    [claim.summaryId, claim.attemptId, claim.workerId, claim.leaseMs]);
+  return rows[0]?.until ?? null;
+}
+
 export interface CommitInput {
   summaryId: string;
   attemptId: number;

@@ -1,2 +1,3 @@
 export * from './conversations.ts';
 export * from './runs-history.ts';
+export * from './workers.ts';
