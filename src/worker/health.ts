@@ -10,13 +10,15 @@ export interface WorkerHealth {
   databaseOkAt: number | null;
   /** Runners started after the first. */
   restarts: number;
+  /** When this worker's heartbeat was last recorded (epoch ms), or null: silent for long, the fleet takes its work over. */
+  beatOkAt: number | null;
 }
 
 /** Before the worker has started: not running, nothing answered yet. */
-export const NOT_STARTED: WorkerHealth = Object.freeze({ running: false, recovering: false, databaseOkAt: null, restarts: 0 });
+export const NOT_STARTED: WorkerHealth = Object.freeze({ running: false, recovering: false, databaseOkAt: null, restarts: 0, beatOkAt: null });
 
 /** The health the supervisor's state shows. A give-up, and a stop that came while recovering, still say recovering. */
-export function healthOf(state: SupervisorState, databaseOkAt: number | null, restarts: number): WorkerHealth {
+export function healthOf(state: SupervisorState, databaseOkAt: number | null, restarts: number, beatOkAt: number | null): WorkerHealth {
   const recovering = state.kind === 'recovering' || state.kind === 'gave_up' || (state.kind === 'stopping' && state.wasRecovering);
-  return { running: state.kind === 'running', recovering, databaseOkAt, restarts };
+  return { running: state.kind === 'running', recovering, databaseOkAt, restarts, beatOkAt };
 }

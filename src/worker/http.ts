@@ -43,6 +43,8 @@ export async function startWorkerHttp(options: {
   registry: Registry;
   health: () => WorkerHealth;
   probeIntervalMs: number;
+  /** A heartbeat older than this: the other workers reap this one (liveness.ts), so it is not healthy. */
+  beatStaleAfterMs: number;
 }): Promise<WorkerHttp> {
   const staleAfterMs = Math.max(10_000, options.probeIntervalMs * 5);
   const server = createServer((req, res) => {
@@ -54,9 +56,13 @@ export async function startWorkerHttp(options: {
     if (path === '/healthz') {
       const h = options.health();
       const databaseAgeMs = h.databaseOkAt === null ? null : Date.now() - h.databaseOkAt;
+      const beatAgeMs = h.beatOkAt === null ? null : Date.now() - h.beatOkAt;
       const problem = !h.running ? (h.recovering ? 'recovering: reconnecting to PostgreSQL' : 'no runner')
-        : databaseAgeMs === null || databaseAgeMs > staleAfterMs ? `PostgreSQL has not answered for ${databaseAgeMs ?? 'ever'} ms` : null;
-      const body = JSON.stringify({ status: problem === null ? 'ok' : 'unhealthy', problem, ...h, databaseAgeMs });
+        : databaseAgeMs === null || databaseAgeMs > staleAfterMs ? `PostgreSQL has not answered for ${databaseAgeMs ?? 'ever'} ms`
+        : beatAgeMs === null || beatAgeMs > options.beatStaleAfterMs
+          ? `the heartbeat has not been recorded for ${beatAgeMs ?? 'ever'} ms: the other workers take this worker's jobs and claims over`
+          : null;
+      const body = JSON.stringify({ status: problem === null ? 'ok' : 'unhealthy', problem, ...h, databaseAgeMs, beatAgeMs });
       res.writeHead(problem === null ? 200 : 503, { 'content-type': 'application/json' }).end(body);
       return;
     }

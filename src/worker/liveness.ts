@@ -19,6 +19,8 @@ export interface Liveness {
   beat(): Promise<void>;
   /** Beats every BEAT_MS from now on. */
   start(): void;
+  /** When a beat was last recorded (epoch ms), or null. */
+  okAt(): number | null;
   /** Stops beating, hands back what this worker still holds and leaves the registry; never throws, bounded. */
   leave(): Promise<void>;
 }
@@ -43,9 +45,11 @@ export function createLiveness(options: {
   let timer: NodeJS.Timeout | null = null;
   let left = false;
   let failing = false;
+  let okAt: number | null = null;
 
   async function beat(): Promise<void> {
     const reaped = await workerBeat(pool, workerId, options.graphileWorkerIds(), DEAD_AFTER_MS);
+    okAt = Date.now();
     for (const dead of reaped) {
       metrics.deadWorkers.inc({ what: 'workers' });
       metrics.deadWorkers.inc({ what: 'jobs' }, dead.jobsUnlocked);
@@ -71,6 +75,7 @@ export function createLiveness(options: {
 
   return {
     beat,
+    okAt: () => okAt,
     start() { if (timer === null && !left) tick(); },
     async leave() {
       left = true;

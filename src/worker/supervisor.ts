@@ -19,7 +19,7 @@ import { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
 import { createProbe, oneShot, PROBE_INTERVAL_MS } from './probe.ts';
 import { RECONNECT_FIRST_MS, RECONNECT_MAX_MS, releaseOwn, retire, trackTask, type Generation } from './generation.ts';
 import { healthOf, NOT_STARTED, type WorkerHealth } from './health.ts';
-import { createLiveness } from './liveness.ts';
+import { createLiveness, DEAD_AFTER_MS } from './liveness.ts';
 import { assertMigrated, assertSummarizer } from './start-checks.ts';
 import type { WorkerHandle, WorkerOptions } from './handle.ts';
 import { gaveUpError, runningGeneration, transition, type SupervisorEvent, type SupervisorState } from './state.ts';
@@ -95,7 +95,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   let health = (): WorkerHealth => NOT_STARTED;
   let http: WorkerHttp | null = null;
   if (config.metricsPort !== undefined) {
-    http = await startWorkerHttp({ host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health: () => health(), probeIntervalMs: PROBE_INTERVAL_MS });
+    http = await startWorkerHttp({
+      host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health: () => health(), probeIntervalMs: PROBE_INTERVAL_MS, beatStaleAfterMs: DEAD_AFTER_MS,
+    });
     logger.info({ port: http.port, host: config.metricsHost }, 'metrics and health listening');
   }
   // How long a call may still need: a retired runner's calls get this long before they are cut.
@@ -379,7 +381,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   probe.start();
   logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model, pooled: database.pooled }, 'worker started');
 
-  health = () => healthOf(state, probe.okAt(), restarts);
+  health = () => healthOf(state, probe.okAt(), restarts, liveness.okAt());
 
   const stop = (): Promise<void> => {
     if (state.kind === 'stopping') return state.done;

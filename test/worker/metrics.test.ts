@@ -5,6 +5,8 @@ import { summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { silentLogger } from '../../src/support/logger.ts';
 import { createWorkerMetrics, reasonLabel } from '../../src/worker/metrics.ts';
 import { startWorker } from '../../src/worker/supervisor.ts';
+import { startWorkerHttp } from '../../src/worker/http.ts';
+import { NOT_STARTED, type WorkerHealth } from '../../src/worker/health.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';
@@ -63,7 +65,10 @@ describe('worker /metrics and /healthz', () => {
     try {
       const health = await fetch(`${base}/healthz`);
       expect(health.status).toBe(200);
-      expect(await health.json()).toMatchObject({ status: 'ok', running: true, restarts: 0 });
+      const healthBody = await health.json() as { beatOkAt: number | null };
+      expect(healthBody).toMatchObject({ status: 'ok', running: true, restarts: 0 });
+      // Its heartbeat was recorded at start, before any job.
+      expect(healthBody.beatOkAt).toBeGreaterThan(Date.now() - 30_000);
       expect((await fetch(`${base}/nothing`)).status).toBe(404);
 
       const before = await scrape();
@@ -98,6 +103,26 @@ describe('worker /metrics and /healthz', () => {
     } finally {
       await handle.stop();
       await database.close();
+    }
+  });
+
+  it('/healthz is 503 once the heartbeat is older than the fleet\'s patience, though PostgreSQL answers', async () => {
+    let health: WorkerHealth = { ...NOT_STARTED, running: true, databaseOkAt: Date.now(), beatOkAt: Date.now() };
+    const http = await startWorkerHttp({
+      host: '127.0.0.1', port: 0, registry: createWorkerMetrics({ pool: db.pool, defaultMetrics: false }).registry,
+      health: () => health, probeIntervalMs: 1000, beatStaleAfterMs: 20_000,
+    });
+    try {
+      const get = async () => { const r = await fetch(`http://127.0.0.1:${http.port}/healthz`); return { status: r.status, body: await r.json() as { problem: string | null } }; };
+      expect((await get()).status).toBe(200);
+      health = { ...health, databaseOkAt: Date.now(), beatOkAt: Date.now() - 21_000 };
+      const stale = await get();
+      expect(stale.status).toBe(503);
+      expect(stale.body.problem).toMatch(/^the heartbeat has not been recorded for 2\d{4} ms: the other workers take this worker's jobs and claims over$/);
+      health = { ...health, beatOkAt: null };
+      expect((await get()).status).toBe(503);
+    } finally {
+      await http.close();
     }
   });
 
