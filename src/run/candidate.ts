@@ -6,8 +6,9 @@ import type { MaterialItem } from '../support/summary-contract.ts';
 import { itemBytes } from './wire.ts';
 import { identityKeyOf, sourceHashOf } from './run-hash.ts';
 import { floorOf, type Floor } from './fitting.ts';
-import { summaryItem } from './request-slots.ts';
-import { cutBytes, hashGroup, isSettled, minSummaryRoom, type Group, type ProjectedCheckpoint, type Projection } from './request-slots.ts';
+import { minSummaryRoom, summaryItem, type ProjectedCheckpoint } from './checkpoint-item.ts';
+import { cutBytes } from './cut-bytes.ts';
+import { hashGroup, isSettled, type Group, type Projection } from './request-slots.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**

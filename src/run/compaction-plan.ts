@@ -1,8 +1,9 @@
 import type { RunState } from '../db/queries/run-state.ts';
 import type { Evaluated } from './assemble.ts';
 import { bareCheckpoint, cutChunks, summaryBytes, type Candidate, type Chunk, type MaterialSizes } from './candidate.ts';
+import { minSummaryRoom } from './checkpoint-item.ts';
 import { floorOf, type Floor } from './fitting.ts';
-import { layOutRequest, minSummaryRoom, type Group, type RequestInput } from './request-slots.ts';
+import { layOutRequest, type Group, type RequestInput } from './request-slots.ts';
 import type { RunCompactionPolicy } from './types.ts';
 
 /**

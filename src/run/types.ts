@@ -53,7 +53,7 @@
  *   every later request, so summaries must grow with the work, not with the
  *   number of checkpoints; see compaction-plan.ts `scaled`). Under the `flag`
  *   grounding policy a summary's room includes a reserve for its note's
- *   warning (fitting.ts `warningReserve`): `minSummaryBytes` plus the reserve
+ *   warning (checkpoint-item.ts `warningReserve`): `minSummaryBytes` plus the reserve
  *   is the least room a summary takes, and the summarizer is told the
  *   allowance less the reserve.
  * - Checkpoint: the immutable record of one summary: which turns it
