@@ -1,8 +1,9 @@
 /**
- * The turn helpers of the README ("Using it from an application"), runnable:
- * one exchange written whole, and one streamed. test/turns/example.test.ts
- * checks that the README shows this code and runs it against a real
- * database. In an application, import from 'sourcebound'.
+ * The turn helpers of docs/turns.md, runnable: one exchange written whole,
+ * and one streamed. test/turns/example.test.ts checks that docs/turns.md
+ * shows this code (layout aside: both are compared as Prettier prints them)
+ * and runs it against a real database. In an application, import from
+ * 'sourcebound'.
  */
 import type pg from 'pg';
 import { appendReply, beginTurn, completeTurn, failTurn, finishReply, startReply } from '../src/index.ts';

@@ -1,6 +1,7 @@
 import * as AnthropicSdk from '@anthropic-ai/sdk';
 import type { Outcome, Usage } from '../support/summary-contract.ts';
 import { describeError } from './error-text.ts';
+import { readUsage, retryAfterMs, storableRequestId } from './provider-fields.ts';
 import { codePointLength, isBlank, providerText, toWellFormed } from './text.ts';
 
 /**
@@ -117,21 +118,10 @@ const isSdkConnection = (e: unknown) => sdks.some((s) => e instanceof s.APIConne
  */
 const CONTEXT_OVERFLOW = /prompt is too long|exceeds? context limit|maximum context length|context_length_exceeded|exceeds the available context size/i;
 
-/**
- * Longest wait a provider may ask for, in milliseconds (one hour). Rate
- * limits reset within minutes; a longer ask, or a broken one (`retry-after:
- * 1e13`), would park the range past any use and past what a PostgreSQL
- * timestamp holds (the commit failed with "timestamp out of range"). The job
- * comes back after an hour and asks again.
- */
-export const MAX_RETRY_AFTER_MS = 60 * 60 * 1000;
-
 /** Code points kept of a provider's error message in a reason (the rest is cut, with an ellipsis). */
 export const PROVIDER_MESSAGE_MAX_CHARS = 300;
 /** Code points kept of a provider's error type; only `[A-Za-z0-9_.-]` is kept of it. */
 const ERROR_TYPE_MAX_CHARS = 64;
-/** Code points kept of a provider's request id. */
-export const REQUEST_ID_MAX_CHARS = 128;
 
 /** The SDK's message when it has no credential to send (our own check normally catches this first). */
 const NO_CREDENTIALS_MESSAGE = 'Could not resolve authentication method';
@@ -370,56 +360,6 @@ function providerMessage(error: HttpError): string | null {
   if (typeof raw !== 'string') return null;
   const message = providerText(raw, PROVIDER_MESSAGE_MAX_CHARS);
   return message.length > 0 ? message : null;
-}
-
-/** A request id as stored: storable and bounded, null when there is nothing left of it. */
-export function storableRequestId(raw: string | null | undefined): string | null {
-  if (typeof raw !== 'string') return null;
-  const id = providerText(raw, REQUEST_ID_MAX_CHARS);
-  return id.length > 0 ? id : null;
-}
-
-/**
- * Milliseconds the provider asked us to wait, from `retry-after-ms` or
- * `retry-after` (seconds or HTTP date), at most MAX_RETRY_AFTER_MS. A date in
- * the past (or a clock running ahead) is 0: the gateway's backoff decides then.
- */
-export function retryAfterMs(headers: Headers | undefined, now: () => number): number | null {
-  const ms = headers?.get('retry-after-ms');
-  if (ms) {
-    const value = Number.parseFloat(ms);
-    if (Number.isFinite(value) && value >= 0) return capRetryAfter(value);
-  }
-  const after = headers?.get('retry-after');
-  if (after) {
-    const seconds = Number.parseFloat(after);
-    if (Number.isFinite(seconds)) return seconds >= 0 ? capRetryAfter(seconds * 1000) : null;
-    const date = Date.parse(after);
-    if (Number.isFinite(date)) return capRetryAfter(Math.max(0, date - now()));
-  }
-  return null;
-}
-
-/** A non-negative wait, whole milliseconds, at most MAX_RETRY_AFTER_MS (Infinity included). */
-export function capRetryAfter(ms: number): number {
-  return Math.min(Math.ceil(ms), MAX_RETRY_AFTER_MS);
-}
-
-/**
- * Token counts as reported, or null unless both are non-negative safe
- * integers: they are stored (jsonb) and summed into a Run's charged tokens,
- * so `1e300` or `-5` is no usage figure at all.
- */
-function readUsage(usage: unknown, inputKey = 'input_tokens', outputKey = 'output_tokens'): Usage | null {
-  if (!isRecord(usage)) return null;
-  const input = usage[inputKey];
-  const output = usage[outputKey];
-  return isTokenCount(input) && isTokenCount(output) ? { inputTokens: input, outputTokens: output } : null;
-}
-
-/** A token count worth storing: a non-negative safe integer. */
-export function isTokenCount(value: unknown): value is number {
-  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 }
 
 /** The first `code` (e.g. ECONNREFUSED) found on the error's cause chain. */

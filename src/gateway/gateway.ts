@@ -1,5 +1,6 @@
 import type { Admission, Slot } from './admission.ts';
-import { capRetryAfter, classifyThrown, isTokenCount, storableRequestId } from './classify.ts';
+import { classifyThrown } from './classify.ts';
+import { capRetryAfter, isTokenCount, storableRequestId } from './provider-fields.ts';
 import { createDeferralBackoff, DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';
 import { silentGatewayLogger, type GatewayLogger } from './gateway-logger.ts';
 import { codePointLength, isBlank, providerText } from './text.ts';

@@ -11,7 +11,8 @@ export {
   DEFAULT_MAX_INPUT_CHARS, outcomeFromAnswer, outcomeFromError, prepareSummary, type Answer, type PreparedSummary, type PrepareOptions,
 } from './contract.ts';
 export { ADMISSION_LOCK_NAMESPACE, createAdmission, type Admission, type AdmissionOptions, type Slot } from './admission.ts';
-export { classify, classifyThrown, MAX_RETRY_AFTER_MS, type CallResult, type ClassifyOptions } from './classify.ts';
+export { classify, classifyThrown, type CallResult, type ClassifyOptions } from './classify.ts';
+export { MAX_RETRY_AFTER_MS } from './provider-fields.ts';
 export { describeError, maskSecrets } from './error-text.ts';
 export { freshNonce, renderMaterial, type ItemTag } from './fence.ts';
 export { DEFAULT_DEFERRAL_BACKOFF, type DeferralBackoffOptions } from './deferral.ts';

@@ -8,7 +8,8 @@ import { runResultBodies } from '../db/queries/run-results.ts';
 import { runStateLoad, type RunState } from '../db/queries/run-state.ts';
 import { RunPolicyError } from './run-errors.ts';
 import { fillBodies, fit, type Fitted } from './fitting.ts';
-import { layOutRequest, type ProjectedCheckpoint, type Projection, type RequestInput } from './request-slots.ts';
+import { type ProjectedCheckpoint } from './checkpoint-item.ts';
+import { layOutRequest, type Projection, type RequestInput } from './request-slots.ts';
 import { fromStoredJson } from './stored.ts';
 import type { RunCompactionPolicy, RunRequest, ThinkingBlock } from './types.ts';
 

@@ -7,18 +7,21 @@
 import type pg from 'pg';
 import { runBudgetEnsure, runBudgetReserve } from '../db/queries/run-budget.ts';
 import { type CheckpointRow } from '../db/queries/run-checkpoints.ts';
-import { type ReceiptRow, runSummaryRequestInsert } from '../db/queries/run-receipts.ts';
+import { runSummaryRequestInsert } from '../db/queries/run-receipts.ts';
 import { runResultExcerpts } from '../db/queries/run-results.ts';
 import { type RunState } from '../db/queries/run-state.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { type Evaluated } from './assemble.ts';
-import { type Candidate, type Chunk, type MaterialSizes, type Plan, blockingUnit, candidateOver, excerptRefs, laterBoundary, planCompaction, savingAtLeast, selectCandidate, summaryMaterial } from './candidate.ts';
+import { type Candidate, type Chunk, type MaterialSizes, blockingUnit, candidateOver, excerptRefs, laterBoundary, savingAtLeast, selectCandidate, summaryMaterial } from './candidate.ts';
+import { minSummaryRoom, warningReserve } from './checkpoint-item.ts';
+import { type Plan, planCompaction } from './compaction-plan.ts';
 import { type Fitted, floorOf } from './fitting.ts';
 import { type StepGoal } from './gate.ts';
-import { type RequestInput, minSummaryRoom, warningReserve } from './request-slots.ts';
+import { type RequestInput } from './request-slots.ts';
 import { RunPolicyError, isUniqueViolation, isWriteRace } from './run-errors.ts';
 import { RUN_HASH_VERSION } from './run-hash.ts';
+import { exhaustedMaterial, isRefusedAnswer, latestRefusal } from './spent-material.ts';
 import { INT4_MAX } from './stored.ts';
 import { charLimitFor } from './summarize.ts';
 import { type RunCompactionPolicy, type SummaryBudgetOptions } from './types.ts';
@@ -279,51 +282,6 @@ export function budgetOptions(b: SummaryBudgetOptions | undefined): { finalizati
     if (!Number.isSafeInteger(v) || v < 0 || v > max) throw new RunPolicyError(`budget.${k} must be an integer from 0 to ${max}`);
   }
   return { finalizationRequests, finalizationTokens, summaryTokens: b?.summaryTokens };
-}
-
-/**
- * The identity that spent every attempt on exactly this material (same
- * predecessor, same groups; with `prefix`, on a part of it that starts it),
- * if any. An identity with an answer the gate refused is not exhausted but
- * refused (isRefusedAnswer, latestRefusal).
- */
-function exhaustedMaterial(receipts: readonly ReceiptRow[], c: Candidate, policy: Readonly<RunCompactionPolicy>, prefix = false): ExhaustedIdentity | null {
-  const spent = new Map<string, ReceiptRow[]>();
-  const within = (seqs: readonly number[]) => prefix
-    ? seqs.length < c.seqs.length && seqs.every((s, i) => c.seqs[i] === s)
-    : seqs.join() === c.seqs.join();
-  for (const r of receipts) {
-    if (r.spent !== true || r.predecessorId !== c.predecessorId || !within(r.compactedSeqs)) continue;
-    spent.set(r.identityKey, [...(spent.get(r.identityKey) ?? []), r]);
-  }
-  for (const [identityKey, rs] of spent) {
-    if (rs.length < policy.maxAttempts) continue;
-    if (rs.some((r) => isRefusedAnswer(r, policy))) continue;
-    const last = rs.at(-1)!;
-    return { identityKey, fromSeq: last.fromSeq, toSeq: last.toSeq, attempts: rs.length, lastOutcome: last.status as ExhaustedIdentity['lastOutcome'], reason: last.reason };
-  }
-  return null;
-}
-
-/**
- * A summary that came back and was never committed: the net-benefit gate
- * refused it when it came back (its reason is on the receipt). Under
- * `reject`, an answer with ungrounded facts (accepted under `flag`) is no
- * answer at all: its attempt stays spent, and its identity may try again.
- */
-function isRefusedAnswer(r: ReceiptRow, policy: Readonly<RunCompactionPolicy>): boolean {
-  return r.status === 'ok' && r.checkpointId === null && r.summary !== null && (policy.grounding === 'flag' || r.ungrounded.length === 0);
-}
-
-/** The refused answer on the candidate's predecessor with the latest boundary, if any. */
-function latestRefusal(refusals: readonly ReceiptRow[], c: Candidate): RefusedIdentity | null {
-  let latest: ReceiptRow | null = null;
-  for (const r of refusals) if (r.predecessorId === c.predecessorId && (latest === null || r.toSeq >= latest.toSeq)) latest = r;
-  if (latest === null) return null;
-  return {
-    identityKey: latest.identityKey, fromSeq: latest.fromSeq, toSeq: latest.toSeq, summaryRequestId: latest.id, attempt: latest.attempt,
-    summaryBytes: Buffer.byteLength(latest.summary!, 'utf8'), reason: latest.reason,
-  };
 }
 
 /** Where semantic compaction starts: `compactAboveBytes`, or the target when unset (0). */

@@ -51,9 +51,9 @@
  *   at most the cap, and at most what the work it replaces allows: 6 bytes a
  *   tool call plus 12 a model turn, at least 512 (every checkpoint stays in
  *   every later request, so summaries must grow with the work, not with the
- *   number of checkpoints; see candidate.ts `scaled`). Under the `flag`
+ *   number of checkpoints; see compaction-plan.ts `scaled`). Under the `flag`
  *   grounding policy a summary's room includes a reserve for its note's
- *   warning (fitting.ts `warningReserve`): `minSummaryBytes` plus the reserve
+ *   warning (checkpoint-item.ts `warningReserve`): `minSummaryBytes` plus the reserve
  *   is the least room a summary takes, and the summarizer is told the
  *   allowance less the reserve.
  * - Checkpoint: the immutable record of one summary: which turns it

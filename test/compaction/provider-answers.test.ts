@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { compactConversation } from '../../src/conversation/compact.ts';
-import { MAX_RETRY_AFTER_MS } from '../../src/gateway/classify.ts';
+import { MAX_RETRY_AFTER_MS } from '../../src/gateway/provider-fields.ts';
 import { DEFAULT_DEFERRAL_BACKOFF } from '../../src/gateway/deferral.ts';
 import { attemptsOfConversationRead, summariesOfConversationRead } from '../../src/db/queries/summaries.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';

@@ -2,7 +2,7 @@ import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createAnthropicSummarizer, maxTokensFor } from '../../src/gateway/anthropic-summarizer.ts';
-import { MAX_RETRY_AFTER_MS } from '../../src/gateway/classify.ts';
+import { MAX_RETRY_AFTER_MS } from '../../src/gateway/provider-fields.ts';
 import { CONVERSATION_PROMPT_VERSION, promptText } from '../../src/gateway/prompts.ts';
 import type { MaterialItem, Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import { behaviours, echoSummary, startMessagesServer, type Behaviour, type MessagesServer } from '../support/messages-server.ts';

@@ -1,6 +1,7 @@
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
-import { classify, MAX_RETRY_AFTER_MS, PROVIDER_MESSAGE_MAX_CHARS, retryAfterMs, type CallResult } from '../../src/gateway/classify.ts';
+import { classify, PROVIDER_MESSAGE_MAX_CHARS, type CallResult } from '../../src/gateway/classify.ts';
+import { MAX_RETRY_AFTER_MS, retryAfterMs } from '../../src/gateway/provider-fields.ts';
 
 const MODEL = 'anthropic/test-model';
 const opts = { maxChars: 20, model: MODEL };

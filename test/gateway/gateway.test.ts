@@ -2,7 +2,7 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdmission } from '../../src/gateway/admission.ts';
 import { createAnthropicSummarizer } from '../../src/gateway/anthropic-summarizer.ts';
-import { MAX_RETRY_AFTER_MS, REQUEST_ID_MAX_CHARS } from '../../src/gateway/classify.ts';
+import { MAX_RETRY_AFTER_MS, REQUEST_ID_MAX_CHARS } from '../../src/gateway/provider-fields.ts';
 import { DEFAULT_DEFERRAL_BACKOFF } from '../../src/gateway/deferral.ts';
 import { createGateway, REASON_MAX_CHARS } from '../../src/gateway/gateway.ts';
 import type { GatewayLogger } from '../../src/gateway/gateway-logger.ts';

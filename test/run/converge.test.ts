@@ -4,7 +4,7 @@ import {
   measureRequest, prepareRunRequest, readRunBudget, recordCorrection, recoverRunContext, type CheckpointSummaryItem,
   type PrepareRunRequestOptions, type RunCompactionPolicy, type RunRequestItem, type ToolResultItem,
 } from '../../src/run/index.ts';
-import { SUMMARY_FLOOR_BYTES } from '../../src/run/candidate.ts';
+import { SUMMARY_FLOOR_BYTES } from '../../src/run/compaction-plan.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { buildRun, forbiddenSummarizer, INPUT, ok, recordingSummarizer, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { SUMMARY_NOTE, warningReserve } from '../../src/run/request-slots.ts';
+import { SUMMARY_NOTE, warningReserve } from '../../src/run/checkpoint-item.ts';
 import { prepareRunRequest, recoverRunContext, type CheckpointSummaryItem, type RunCompactionPolicy, type RunRequest } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { gatewayFor } from '../support/gateway.ts';

@@ -6,7 +6,7 @@ import {
   measureRequest, prepareRunRequest, readResult, readRunBudget, recordCorrection, recordModelTurn, recordToolCall,
   recordToolResult, recoverRunContext, storeResult, toAnthropicRequest, type PrepareRunRequestOptions, type RunRequestItem,
 } from '../../src/run/index.ts';
-import { SUMMARY_BYTES_PER_CALL, SUMMARY_BYTES_PER_TURN, SUMMARY_FLOOR_BYTES } from '../../src/run/candidate.ts';
+import { SUMMARY_BYTES_PER_CALL, SUMMARY_BYTES_PER_TURN, SUMMARY_FLOOR_BYTES } from '../../src/run/compaction-plan.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { buildRun, forbiddenSummarizer, INPUT, ok, recordingSummarizer, SMALL_POLICY, prepareChecked } from './support/fixtures.ts';
 

@@ -5,7 +5,7 @@ import {
   measureRequest, prepareRunRequest, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, startRun,
   storeResult, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,
 } from '../../src/run/index.ts';
-import { summaryNote } from '../../src/run/request-slots.ts';
+import { summaryNote } from '../../src/run/checkpoint-item.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { createConversation, filler, INPUT, ok, prng, recordingSummarizer, SMALL_POLICY, type Prng, prepareChecked } from './support/fixtures.ts';
 
