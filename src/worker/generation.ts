@@ -1,8 +1,8 @@
 import type pg from 'pg';
-import type { Runner, Task } from 'graphile-worker';
+import type { Runner, Task, WorkerEvents } from 'graphile-worker';
 import type { Logger } from '../support/logger.ts';
 import { poolEnd } from '../db/database.ts';
-import { ownClaimsRelease, workerJobsUnlock } from '../db/queries/recovery.ts';
+import { ownClaimsRelease, ownOutageDeferralsRelease, workerJobsUnlock } from '../db/queries/recovery.ts';
 import { bounded } from '../support/bounded.ts';
 import { jitter, sleep } from '../support/backoff.ts';
 
@@ -100,4 +100,46 @@ export async function releaseOwn(gen: Generation, context: ReleaseContext, optio
       await sleep(jitter(delay), context.wake);
     }
   }
+}
+
+/**
+ * After a new runner is up: what the old one's ended tasks held is handed back
+ * now, the rest as each of its tasks ends (a call that outlived the outage may
+ * still commit), everything once its retirement is over. Then, two and eight
+ * seconds later, calls the outage deferred that landed after the hand-back
+ * become claimable (ownOutageDeferralsRelease).
+ */
+export async function handBack(old: Generation, retired: Promise<void>, context: ReleaseContext & { running(): boolean }): Promise<void> {
+  let retiredDone = false;
+  void retired.then(() => { retiredDone = true; });
+  await releaseOwn(old, context);
+  while (old.tasks.size > 0 && !retiredDone && !context.stopping()) {
+    await Promise.race([retired, ...[...old.tasks.keys()].map((task) => task.then(() => {}, () => {}))]);
+    await releaseOwn(old, context, { all: retiredDone });
+  }
+  for (const ms of [2000, 8000]) {
+    await sleep(ms, context.wake);
+    if (!context.running()) return;
+    const undeferred = await ownOutageDeferralsRelease(context.pool, context.workerId).catch(() => []);
+    if (undeferred.length > 0) context.logger.info({ workerId: context.workerId, conversations: undeferred.length }, 'calls deferred by the outage made claimable');
+  }
+}
+
+/**
+ * graphile-worker's runner as a caller sees it across generations: `stop`,
+ * `kill` and `addJob` act on the current one (none while recovering or
+ * stopping); `promise` and `events` are the worker's own.
+ */
+export function currentRunner(current: () => Generation | null, promise: Promise<void>, events: WorkerEvents): Runner {
+  return {
+    stop: (reason?: string) => current()?.runner.stop(reason) ?? Promise.reject(new Error('Runner is already stopped')),
+    kill: (reason?: string) => current()?.runner.kill(reason) ?? Promise.resolve(),
+    addJob: ((...args: Parameters<Runner['addJob']>) => {
+      const gen = current();
+      if (!gen) return Promise.reject(new Error('the worker has no running runner (stopping or recovering)'));
+      return gen.runner.addJob(...args);
+    }) as Runner['addJob'],
+    promise,
+    events,
+  };
 }

@@ -104,3 +104,21 @@ export async function oneShot(connectionString: string): Promise<void> {
     await c.end().catch(() => {});
   }
 }
+
+/**
+ * null when PostgreSQL answers `select 1` on a new session of the pooled URL
+ * (or `first`: the probe's own check) and, behind a pooler, of the direct
+ * URL; else the error. One lost connection is not a lost database.
+ */
+export async function databaseAnswer(
+  database: { connectionString: string; directConnectionString: string; pooled: boolean },
+  first: () => Promise<void> = () => oneShot(database.connectionString),
+): Promise<unknown> {
+  try {
+    await first();
+    if (database.pooled) await oneShot(database.directConnectionString);
+    return null;
+  } catch (error) {
+    return error;
+  }
+}

@@ -2,11 +2,10 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
-import { run, type Runner, type WorkerEvents } from 'graphile-worker';
+import { run, type WorkerEvents } from 'graphile-worker';
 import { graphileLogger, migrateDatabase } from '../db/migrate.ts';
 import { assertSessionUrl } from '../db/pooler-probe.ts';
 import { createWorkerPool } from '../db/worker-pool.ts';
-import { ownOutageDeferralsRelease } from '../db/queries/recovery.ts';
 import { gatewayFromConfig } from '../gateway/from-config.ts';
 import { createFleetModels, workerApplicationName } from '../gateway/fleet-models.ts';
 import { createWorkerMetrics, instrumentSummarizer, recordRanges } from './metrics.ts';
@@ -16,8 +15,8 @@ import { bounded } from '../support/bounded.ts';
 import { compactConversationTask } from './tasks/compact-conversation.ts';
 import { sweepCompactionTask } from './tasks/sweep-compaction.ts';
 import { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
-import { createProbe, oneShot, PROBE_INTERVAL_MS } from './probe.ts';
-import { RECONNECT_FIRST_MS, RECONNECT_MAX_MS, releaseOwn, retire, trackTask, type Generation } from './generation.ts';
+import { createProbe, databaseAnswer, PROBE_INTERVAL_MS } from './probe.ts';
+import { currentRunner, handBack, RECONNECT_FIRST_MS, RECONNECT_MAX_MS, retire, trackTask, type Generation } from './generation.ts';
 import { healthOf, NOT_STARTED, type WorkerHealth } from './health.ts';
 import { createLiveness, DEAD_AFTER_MS } from './liveness.ts';
 import { assertMigrated, assertSummarizer } from './start-checks.ts';
@@ -30,35 +29,17 @@ export type { WorkerHealth } from './health.ts';
 export type { WorkerHandle, WorkerOptions } from './handle.ts';
 
 /**
- * The worker process around graphile-worker (Terminology: a *runner* is one
- * graphile-worker `run()`; a *generation* is one runner with its own pool,
- * its graphile worker ids and the lease-owner id its claims carry).
- *
- * graphile-worker 0.17 does not survive a PostgreSQL restart by itself: its
- * runner stops (or, in about half the restarts measured, never resolves and
- * sits idle). So the worker supervises it: a health probe on its own
- * connection notices a lost database at once (its connection fails and a
- * new session cannot be opened, or the server's start time changed), the runner is retired
- * (graceful stop, bounded), the worker reconnects with backoff, starts a new
- * runner, then hands back what the old one held: the jobs graphile-worker had
- * locked for it (`force_unlock_workers`) and its running claims (their lease
- * ends now, so they are taken over at once, not after SOURCEBOUND_LEASE_MS).
- * If the database does not come back within SOURCEBOUND_RECOVERY_TIMEOUT_MS
- * the worker gives up: `runner.promise` rejects and the CLI exits 1.
- *
- * One lost connection is not a lost database: a backend terminated by an
- * administrator or a pooler (pg_terminate_backend, idle timeouts) fails the
- * probe's or the LISTEN session, and graphile-worker reconnects its LISTEN
- * itself. A recovery there would retire a healthy runner and hand its claims
- * over as spent attempts (test/faults/03-connection-faults.test.ts). So a
- * failed probe or LISTEN connection recovers only when a fresh session cannot
- * answer either.
- *
- * The supervisor is a state machine: state.ts has its states, its transitions
- * and their diagram (docs/worker.md tells the story). Its parts: probe.ts (is
- * PostgreSQL there, is it the same server), generation.ts (start, retire and
- * hand back one runner's work), health.ts and http.ts (/healthz, /metrics),
- * metrics.ts, tasks/ (the graphile-worker tasks).
+ * The worker process around graphile-worker, supervised (docs/worker.md).
+ * Terminology: a *runner* is one graphile-worker `run()`; a *generation* is
+ * one runner with its own pool, its graphile worker ids and the lease-owner id
+ * its claims carry. graphile-worker 0.17 does not survive a PostgreSQL restart
+ * by itself, so a probe on its own connection notices a lost database, the
+ * runner is retired, the worker reconnects with backoff, starts a new runner
+ * and hands back what the old one held; one lost connection is not a lost
+ * database (a recovery only when a fresh session cannot answer either). The
+ * supervisor is a state machine (state.ts, with its diagram); its parts:
+ * probe.ts, generation.ts, liveness.ts (the fleet's heartbeat), health.ts and
+ * http.ts, metrics.ts, tasks/.
  */
 
 /**
@@ -241,7 +222,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     let lastError: unknown = error;
     for (;;) {
       if (isStopping()) return;
-      const answer = await databaseAnswers();
+      const answer = await databaseAnswer(database, () => probe.check());
       if (answer === null) {
         try {
           if (isStopping()) return;
@@ -273,22 +254,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     void liveness.beat().catch(() => {});
     metrics.runnerUp.set(1);
     logger.info({ workerId, generation: runningGeneration(state)!.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
-    // Now what the old runner's ended tasks held; the rest as each of its tasks ends (a call
-    // that outlived the outage may still commit), and everything once the retirement is over.
-    let retiredDone = false;
-    void retired.then(() => { retiredDone = true; });
-    await releaseOwn(old, release);
-    while (old.tasks.size > 0 && !retiredDone && !isStopping()) {
-      await Promise.race([retired, ...[...old.tasks.keys()].map((task) => task.then(() => {}, () => {}))]);
-      await releaseOwn(old, release, { all: retiredDone });
-    }
-    // Deferrals the outage caused that landed after the hand-back (see ownOutageDeferralsRelease).
-    for (const ms of [2000, 8000]) {
-      await sleep(ms, wake.signal);
-      if (state.kind !== 'running') return;
-      const undeferred = await ownOutageDeferralsRelease(database.pool, workerId).catch(() => []);
-      if (undeferred.length > 0) logger.info({ workerId, conversations: undeferred.length }, 'calls deferred by the outage made claimable');
-    }
+    await handBack(old, retired, { ...release, running: () => state.kind === 'running' });
   }
 
   // Single-flight guard of the check below (a check in progress, not a state of the worker).
@@ -301,7 +267,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     if (suspecting || state.kind !== 'running') return;
     suspecting = true;
     try {
-      const answer = await freshSessionsAnswer();
+      const answer = await databaseAnswer(database);
       if (answer === null) {
         logger.warn({ err: error ?? undefined, reason, workerId }, 'a worker connection was lost but PostgreSQL answers a new session: no recovery');
         return;
@@ -309,28 +275,6 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       if (state.kind === 'running') void recover(reason, answer);
     } finally {
       suspecting = false;
-    }
-  }
-
-  /** null when a new session on the pooled and on the direct URL answers `select 1`, else the error. */
-  async function freshSessionsAnswer(): Promise<unknown> {
-    try {
-      await oneShot(database.connectionString);
-      if (database.pooled) await oneShot(database.directConnectionString);
-      return null;
-    } catch (error) {
-      return error;
-    }
-  }
-
-  /** null when both the pooled and the direct URL answer `select 1`, else the error. */
-  async function databaseAnswers(): Promise<unknown> {
-    try {
-      await probe.check();
-      if (database.pooled) await oneShot(database.directConnectionString);
-      return null;
-    } catch (error) {
-      return error;
     }
   }
 
@@ -423,16 +367,6 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     return done;
   };
 
-  const runner: Runner = {
-    stop: (reason?: string) => runningGeneration(state)?.runner.stop(reason) ?? Promise.reject(new Error('Runner is already stopped')),
-    kill: (reason?: string) => runningGeneration(state)?.runner.kill(reason) ?? Promise.resolve(),
-    addJob: ((...args: Parameters<Runner['addJob']>) => {
-      const current = runningGeneration(state);
-      if (!current) return Promise.reject(new Error('the worker has no running runner (stopping or recovering)'));
-      return current.runner.addJob(...args);
-    }) as Runner['addJob'],
-    promise,
-    events,
-  };
+  const runner = currentRunner(() => runningGeneration(state), promise, events);
   return { workerId, runner, metrics, health, httpPort: http?.port ?? null, stop };
 }
