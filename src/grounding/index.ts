@@ -130,7 +130,7 @@
  * fractions (`3/4`), names and plain words.
  */
 
-export { groundOutcome, groundSummary } from './ground.ts';
+export { groundOutcome, groundOutcomeAsync, groundSummary } from './ground.ts';
 export { extractFacts } from './extract.ts';
 export { normalizeText } from './normalize.ts';
 export {
