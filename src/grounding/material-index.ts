@@ -65,6 +65,7 @@ function* normalizeMaterial(joined: string): Sliced<NormalizedMaterial> {
   const prepared = yield* preparing(joined);
   yield;
   const exact = collapsed(prepared);
+  yield;
   let keys: Set<string> | undefined;
   let compact: string | undefined;
   let unhyphenated: string | undefined;
