@@ -38,6 +38,7 @@ export async function groundOutcomeAsync(outcome: Outcome, material: readonly Ma
   return verdict(outcome, await inSlices(grounding(outcome.text, material)), policy);
 }
 
+/** What an `ok` answer becomes with its grounding (groundOutcome's rules). */
 function verdict(outcome: Extract<Outcome, { kind: 'ok' }>, grounding: Grounding, policy: GroundingPolicy): Outcome {
   // A summary that carries the product's marker or gives the word to a role would pass for sourcebound, or for a speaker, in the request.
   const imitation = markerImitation(outcome.text);
