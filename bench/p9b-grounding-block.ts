@@ -43,9 +43,20 @@ export async function benchGroundingBlock(ctx: BenchContext): Promise<BenchResul
   ];
   const rounds = ctx.full ? 9 : 3;
   const result: BenchResult = {
-    id: 'P9b', title: 'grounding: longest event-loop block at the input cap', status: 'ok', seconds: 0,
-    params: { materialChars: chars, items: items.length, rounds, sliceMs: SLICE_MS, summaries: summaries.map((s) => `${s.name} (${s.text.length} chars)`).join('; ') },
-    figures: [], headlines: [], notes: [`Data: ${dataset().source}, the first ${items.length} assistant replies.`],
+    id: 'P9b',
+    title: 'grounding: longest event-loop block at the input cap',
+    status: 'ok',
+    seconds: 0,
+    params: {
+      materialChars: chars,
+      items: items.length,
+      rounds,
+      sliceMs: SLICE_MS,
+      summaries: summaries.map((s) => `${s.name} (${s.text.length} chars)`).join('; '),
+    },
+    figures: [],
+    headlines: [],
+    notes: [`Data: ${dataset().source}, the first ${items.length} assistant replies.`],
   };
 
   // Where a whole check's time goes: each stage on a fresh index (what the first check of a material pays).
@@ -64,7 +75,11 @@ export async function benchGroundingBlock(ctx: BenchContext): Promise<BenchResul
   result.figures.push(
     { label: 'stage: material joined and its ids placed (materialIndex)', unit: 'ms', value: spread(stages.index) },
     { label: 'stage: material normalized (NFKC, separators, white space, case)', unit: 'ms', value: spread(stages.normalize) },
-    { label: 'stage: the material\'s own facts extracted and keyed (when a fact is not found as written)', unit: 'ms', value: spread(stages.keys) },
+    {
+      label: "stage: the material's own facts extracted and keyed (when a fact is not found as written)",
+      unit: 'ms',
+      value: spread(stages.keys),
+    },
   );
 
   const worstSliced: number[] = Array(rounds).fill(0);
@@ -76,8 +91,14 @@ export async function benchGroundingBlock(ctx: BenchContext): Promise<BenchResul
     const answer: Outcome = { kind: 'ok', text: s.text, model: 'bench', usage: null, requestId: null };
     const facts = new Set(locatedFacts(s.text).facts.map((f) => `${f.fact.kind}:${f.fact.text}`)).size;
     const verdict = groundOutcome(answer, items, 'flag');
-    const ungrounded = verdict.kind === 'ok' ? verdict.grounding?.ungrounded.length ?? 0 : NaN;
-    const t = { wholeBlock: [] as number[], wholeTotal: [] as number[], slicedBlock: [] as number[], slicedTotal: [] as number[], idle: [] as number[] };
+    const ungrounded = verdict.kind === 'ok' ? (verdict.grounding?.ungrounded.length ?? 0) : NaN;
+    const t = {
+      wholeBlock: [] as number[],
+      wholeTotal: [] as number[],
+      slicedBlock: [] as number[],
+      slicedTotal: [] as number[],
+      idle: [] as number[],
+    };
     for (let r = 0; r < rounds; r++) {
       const runWhole = async () => {
         const m = await longestBlock(() => groundOutcome(answer, items, 'flag'));
@@ -90,37 +111,64 @@ export async function benchGroundingBlock(ctx: BenchContext): Promise<BenchResul
         t.slicedTotal.push(m.total);
       };
       // Each side goes first half the time.
-      if (r % 2 === 0) { await runWhole(); await runSliced(); } else { await runSliced(); await runWhole(); }
+      if (r % 2 === 0) {
+        await runWhole();
+        await runSliced();
+      } else {
+        await runSliced();
+        await runWhole();
+      }
       const idle = await longestBlock(() => new Promise<void>((resolve) => setTimeout(resolve, t.slicedTotal[r]!)));
       t.idle.push(idle.block);
       worstSliced[r] = Math.max(worstSliced[r]!, t.slicedBlock[r]!);
       worstWhole[r] = Math.max(worstWhole[r]!, t.wholeBlock[r]!);
       worstIdle[r] = Math.max(worstIdle[r]!, idle.block);
     }
-    ctx.log(`P9b ${s.name}: whole ${spread(t.wholeBlock).median.toFixed(1)} ms, sliced ${spread(t.slicedBlock).median.toFixed(1)} ms longest block`);
+    ctx.log(
+      `P9b ${s.name}: whole ${spread(t.wholeBlock).median.toFixed(1)} ms, sliced ${spread(t.slicedBlock).median.toFixed(1)} ms longest block`,
+    );
     result.figures.push(
-      { label: `${s.name} (${facts} facts, ${ungrounded} not in the material): check time, whole (groundOutcome)`, unit: 'ms', value: spread(t.wholeTotal) },
+      {
+        label: `${s.name} (${facts} facts, ${ungrounded} not in the material): check time, whole (groundOutcome)`,
+        unit: 'ms',
+        value: spread(t.wholeTotal),
+      },
       { label: `${s.name}: longest event-loop block, whole (the check itself)`, unit: 'ms', value: spread(t.wholeBlock) },
       { label: `${s.name}: check time, in slices (groundOutcomeAsync)`, unit: 'ms', value: spread(t.slicedTotal) },
       { label: `${s.name}: longest event-loop block, in slices`, unit: 'ms', value: spread(t.slicedBlock) },
-      { label: `${s.name}: the ticker's longest gap with nothing to run, as long as the sliced check (the machine's floor)`, unit: 'ms', value: spread(t.idle) },
+      {
+        label: `${s.name}: the ticker's longest gap with nothing to run, as long as the sliced check (the machine's floor)`,
+        unit: 'ms',
+        value: spread(t.idle),
+      },
     );
     result.headlines.push({
-      label: `P9b ${s.name}: check time in slices / whole (what the pauses cost)`, ratio: spread(roundRatios(t.slicedTotal, t.wholeTotal)), goal: null,
+      label: `P9b ${s.name}: check time in slices / whole (what the pauses cost)`,
+      ratio: spread(roundRatios(t.slicedTotal, t.wholeTotal)),
+      goal: null,
     });
     // Every fact of the invented hashes needs every stage: the rest of its check is the matching.
     if (ungrounded === facts) {
       const stagesMs = stages.index.map((x, r) => x + stages.normalize[r]! + stages.keys[r]!);
-      result.figures.push({ label: `${s.name}: matching per fact (whole check less the three stages, / ${facts})`, unit: 'ms', value: spread(t.wholeTotal.map((x, r) => (x - stagesMs[r]!) / facts)) });
+      result.figures.push({
+        label: `${s.name}: matching per fact (whole check less the three stages, / ${facts})`,
+        unit: 'ms',
+        value: spread(t.wholeTotal.map((x, r) => (x - stagesMs[r]!) / facts)),
+      });
     }
   }
   result.headlines.unshift(
     {
       label: `P9b longest event-loop block while a summary is checked at the cap, in slices / ${BLOCK_GOAL_MS} ms (worst of the three summaries)`,
-      ratio: spread(worstSliced.map((b) => b / BLOCK_GOAL_MS)), goal: { op: '<=', target: 1 },
+      ratio: spread(worstSliced.map((b) => b / BLOCK_GOAL_MS)),
+      goal: { op: '<=', target: 1 },
       floor: `whole: ${spread(worstWhole).median.toFixed(0)} ms; nothing to run: ${spread(worstIdle).median.toFixed(1)} ms`,
     },
-    { label: 'P9b longest block in slices / whole (worst of the three summaries)', ratio: spread(roundRatios(worstSliced, worstWhole)), goal: null },
+    {
+      label: 'P9b longest block in slices / whole (worst of the three summaries)',
+      ratio: spread(roundRatios(worstSliced, worstWhole)),
+      goal: null,
+    },
   );
   return result;
 }

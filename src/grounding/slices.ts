@@ -53,4 +53,3 @@ export async function inSlices<T>(work: Sliced<T>, sliceMs: number = SLICE_MS): 
     }
   }
 }
-
