@@ -222,7 +222,7 @@ const MONTH_NAMES = ['January', 'February', 'March', 'April', 'May', 'June', 'Ju
  * the normalized text (so separators the source had are gone), then rewrites
  * each fact where it stands.
  */
-function reformatFaithfully(summary: string): { text: string; changed: number } {
+export function reformatFaithfully(summary: string): { text: string; changed: number } {
   let text = normalizeText(summary);
   let changed = 0;
   let from = 0;

@@ -28,6 +28,7 @@ import { benchRunCompaction } from './p6-run.ts';
 import { benchScale } from './p7-scale.ts';
 import { benchCache } from './p8-cache.ts';
 import { benchGrounding } from './p9-grounding.ts';
+import { benchGroundingBlock } from './p9b-grounding-block.ts';
 import { benchRunSoak } from './p10-run-soak.ts';
 import { benchPooledPickup } from './p11-pooled-pickup.ts';
 import { benchRecall } from './p12-recall.ts';
@@ -43,6 +44,7 @@ const BENCHMARKS: { id: string; title: string; run: (ctx: BenchContext) => Promi
   { id: 'P7', title: 'scale: job cost, growth and sweep versus history', run: benchScale },
   { id: 'P8', title: 'cache economics with prompt caching on', run: benchCache },
   { id: 'P9', title: 'grounding check on real ranges', run: benchGrounding },
+  { id: 'P9b', title: 'grounding: longest event-loop block at the input cap', run: benchGroundingBlock },
   { id: 'P10', title: 'run-compaction soak (README agent loop)', run: benchRunSoak },
   { id: 'P11', title: 'new-job pickup through PgBouncer versus direct', run: benchPooledPickup },
   { id: 'P12', title: 'recall: facts the history carries, budget fill, and P8 with pauses', run: benchRecall },

@@ -24,7 +24,7 @@ export { inspectConversation, type Inspection, type InspectionProblem } from './
 export { repairConversation, type RepairReport } from './conversation/repair.ts';
 export { plannableRanges, type PairRange } from './conversation/plan.ts';
 export { sourceHash, SOURCE_HASH_VERSION } from './conversation/source-hash.ts';
-export { groundSummary, groundOutcome, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding/index.ts';
+export { groundSummary, groundOutcome, groundOutcomeAsync, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding/index.ts';
 
 export { createGateway, createAnthropicSummarizer, createOpenAISummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
 export type { Outcome, Summarizer, SummaryRequest, MaterialItem, Usage } from './support/summary-contract.ts';

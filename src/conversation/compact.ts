@@ -2,7 +2,7 @@ import type pg from 'pg';
 import type { Logger } from '../support/logger.ts';
 import type { Outcome, Summarizer } from '../support/summary-contract.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
-import { DEFAULT_GROUNDING_POLICY, groundOutcome, type GroundingPolicy } from '../grounding/index.ts';
+import { DEFAULT_GROUNDING_POLICY, groundOutcomeAsync, type GroundingPolicy } from '../grounding/index.ts';
 import { claimNextRange } from './claim.ts';
 import { DEFAULT_RETRY_DELAYS, type RetryDelays } from './commit.ts';
 import { commitRetrying } from './commit-retry.ts';
@@ -133,7 +133,7 @@ export async function compactConversation(ctx: CompactionContext, conversationId
         ? { kind: 'deferred', reason: 'scope_call_limit', retryAfterMs: Math.max(0, limitedUntil.getTime() - Date.now()) }
         : await ctx.summarizer.summarize({ promptVersion, items, signal: lease.signal });
       // Every figure, date and identifier must be in the replies it summarizes (src/grounding/index.ts).
-      outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
+      outcome = await groundOutcomeAsync(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
     } finally {
       lease.release();
     }

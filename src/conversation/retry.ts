@@ -1,6 +1,6 @@
 import { sleep } from '../support/backoff.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../gateway/prompts.ts';
-import { DEFAULT_GROUNDING_POLICY, groundOutcome } from '../grounding/index.ts';
+import { DEFAULT_GROUNDING_POLICY, groundOutcomeAsync } from '../grounding/index.ts';
 import { sourceHash, sourceMessageIds } from './source-hash.ts';
 import { RANGE_SIZE, rangeAt, type PairRange } from './plan.ts';
 import { ConversationNotFoundError } from '../projection/projection-errors.ts';
@@ -116,7 +116,7 @@ export async function retryRange(ctx: CompactionContext, conversationId: string,
     try {
       const answer = await ctx.summarizer.summarize({ promptVersion, items, signal: lease.signal });
       report.calls++;
-      outcome = groundOutcome(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
+      outcome = await groundOutcomeAsync(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
     } finally {
       lease.release();
     }

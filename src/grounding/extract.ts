@@ -4,6 +4,7 @@ import { type Fact } from '../support/summary-contract.ts';
 import { isAsciiDigit, isSpaceAt } from './chars.ts';
 import { prepare } from './normalize.ts';
 import { NO_RUNS, PATTERNS, type Pattern, type Runs, kindsOf, runsOf } from './patterns.ts';
+import { PER_PAUSE, type Sliced, whole } from './slices.ts';
 
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
 export function extractFacts(text: string): Fact[] {
@@ -11,13 +12,24 @@ export function extractFacts(text: string): Fact[] {
 }
 
 /** The facts of `text` with where each starts in `prepared` (`prepare(text)`), in order. */
-export function locatedFacts(text: string): { prepared: string; facts: { at: number; fact: Fact }[] } {
+export function locatedFacts(text: string): { prepared: string; facts: Located[] } {
   // Thousands separators and no-break spaces are handled before anything is matched.
-  const found: { at: number; fact: Fact }[] = [];
+  const prepared = prepare(text);
+  return { prepared, facts: whole(preparedFacts(prepared)) };
+}
+
+/** A fact and where it starts in the prepared text. */
+export type Located = { at: number; fact: Fact };
+
+/**
+ * The facts of a text that is already `prepare`d, in order, pausing after
+ * each pattern's pass and within the passes (PER_PAUSE matches or places).
+ */
+export function* preparedFacts(prepared: string): Sliced<Located[]> {
+  const found: Located[] = [];
   // Quoted code first, over the whole text (a fenced block spans lines); then every other
   // kind only in the windows that can hold one.
-  const prepared = prepare(text);
-  const rest = matchAll(prepared, (i) => i, CODE, found, NO_RUNS);
+  const rest = yield* matchAll(prepared, (i) => i, CODE, found, NO_RUNS);
   const windows = factWindows(rest);
   if (windows.length > 0) {
     // All windows in one text, each pattern run once over it (not once per window).
@@ -40,9 +52,11 @@ export function locatedFacts(text: string): { prepared: string; facts: { at: num
       return windows[lo]![0] + i - starts[lo]!;
     };
     const joined = parts.join(BARRIER);
-    matchAll(joined, at, IN_WINDOWS, found, runsOf(joined));
+    yield;
+    yield* matchAll(joined, at, IN_WINDOWS, found, yield* runsOf(joined));
   }
-  return { prepared, facts: found.sort((a, b) => a.at - b.at) };
+  yield;
+  return found.sort((a, b) => a.at - b.at);
 }
 
 /**
@@ -54,13 +68,16 @@ export function locatedFacts(text: string): { prepared: string; facts: { at: num
 const BARRIER = '<';
 
 /** Runs `patterns` in order over `text` (`at` maps an index to the whole), each masking what it matched; returns the masked text. */
-function matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: { at: number; fact: Fact }[], runs: Runs): string {
+function* matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: Located[], runs: Runs): Sliced<string> {
   // `runs` is kept what Pattern.find expects of it through the masking below.
   let rest = text;
   for (const pattern of patterns) {
     if (pattern.needs !== undefined && !pattern.needs.some((s) => rest.includes(s))) continue;
+    yield;
     const spans: [number, number][] = [];
-    for (const m of pattern.find(rest, runs)) {
+    let n = 0;
+    for (const m of yield* pattern.find(rest, runs)) {
+      if (++n % PER_PAUSE === 0) yield;
       if (m.key === null) continue;
       spans.push([m.index, m.index + m.length]);
       if (m.checked === false) continue;
@@ -72,9 +89,9 @@ function matchAll(text: string, at: (index: number) => number, patterns: readonl
       // A span that ends right before a digit and after another starts a run of digits there: find
       // the runs again; else only their kinds change (what is next to them may be masked now).
       const split = runs !== NO_RUNS && spans.some(([, to]) => isAsciiDigit(rest.charCodeAt(to)) && isAsciiDigit(rest.charCodeAt(to - 1)));
-      rest = mask(rest, spans);
-      if (split) runs = runsOf(rest);
-      else if (runs !== NO_RUNS) runs = { starts: runs.starts, kinds: kindsOf(rest, runs.starts) };
+      rest = yield* mask(rest, spans);
+      if (split) runs = yield* runsOf(rest);
+      else if (runs !== NO_RUNS) runs = { starts: runs.starts, kinds: yield* kindsOf(rest, runs.starts) };
     }
   }
   return rest;
@@ -112,10 +129,12 @@ function factWindows(text: string): [number, number][] {
   return spans;
 }
 
-function mask(text: string, spans: [number, number][]): string {
+function* mask(text: string, spans: [number, number][]): Sliced<string> {
   let out = '';
   let last = 0;
+  let n = 0;
   for (const [from, to] of spans) {
+    if (++n % PER_PAUSE === 0) yield;
     out += text.slice(last, from) + ' '.repeat(to - from);
     last = to;
   }

@@ -7,6 +7,7 @@ import { locatedFacts } from './extract.ts';
 import { attachedScale, dateReadings, poundsWeight } from './keys.ts';
 import { type MaterialIndex, afterRangeStart, materialIndex } from './material-index.ts';
 import { NO_IDS, occurs, occursAsWritten, occursUnchanged } from './occurs.ts';
+import { type Sliced, inSlices, whole } from './slices.ts';
 import { SCALE_ZEROS, UNIT_ALIASES, currencySpellings } from './tables.ts';
 
 /** At most this many ungrounded facts are named in an invalid outcome's reason (all are stored). */
@@ -17,11 +18,28 @@ const REASON_FACTS = 5;
  * one with its `grounding` attached, turned `invalid` when it imitates the
  * product's markers or a speaker (`imitates_marker:marker|role_line`,
  * support/markers.ts) and, under `reject`, when a fact is not in the material
- * (`ungrounded:...`).
+ * (`ungrounded:...`). Runs whole: at the largest material it holds the event
+ * loop for as long as the check takes (groundOutcomeAsync does not).
  */
 export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[], policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY): Outcome {
   if (outcome.kind !== 'ok') return outcome;
-  const grounding = groundSummary(outcome.text, material);
+  return verdict(outcome, whole(grounding(outcome.text, material)), policy);
+}
+
+/**
+ * `groundOutcome`, in slices: it lets the event loop in at least every
+ * SLICE_MS milliseconds of the check (plus at most one of its steps), so a
+ * worker's other jobs, heartbeats and lease renewals, or an app's requests,
+ * are not held while a summary of a large material is checked. The same
+ * outcome as `groundOutcome`.
+ */
+export async function groundOutcomeAsync(outcome: Outcome, material: readonly MaterialItem[], policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY): Promise<Outcome> {
+  if (outcome.kind !== 'ok') return outcome;
+  return verdict(outcome, await inSlices(grounding(outcome.text, material)), policy);
+}
+
+/** What an `ok` answer becomes with its grounding (groundOutcome's rules). */
+function verdict(outcome: Extract<Outcome, { kind: 'ok' }>, grounding: Grounding, policy: GroundingPolicy): Outcome {
   // A summary that carries the product's marker or gives the word to a role would pass for sourcebound, or for a speaker, in the request.
   const imitation = markerImitation(outcome.text);
   if (imitation !== null) {
@@ -42,10 +60,16 @@ export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[
 
 /** Checks every fact of `summary` against `material`. */
 export function groundSummary(summary: string, material: readonly MaterialItem[]): Grounding {
+  return whole(grounding(summary, material));
+}
+
+/** The check, pausing after each fact and within the material's normalization and extraction. */
+export function* grounding(summary: string, material: readonly MaterialItem[]): Sliced<Grounding> {
   const { prepared, facts } = locatedFacts(summary);
   const checked: string[] = [];
   const ungrounded: string[] = [];
   if (facts.length === 0) return { checked, ungrounded };
+  yield;
   const index = materialIndex(material);
   const seen = new Set<string>();
   for (const { at, fact } of facts) {
@@ -53,24 +77,25 @@ export function groundSummary(summary: string, material: readonly MaterialItem[]
     if (seen.has(label)) continue;
     seen.add(label);
     checked.push(label);
-    if (!isGrounded(fact, index, prepared, at)) ungrounded.push(label);
+    yield;
+    if (!(yield* isGrounded(fact, index, prepared, at))) ungrounded.push(label);
   }
   return { checked, ungrounded };
 }
 
 /** Whether `fact`, found at `at` of the (prepared) summary `summary`, is in the material. */
-function isGrounded(fact: Fact, index: MaterialIndex, summary: string, at: number): boolean {
+function* isGrounded(fact: Fact, index: MaterialIndex, summary: string, at: number): Sliced<boolean> {
   if (occursUnchanged(fact, index.raw, index.ids)) return true;
   const ungrouped = /\d/.test(fact.text) ? index.ungrouped() : null;
   if (ungrouped !== null && occursUnchanged(fact, ungrouped, NO_IDS)) return true;
-  const normalized = index.normalized();
+  const normalized = yield* index.normalized();
   if (occursAsWritten(fact, normalized)) return true;
   // `GPT4` for `GPT-4` anywhere in the material (in code too, where it is no identifier fact).
   if (fact.kind === 'identifier' && occurs(normalized.unhyphenated(), fact.key, fact.truncated)) return true;
   // A hex digest shortened, as a commit hash is (`a1b2c3d` of `a1b2c3d4e5f6a7b8…`): the start of a material digest.
   if (fact.kind === 'identifier' && SHORT_HEX.test(fact.text) && startsDigest(normalized.folded, fact.key)) return true;
   if (fact.truncated || fact.kind === 'code' || fact.kind === 'path') return false;
-  const keys = normalized.keys();
+  const keys = yield* normalized.keys();
   if (keys.has(`${fact.kind}:${fact.key}`)) return true;
   // An end of a material range written with the unit or currency the range writes once (`10%` of
   // `10-20%`); not the second end of the summary's own range after a bare first one (`4 minutes` of
@@ -105,6 +130,9 @@ const DIGEST_MIN = 12;
  * look-ahead does not backtrack), so the search is linear in `folded`.
  */
 function startsDigest(folded: string, hex: string): boolean {
+  // Most shortened digests a summary invents are nowhere in the material: a plain search (twice as
+  // fast as the regex, which a look-behind starts) answers those.
+  if (!folded.includes(hex)) return false;
   const more = Math.max(1, DIGEST_MIN - hex.length);
   return new RegExp(`(?<![\\p{L}\\p{N}])${hex}(?=([0-9a-f]{${more},}))\\1(?![\\p{L}\\p{N}])`, 'u').test(folded);
 }

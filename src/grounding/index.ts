@@ -2,9 +2,11 @@
  * Grounding: every checkable fact of a summary must occur in the material the
  * summarizer was given (docs/grounding.md). One module for both systems:
  * conversation ranges (src/conversation) and Run checkpoints (src/run) call
- * `groundOutcome` on the summarizer's answer before they commit it.
+ * `groundOutcomeAsync` on the summarizer's answer before they commit it: the
+ * check of `groundOutcome`, in slices that let the event loop in.
  *
- * The files, lowest first: chars.ts (character classes), tables.ts (months,
+ * The files, lowest first: chars.ts (character classes), slices.ts (a check
+ * that pauses: run whole or in slices), tables.ts (months,
  * units, currencies, scales), normalize.ts (rules 1-3 below), keys.ts (a
  * fact's canonical key), patterns.ts (what a fact looks like), extract.ts (the
  * facts of a text), material-index.ts (the material's keys and normalized
@@ -130,7 +132,7 @@
  * fractions (`3/4`), names and plain words.
  */
 
-export { groundOutcome, groundSummary } from './ground.ts';
+export { groundOutcome, groundOutcomeAsync, groundSummary } from './ground.ts';
 export { extractFacts } from './extract.ts';
 export { normalizeText } from './normalize.ts';
 export {

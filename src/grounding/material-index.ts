@@ -1,9 +1,10 @@
 // The grounding material index: the material's fact keys and normalized text,
 // built once per check, with the keys a range in the material grounds (rule 11).
 import { type Fact, type MaterialItem } from '../support/summary-contract.ts';
-import { extractFacts, locatedFacts } from './extract.ts';
+import { preparedFacts } from './extract.ts';
 import { NAME_THEN_FIGURE, attachedScale, canonicalNumber, dateReadings, identifierKey, isoKey, monthNumber, poundsWeight } from './keys.ts';
-import { normalizeText, prepare, ungroup } from './normalize.ts';
+import { collapsed, preparing, ungroup } from './normalize.ts';
+import { PER_PAUSE, type Sliced, pausing } from './slices.ts';
 import { DAYS_MONTH, MONTH_DAYS } from './tables.ts';
 
 export interface MaterialIndex {
@@ -16,8 +17,8 @@ export interface MaterialIndex {
    * time changes nothing), for a figure the summary wrote without them; null when there are none.
    */
   ungrouped(): string | null;
-  /** The normalized forms and the material's own keys, built on first need. */
-  normalized(): NormalizedMaterial;
+  /** The normalized forms and the material's own keys, built on first need (in slices: the longest passes of the check). */
+  normalized(): Sliced<NormalizedMaterial>;
 }
 
 export interface NormalizedMaterial {
@@ -30,7 +31,7 @@ export interface NormalizedMaterial {
   /** `folded` without `-` and `_` (an identifier is compared without them, wherever it stands: in code too). */
   unhyphenated(): string;
   /** The keys of the material's own facts, extracted on first need (most facts are found as written). */
-  keys(): Set<string>;
+  keys(): Sliced<Set<string>>;
 }
 
 export function materialIndex(material: readonly MaterialItem[]): MaterialIndex {
@@ -53,12 +54,18 @@ export function materialIndex(material: readonly MaterialItem[]): MaterialIndex 
       }
       return ungrouped;
     },
-    normalized: () => (normalized ??= normalizeMaterial(raw)),
+    *normalized() {
+      return (normalized ??= yield* normalizeMaterial(raw));
+    },
   };
 }
 
-function normalizeMaterial(joined: string): NormalizedMaterial {
-  const exact = normalizeText(joined);
+function* normalizeMaterial(joined: string): Sliced<NormalizedMaterial> {
+  // Prepared once: the normalized text and the material's facts both start from it.
+  const prepared = yield* preparing(joined);
+  yield;
+  const exact = collapsed(prepared);
+  yield;
   let keys: Set<string> | undefined;
   let compact: string | undefined;
   let unhyphenated: string | undefined;
@@ -68,23 +75,33 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
     folded,
     compact: () => (compact ??= exact.replace(/\s+/g, '')),
     unhyphenated: () => (unhyphenated ??= folded.replace(/[-_]/g, '')),
-    keys() {
+    *keys() {
       if (keys === undefined) {
-        keys = new Set<string>();
-        for (const fact of extractFacts(joined)) for (const key of materialKeys(fact)) keys.add(key);
+        // Built whole before it is kept: a check that stops between its pauses leaves no partial set behind.
+        const built = new Set<string>();
+        let n = 0;
+        for (const { fact } of yield* preparedFacts(prepared)) {
+          for (const key of materialKeys(fact)) built.add(key);
+          if (++n % PER_PAUSE === 0) yield;
+        }
         // A name and its number written apart (`ISO 8601`, `RFC 7231`) ground the identifier written
         // as one (`ISO-8601`, `RFC7231`).
         SPACED_IDENTIFIER.lastIndex = 0;
         for (let m = SPACED_IDENTIFIER.exec(exact); m !== null; m = SPACED_IDENTIFIER.exec(exact)) {
-          keys.add(`identifier:${identifierKey(`${m[1]}${m[2]}`)}`);
+          built.add(`identifier:${identifierKey(`${m[1]}${m[2]}`)}`);
           // `Python 3.11` grounds `Python3` too, as `Python 3` did.
-          if (m[2]!.includes('.')) keys.add(`identifier:${identifierKey(`${m[1]}${m[2]!.slice(0, m[2]!.indexOf('.'))}`)}`);
+          if (m[2]!.includes('.')) built.add(`identifier:${identifierKey(`${m[1]}${m[2]!.slice(0, m[2]!.indexOf('.'))}`)}`);
+          if (++n % PER_PAUSE === 0) yield* pausing(SPACED_IDENTIFIER);
         }
         // Groups of three digits after plain spaces (`50 000`, French and SI style): also the figure
         // they may be (`50,000` in a summary); the summary's own spaces stay no separator.
         SPACED_GROUPS.lastIndex = 0;
-        for (let m = SPACED_GROUPS.exec(exact); m !== null; m = SPACED_GROUPS.exec(exact)) keys.add(`n:${canonicalNumber(m[0].replace(/ /g, ''))}`);
-        for (const key of rangeKeys(exact)) keys.add(key);
+        for (let m = SPACED_GROUPS.exec(exact); m !== null; m = SPACED_GROUPS.exec(exact)) {
+          built.add(`n:${canonicalNumber(m[0].replace(/ /g, ''))}`);
+          if (++n % PER_PAUSE === 0) yield* pausing(SPACED_GROUPS);
+        }
+        for (const key of yield* rangeKeys(exact)) built.add(key);
+        keys = built;
       }
       return keys;
     },
@@ -99,7 +116,7 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
  * (`2pm` of `2-4pm`, `$1.5M` of `$1.5-2M`); the second end takes the
  * currency symbol before the first.
  */
-function rangeKeys(exact: string): string[] {
+function* rangeKeys(exact: string): Sliced<string[]> {
   // Each end written with the unit or currency is a text of its own; all are read in one extraction
   // (one per range cost 14 us each, 3 times the whole material's on a text of ranges only), joined
   // so that no pattern reads from one into the next: `<` (BARRIER) on a line of its own. A text with
@@ -108,10 +125,12 @@ function rangeKeys(exact: string): string[] {
   const add = (text: string) => {
     if (!text.includes('`')) texts.add(text);
   };
+  let n = 0;
   RANGE_UNIT.lastIndex = 0;
   for (let m = RANGE_UNIT.exec(exact); m !== null; m = RANGE_UNIT.exec(exact)) {
     const end = m.index + m[0].length;
     add(m[1]! + exact.slice(end, tailEnd(exact, end)));
+    if (++n % PER_PAUSE === 0) yield* pausing(RANGE_UNIT);
   }
   RANGE_MONEY.lastIndex = 0;
   for (let m = RANGE_MONEY.exec(exact); m !== null; m = RANGE_MONEY.exec(exact)) {
@@ -120,20 +139,21 @@ function rangeKeys(exact: string): string[] {
     // The second end with the symbol (`$20` of `$10-20`), the first with the scale (`$1.5M` of `$1.5-2M`).
     add(m[1]! + m[3]! + tail);
     add(m[1]! + m[2]! + tail);
+    if (++n % PER_PAUSE === 0) yield* pausing(RANGE_MONEY);
   }
-  const keys = dateRangeKeys(exact);
+  const keys = yield* dateRangeKeys(exact);
   if (texts.size === 0) return keys;
   const joined = [...texts].join(RANGE_JOIN);
   // `exact` is normalized, so prepare leaves it as it is and the facts' places are the joined text's;
   // where it would not, no key (never a wrong one).
-  if (prepare(joined) !== joined) return keys;
+  if ((yield* preparing(joined)) !== joined) return keys;
   const starts = new Set<number>();
   let start = 0;
   for (const text of texts) {
     starts.add(start);
     start += text.length + RANGE_JOIN.length;
   }
-  for (const { at, fact } of locatedFacts(joined).facts) {
+  for (const { at, fact } of yield* preparedFacts(joined)) {
     // The fact that starts a text: the end with its unit (a figure with a unit, money, or a time: `2pm` of `2-4pm`).
     if (starts.has(at) && (fact.kind === 'money' || fact.kind === 'time' || (fact.kind === 'number' && /\D$/.test(fact.key)))) keys.push(`range:${fact.kind}:${fact.key}`);
   }
@@ -146,11 +166,14 @@ function rangeKeys(exact: string): string[] {
  * (`2024-03-05`, `2024-03-07`; without a year, `--03-05`), as `range:`
  * keys. The second day of such a range is otherwise a small bare number.
  */
-function dateRangeKeys(exact: string): string[] {
+function* dateRangeKeys(exact: string): Sliced<string[]> {
   const keys: string[] = [];
+  let n = 0;
   for (const [regex, month, first, second, year] of [[MONTH_DAYS, 1, 2, 3, 4], [DAYS_MONTH, 3, 1, 2, 4]] as const) {
+    yield;
     regex.lastIndex = 0;
     for (let m = regex.exec(exact); m !== null; m = regex.exec(exact)) {
+      if (++n % PER_PAUSE === 0) yield* pausing(regex);
       for (const day of [m[first]!, m[second]!]) {
         const iso = isoKey(m[year] ?? null, monthNumber(m[month]!), day);
         if (iso === null) continue;

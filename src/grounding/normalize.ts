@@ -1,12 +1,22 @@
 // Grounding normalization, steps 1-3 of the rules in src/grounding/index.ts:
 // the same text transformation applied to summary and material.
 import { NON_ASCII } from './chars.ts';
+import { PER_PAUSE, type Sliced, pausing, whole } from './slices.ts';
 
 /** Steps 1-2 of the normalization: NFKC, thousands separators dropped, white space collapsed. */
 export function normalizeText(text: string): string {
   if (!MAY_CHANGE.test(text)) return text;
-  let t = prepare(text);
-  if (t.includes('%')) t = t.replace(/(\d) +%/g, '$1%');
+  return collapsed(prepare(text));
+}
+
+/**
+ * `normalizeText` of the text that `prepared` is `prepare` of: the spaces
+ * before `%` dropped, white space collapsed. Where MAY_CHANGE finds nothing,
+ * `prepare` (whose test is part of MAY_CHANGE's) and this change nothing
+ * either, so the result is `normalizeText`'s for every text.
+ */
+export function collapsed(prepared: string): string {
+  const t = prepared.includes('%') ? prepared.replace(/(\d) +%/g, '$1%') : prepared;
   return t.replace(WHITE_RUN, ' ');
 }
 
@@ -24,16 +34,30 @@ const MAY_CHANGE = /[^\x20-\x7e]|[,'_%]|  |[cC][eE][nN][tT]/;
 /** NFKC with thousands separators dropped and `percent` made `%`: what extraction and comparison start from. */
 export function prepare(text: string): string {
   // One scan for what any step below needs: most texts need none of them.
+  return MAY_PREPARE.test(text) ? whole(preparing(text)) : text;
+}
+
+/** `prepare`, pausing between its passes (each one over the whole text: the material's are the longest). */
+export function* preparing(text: string): Sliced<string> {
   if (!MAY_PREPARE.test(text)) return text;
   // Before NFKC, which turns no-break and thin spaces into plain ones.
   let t = ungroup(text);
   // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
   if (NON_ASCII.test(t)) {
-    const nfkc = foldDigits(t.normalize('NFKC'));
+    yield;
+    const normalized = t.normalize('NFKC');
+    yield;
+    const nfkc = yield* foldingDigits(normalized);
     // Again when NFKC changed something: full-width digits are digits only after it.
-    if (nfkc !== t) t = ungroup(nfkc);
+    if (nfkc !== t) {
+      yield;
+      t = ungroup(nfkc);
+    }
   }
-  if (/per ?cent/i.test(t)) t = t.replace(PERCENT_WORD, '$1%');
+  if (/per ?cent/i.test(t)) {
+    yield;
+    t = t.replace(PERCENT_WORD, '$1%');
+  }
   return t;
 }
 
@@ -50,8 +74,59 @@ export function prepare(text: string): string {
 function foldDigits(text: string): string {
   if (!MAY_FOLD.test(text) || !FOLDABLE.test(text)) return text;
   FOLDABLE_ALL.lastIndex = 0;
-  return text.replace(FOLDABLE_ALL, (c: string, digit?: string) =>
-    (digit !== undefined ? foldDigit(digit) : c === '\u066B' ? '.' : c === '\u066C' ? ',' : HYPHEN.test(c) ? '-' : DIGIT.test(c) ? foldDigit(c) : ''));
+  return text.replace(FOLDABLE_ALL, folded);
+}
+/** What foldDigits makes of a match of FOLDABLE_ALL (`digit`: its group 1). */
+function folded(c: string, digit?: string): string {
+  return digit !== undefined ? foldDigit(digit) : c === '\u066B' ? '.' : c === '\u066C' ? ',' : HYPHEN.test(c) ? '-' : DIGIT.test(c) ? foldDigit(c) : '';
+}
+
+/**
+ * `foldDigits` of a long text, pausing after each piece of FOLD_PIECE
+ * characters or so and every PER_PAUSE matches (a text of zero-width
+ * spaces or Arabic digits is a match a character: 0.4 s at 600,000). A piece
+ * ends before a character no match runs into: not a mark or an invisible
+ * character (what a match goes on with after a digit) nor the second half of
+ * a surrogate pair. Every other match is one character and FOLDABLE_ALL
+ * looks behind nothing, so the pieces' matches are the whole text's; each
+ * is replaced as `String.replace` does (no match is empty).
+ */
+function* foldingDigits(text: string): Sliced<string> {
+  if (text.length <= FOLD_PIECE) return foldDigits(text);
+  if (!MAY_FOLD.test(text)) return text;
+  let out = '';
+  let matches = 0;
+  for (let from = 0; from < text.length;) {
+    let to = Math.min(text.length, from + FOLD_PIECE);
+    while (to < text.length && goesOn(text, to)) to++;
+    const piece = text.slice(from, to);
+    if (MAY_FOLD.test(piece)) {
+      let last = 0;
+      FOLDABLE_ALL.lastIndex = 0;
+      for (let m = FOLDABLE_ALL.exec(piece); m !== null; m = FOLDABLE_ALL.exec(piece)) {
+        out += piece.slice(last, m.index) + folded(m[0], m[1]);
+        last = m.index + m[0].length;
+        if (++matches % PER_PAUSE === 0) yield* pausing(FOLDABLE_ALL);
+      }
+      out += piece.slice(last);
+    } else {
+      out += piece;
+    }
+    from = to;
+    yield;
+  }
+  return out;
+}
+const FOLD_PIECE = 16_384;
+/** What a match of FOLDABLE_ALL may go on with after its digit. */
+const GOES_ON = /[\p{M}\p{Default_Ignorable_Code_Point}]/uy;
+/** Whether a match of FOLDABLE_ALL may run on into `at` of `text` (a piece may not end before it). */
+function goesOn(text: string, at: number): boolean {
+  const c = text.charCodeAt(at);
+  if (c >= 0xdc00 && c <= 0xdfff) return true;
+  if (c < 0x80) return false;
+  GOES_ON.lastIndex = at;
+  return GOES_ON.test(text);
 }
 /** A digit as an ASCII one. */
 const foldDigit = (digit: string): string => (digit.length === 1 && digit >= '0' && digit <= '9' ? digit : asciiDigit(digit));

@@ -3,6 +3,7 @@
 import { type FactKind } from '../support/summary-contract.ts';
 import { NON_ASCII, isAsciiAlnum, isAsciiDigit, isAsciiLetter, isAsciiLetterIn, isAsciiUpper, isSpaceAt, isWordAt, letterSet } from './chars.ts';
 import { canonicalNumber, cjkDateKey, dropTrailing, identifierKey, isCheckedNumber, isoKey, moneyKey, monthNumber, numberKey, slashedKey, timeKey, trimTrailing } from './keys.ts';
+import { PER_PAUSE, type Sliced, pausing } from './slices.ts';
 import { AMOUNT, AMOUNT_END, ANY_UNIT, CURRENCY_SYMBOL, CURRENCY_WORD, DAY, FIGURE_TOKEN, MONTH, SCALE, SCALE_ANY_CASE, SPACED_UNIT, YEAR, isFigureTokenAscii } from './tables.ts';
 
 /** One match of a kind: where it is, what it is, and its key (null: not a fact after all, but masked). */
@@ -19,8 +20,12 @@ interface Match {
 
 export interface Pattern {
   kind: FactKind;
-  /** The matches in `text`, whose runs of digits are `runs`. */
-  find(text: string, runs: Runs): Match[];
+  /**
+   * The matches in `text`, whose runs of digits are `runs`, pausing every
+   * PER_PAUSE places tried (a regex whose lastIndex carries from one match
+   * to the next keeps it through a pause: `pausing`).
+   */
+  find(text: string, runs: Runs): Sliced<Match[]>;
   /** Every match contains one of these: a text without any is not searched (`includes` is much cheaper than the pattern). */
   needs?: readonly string[];
 }
@@ -31,11 +36,13 @@ export interface Pattern {
  * digit) and look around it: V8 runs `iu` regexes and unanchored `\p{L}`
  * scans many times slower, and the check must stay a small part of a commit.
  */
-function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text?: (m: RegExpExecArray) => string): (input: string) => Match[] {
-  return function find(input: string) {
+function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text?: (m: RegExpExecArray) => string): (input: string) => Sliced<Match[]> {
+  return function* find(input: string) {
     const out: Match[] = [];
     regex.lastIndex = 0;
+    let n = 0;
     for (let m = regex.exec(input); m !== null; m = regex.exec(input)) {
+      if (++n % PER_PAUSE === 0) yield* pausing(regex);
       if (m[0].length === 0) { regex.lastIndex++; continue; }
       out.push({ index: m.index, length: m[0].length, text: text ? text(m) : m[0], key: key(m) });
     }
@@ -53,13 +60,14 @@ function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text
  * (the leftmost match at or after the last one's end starts at one of these
  * places), at a fraction of the cost on long texts with few figures.
  */
-function byStart(regex: RegExp, start: number, key: (m: RegExpExecArray) => string | null): (input: string, runs: Runs) => Match[] {
+function byStart(regex: RegExp, start: number, key: (m: RegExpExecArray) => string | null): (input: string, runs: Runs) => Sliced<Match[]> {
   if (!regex.sticky || regex.global) throw new Error(`byStart: ${regex} must be sticky, not global`);
-  return function find(input: string, runs: Runs) {
+  return function* find(input: string, runs: Runs) {
     const out: Match[] = [];
     const { starts, kinds } = runs;
     let next = 0;
     for (let i = 0; i < starts.length; i++) {
+      if (i % PER_PAUSE === PER_PAUSE - 1) yield;
       if ((kinds[i]! & start) === 0) continue;
       const d = starts[i]!;
       const at = start === S_MONTH ? monthStart(input, d)
@@ -101,20 +109,24 @@ const S_YEAR_FIRST = 1 << 9;
 const S_DOT = 1 << 10;
 
 /** The runs of digits of `text` (a regex scan: a loop over the characters costs three times as much). */
-export function runsOf(text: string): Runs {
+export function* runsOf(text: string): Sliced<Runs> {
   const starts: number[] = [];
   DIGIT_RUN.lastIndex = 0;
-  for (let m = DIGIT_RUN.exec(text); m !== null; m = DIGIT_RUN.exec(text)) starts.push(m.index);
-  return { starts, kinds: kindsOf(text, starts) };
+  for (let m = DIGIT_RUN.exec(text); m !== null; m = DIGIT_RUN.exec(text)) {
+    starts.push(m.index);
+    if (starts.length % PER_PAUSE === 0) yield* pausing(DIGIT_RUN);
+  }
+  return { starts, kinds: yield* kindsOf(text, starts) };
 }
 const DIGIT_RUN = /\d+/g;
 export const NO_RUNS: Runs = { starts: [], kinds: [] };
 
 /** The S_ bits of each start of `starts` in `text` as it is now (0: not the start of a run of digits, or masked). */
-export function kindsOf(text: string, starts: readonly number[]): number[] {
+export function* kindsOf(text: string, starts: readonly number[]): Sliced<number[]> {
   // A plain array: a typed one this small is allocated outside the heap, which costs more than all the tests.
   const kinds: number[] = [];
   for (let i = 0; i < starts.length; i++) {
+    if (i % PER_PAUSE === PER_PAUSE - 1) yield;
     const d = starts[i]!;
     const before = text.charCodeAt(d - 1);
     kinds.push(0);
@@ -194,11 +206,13 @@ function tokenAround(text: string, at: number, stop: RegExp): [number, number] {
   return [from, to];
 }
 
-function around(input: string, anchor: RegExp, stop: RegExp, judge: (token: string) => { text: string; key: string } | null): Match[] {
+function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: string) => { text: string; key: string } | null): Sliced<Match[]> {
   const out: Match[] = [];
   anchor.lastIndex = 0;
   let consumed = -1;
+  let n = 0;
   for (let m = anchor.exec(input); m !== null; m = anchor.exec(input)) {
+    if (++n % PER_PAUSE === 0) yield* pausing(anchor);
     if (m.index < consumed) continue;
     const [from, to] = tokenAround(input, m.index, stop);
     consumed = to;
@@ -222,10 +236,11 @@ function pathFact(token: string): { text: string; key: string } | null {
 }
 
 /** Identifiers: the token of letters, digits and inner connectors around each digit, when it has a letter too. */
-function identifiers(input: string, { starts }: Runs): Match[] {
+function* identifiers(input: string, { starts }: Runs): Sliced<Match[]> {
   const out: Match[] = [];
   let consumed = -1;
   for (let i = 0; i < starts.length; i++) {
+    if (i % PER_PAUSE === PER_PAUSE - 1) yield;
     const index = starts[i]!;
     if (index < consumed || !isAsciiDigit(input.charCodeAt(index))) continue;
     let from = index;
@@ -351,10 +366,11 @@ export const PATTERNS: readonly Pattern[] = [
   { kind: 'identifier', find: identifiers },
   {
     kind: 'number',
-    find: function numbers(input, { starts, kinds }) {
+    find: function* numbers(input, { starts, kinds }) {
       const out: Match[] = [];
       let next = 0;
       for (let i = 0; i < starts.length; i++) {
+        if (i % PER_PAUSE === PER_PAUSE - 1) yield;
         const d = starts[i]!;
         if (d < next || (kinds[i]! & S_NUMBER) === 0) continue;
         NUMBER.lastIndex = d;

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { runLockTry, runLockWait } from '../db/queries/run-history.ts';
 import { runSummaryRequestSettle, runSummaryRequestsExpire } from '../db/queries/run-receipts.ts';
 import { inTransaction, rollbackTo, savepoint } from '../db/transaction.ts';
-import { groundOutcome } from '../grounding/index.ts';
+import { groundOutcomeAsync } from '../grounding/index.ts';
 import { evaluate, handedOut, loadState, materialize, requestInput } from './assemble.ts';
 import { commitCheckpoint, judge } from './gate.ts';
 import { hookQueue } from './hooks.ts';
@@ -130,7 +130,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     observers.push('onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore, compaction: step.compaction });
     // No transaction is open during the model call: the receipt is already committed.
     // Every figure of the summary must be in its material (src/grounding/index.ts); checked before the checkpoint.
-    const outcome = groundOutcome(await summaryCall(summarizer!, step.items, step.maxChars, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
+    const outcome = await groundOutcomeAsync(await summaryCall(summarizer!, step.items, step.maxChars, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
     const receipt = { id: step.receiptId, attempt: step.attempt };
     // Judged (no database access) before the receipt is settled, so that a refusal is recorded on the
     // receipt with its reason: an answer is judged once, and the next candidate is other material (nextStep).

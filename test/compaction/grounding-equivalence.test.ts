@@ -105,6 +105,40 @@ describe('grounding equals the reference implementation', () => {
     }
   });
 
+  it('on texts longer than the pieces and loops the check pauses after (normalization in pieces of 16,384 characters, 1,024 matches a loop)', () => {
+    const next = rng(36);
+    // Marks, invisible characters and digits of other scripts crowded, so that pieces end next to them.
+    const crowded = ['\u0301', '\u200b', '\ufe0f', '٩', '𑁧', '1', '\u00ad', 'é', ' ', '12', '\u0302\u0303'];
+    for (let n = 0; n < 12; n++) {
+      let text = hostile(next, 3000 + Math.floor(next() * 6000));
+      if (n % 2 === 0) text = Array.from(text, (c) => (next() < 0.3 ? crowded[Math.floor(next() * crowded.length)]! : c)).join('');
+      const material = [{ id: `long${n}`, text }, { id: 'second', text: hostile(next, 50) }];
+      const from = Math.floor(next() * text.length);
+      same(text.slice(from, from + 3000), material);
+      same(hostile(next, 80), material);
+    }
+    // A digit and what a match goes on with after it, astral digits (two UTF-16 units), straddling
+    // the end of the first piece at each of their places.
+    for (const straddle of ['1\u0301\u0302', '٩\u200b\u0301', '𑁧\u0301', '\u{1D7CE}\u200b', '1\u200b\ufe0f', '\u200b\u200b٩']) {
+      for (let shift = 0; shift <= straddle.length + 1; shift++) {
+        const text = `${'ab '.repeat(6000).slice(0, 16_384 - shift)}${straddle} 12${straddle}34 ${'٩'.repeat(3)} end`;
+        same(text, [{ id: 'm', text }]);
+      }
+    }
+  });
+
+  it('on real replies up to the summarizers\' input cap (600,000 characters)', () => {
+    const replies = readThreads(existsSync(SHARED) ? SHARED : DEMO_DATA).flatMap((t) => t.pairs.map((p) => p.assistant));
+    const material: { id: string; text: string }[] = [];
+    for (let i = 0, chars = 0; chars < 590_000; i++) {
+      material.push({ id: String(i), text: replies[i % replies.length]! });
+      chars += material[i]!.text.length + String(i).length;
+    }
+    const summary = extractiveSummary(material, 6000)!;
+    same(summary, material);
+    same(normalizeText(summary).toUpperCase(), material);
+  });
+
   it('for digits next to marks, invisible characters and digits of other scripts, in every order', () => {
     const parts = ['9', '٩', '𑁧', '\u0301', '\u0302', '\u200b', '\u00ad', '\ufe0f', '٫', '٬', 'a', ' ', '1'];
     const texts: string[] = [];
