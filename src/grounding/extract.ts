@@ -3,7 +3,8 @@
 import { type Fact } from '../support/summary-contract.ts';
 import { isAsciiDigit, isSpaceAt } from './chars.ts';
 import { prepare } from './normalize.ts';
-import { NO_RUNS, PATTERNS, type Pattern, type Runs, kindsOf, runsOf } from './patterns.ts';
+import { PATTERNS, type Pattern } from './patterns.ts';
+import { NO_RUNS, type Runs, kindsOf, runsOf } from './digit-runs.ts';
 import { PER_PAUSE, type Sliced, whole } from './slices.ts';
 
 /** The checkable facts of `text`, in order. Each span of text is one fact at most (earlier kinds win). */
