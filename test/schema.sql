@@ -906,7 +906,7 @@ DECLARE
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'range_source(uuid,integer)', 'pairs_drift(uuid)', 'pair_of_run(uuid)', 'run_parent_alive(uuid)',
         'source_hash_v1(uuid[],text[],uuid[],text[])', 'source_hash_v1_field(text)', 'source_hash_v1_of(integer,bytea)',
-        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'];
+        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()'];
 BEGIN
   IF 'sourcebound_reader' = ANY (v_have) THEN
     GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;
@@ -966,17 +966,6 @@ BEGIN
     END IF;
   END LOOP;
 END
-$function$
-
--- function sourcebound.in_current_scope(uuid)
-CREATE OR REPLACE FUNCTION sourcebound.in_current_scope(p_conversation_id uuid)
- RETURNS boolean
- LANGUAGE sql
- STABLE SECURITY DEFINER
- SET search_path TO 'sourcebound', 'pg_temp'
-AS $function$
-  SELECT EXISTS (SELECT 1 FROM sourcebound.conversations c
-                 WHERE c.id = p_conversation_id AND c.scope = nullif(current_setting('sourcebound.scope', true), ''))
 $function$
 
 -- function sourcebound.message_size_limit()
@@ -1811,17 +1800,6 @@ BEGIN
   END IF;
   RETURN NEW;
 END
-$function$
-
--- function sourcebound.run_in_current_scope(uuid)
-CREATE OR REPLACE FUNCTION sourcebound.run_in_current_scope(p_run_id uuid)
- RETURNS boolean
- LANGUAGE sql
- STABLE SECURITY DEFINER
- SET search_path TO 'sourcebound', 'pg_temp'
-AS $function$
-  SELECT EXISTS (SELECT 1 FROM sourcebound.runs r JOIN sourcebound.conversations c ON c.id = r.conversation_id
-                 WHERE r.id = p_run_id AND c.scope = nullif(current_setting('sourcebound.scope', true), ''))
 $function$
 
 -- function sourcebound.run_model_requests_guard()
