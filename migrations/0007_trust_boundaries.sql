@@ -160,36 +160,53 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA sourcebound FROM PUBLIC;
 CREATE FUNCTION sourcebound.current_scope() RETURNS text
 LANGUAGE sql STABLE AS $$ SELECT nullif(current_setting('sourcebound.scope', true), '') $$;
 --> statement-breakpoint
--- Each policy compares the scope of the row's conversation with the
--- session's, the scope read by a scalar subquery on the conversation's key:
--- one index probe a row, planned with the statement. Not a function (a
--- SECURITY DEFINER function is never inlined: called per row, and its query
--- planned again in every statement, it made the app's read of a
--- 1,000-pair conversation six times slower than the owner's), and not EXISTS
--- or IN (the planner may hash every conversation of the scope instead, in
--- each statement, whatever rows it reads: 0.4 s for one conversation's
--- messages among 350,000 conversations). The subquery reads with the
--- caller's rights, under the table's own policy; every runtime role has
--- SELECT on the tables it reads. Tables that carry the scope (bound to their
+-- A row of a conversation (or a run) is in the session's scope when its
+-- conversation's scope is the session's: a PL/pgSQL function called per row,
+-- because a policy runs in every write of every turn and the function's plan
+-- is kept for the session. The alternatives cost a turn's writes more: a
+-- scalar subquery in the policy is planned again in each statement (4x); so is
+-- a SQL function, and SECURITY DEFINER with SET adds a configuration change a
+-- call (5x, and twice the cost a row read). A long read would be cheaper
+-- through the subquery (a quarter of the cost a row); every turn writes. Not
+-- EXISTS or IN: the planner may hash every conversation of the scope instead,
+-- in each statement, whatever rows it reads (0.4 s for one conversation's
+-- messages among 350,000 conversations). The functions run with the caller's
+-- rights (no SECURITY DEFINER, no SET: a session that shadows an operator
+-- misleads only its own reads, and it holds the app's credentials anyway),
+-- under conversations' own policy. Tables that carry the scope (bound to their
 -- conversation's by foreign key) compare their own column.
+CREATE FUNCTION sourcebound.in_current_scope(p_conversation_id uuid) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN (SELECT c.scope = sourcebound.current_scope() FROM sourcebound.conversations c WHERE c.id = p_conversation_id);
+END
+$$;
+--> statement-breakpoint
+CREATE FUNCTION sourcebound.run_in_current_scope(p_run_id uuid) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN (SELECT c.scope = sourcebound.current_scope()
+          FROM sourcebound.runs r JOIN sourcebound.conversations c ON c.id = r.conversation_id WHERE r.id = p_run_id);
+END
+$$;
+--> statement-breakpoint
 DO $$
 DECLARE
   v_table text;
-  v_by_conversation constant text := '(SELECT c.scope FROM sourcebound.conversations c WHERE c.id = conversation_id) = sourcebound.current_scope()';
-  v_by_run constant text := '(SELECT c.scope FROM sourcebound.runs r JOIN sourcebound.conversations c ON c.id = r.conversation_id WHERE r.id = run_id) = sourcebound.current_scope()';
 BEGIN
   FOREACH v_table IN ARRAY ARRAY['conversations', 'run_checkpoints', 'run_summary_requests'] LOOP
     EXECUTE format('CREATE POLICY app_scope ON sourcebound.%I TO PUBLIC USING (scope = sourcebound.current_scope()) WITH CHECK (scope = sourcebound.current_scope())', v_table);
   END LOOP;
   CREATE POLICY app_scope ON sourcebound.conversation_summaries TO PUBLIC
     USING (scope = sourcebound.current_scope());
+  -- Read only (the app writes no attempt): a scalar subquery, never hashed.
   CREATE POLICY app_scope ON sourcebound.conversation_summary_attempts TO PUBLIC
-    USING ((SELECT s.scope FROM sourcebound.conversation_summaries s WHERE s.id = summary_id) = sourcebound.current_scope());
+    USING ((SELECT s.scope = sourcebound.current_scope() FROM sourcebound.conversation_summaries s WHERE s.id = summary_id));
   FOREACH v_table IN ARRAY ARRAY['runs', 'messages', 'pairs', 'projection_layouts'] LOOP
-    EXECUTE format('CREATE POLICY app_scope ON sourcebound.%I TO PUBLIC USING (%s) WITH CHECK (%s)', v_table, v_by_conversation, v_by_conversation);
+    EXECUTE format('CREATE POLICY app_scope ON sourcebound.%I TO PUBLIC USING (sourcebound.in_current_scope(conversation_id)) WITH CHECK (sourcebound.in_current_scope(conversation_id))', v_table);
   END LOOP;
   FOREACH v_table IN ARRAY ARRAY['run_budgets', 'run_model_requests', 'run_results', 'run_tool_units', 'run_turns'] LOOP
-    EXECUTE format('CREATE POLICY app_scope ON sourcebound.%I TO PUBLIC USING (%s) WITH CHECK (%s)', v_table, v_by_run, v_by_run);
+    EXECUTE format('CREATE POLICY app_scope ON sourcebound.%I TO PUBLIC USING (sourcebound.run_in_current_scope(run_id)) WITH CHECK (sourcebound.run_in_current_scope(run_id))', v_table);
   END LOOP;
 END
 $$;
@@ -230,7 +247,7 @@ DECLARE
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'range_source(uuid,integer)', 'pairs_drift(uuid)', 'pair_of_run(uuid)', 'run_parent_alive(uuid)',
         'source_hash_v1(uuid[],text[],uuid[],text[])', 'source_hash_v1_field(text)', 'source_hash_v1_of(integer,bytea)',
-        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()'];
+        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'];
 BEGIN
   IF 'sourcebound_reader' = ANY (v_have) THEN
     GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;

@@ -78,7 +78,7 @@
   CREATE TRIGGER conversation_summary_attempts_guard_delete BEFORE DELETE ON sourcebound.conversation_summary_attempts FOR EACH ROW EXECUTE FUNCTION sourcebound.conversation_summary_attempts_guard()
   CREATE TRIGGER conversation_summary_attempts_guard_update BEFORE UPDATE ON sourcebound.conversation_summary_attempts FOR EACH ROW WHEN (old.outcome IS NOT NULL OR new.summary_id IS DISTINCT FROM old.summary_id OR new.worker_id IS DISTINCT FROM old.worker_id OR new.started_at IS DISTINCT FROM old.started_at) EXECUTE FUNCTION sourcebound.conversation_summary_attempts_guard()
   CREATE TRIGGER conversation_summary_attempts_no_truncate BEFORE TRUNCATE ON sourcebound.conversation_summary_attempts FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
-  policy app_scope for all to public using ((( SELECT s.scope FROM sourcebound.conversation_summaries s WHERE (s.id = conversation_summary_attempts.summary_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (( SELECT (s.scope = sourcebound.current_scope()) FROM sourcebound.conversation_summaries s WHERE (s.id = conversation_summary_attempts.summary_id)))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -134,7 +134,7 @@ SELECT p.conversation_id,
   CREATE TRIGGER messages_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebound.messages FOR EACH ROW WHEN (new.conversation_id IS DISTINCT FROM old.conversation_id) EXECUTE FUNCTION sourcebound.scope_fixed()
   CREATE TRIGGER messages_size_limit BEFORE INSERT OR UPDATE OF content ON sourcebound.messages FOR EACH ROW WHEN (octet_length(new.content) > 65536) EXECUTE FUNCTION sourcebound.message_size_limit()
   CREATE TRIGGER messages_truncate_pairs AFTER TRUNCATE ON sourcebound.messages FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.pairs_truncated()
-  policy app_scope for all to public using ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = messages.conversation_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = messages.conversation_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -150,7 +150,7 @@ SELECT p.conversation_id,
   constraint pairs_index_nonnegative: CHECK (pair_index >= 0)
   constraint pairs_pkey: PRIMARY KEY (run_id)
   CREATE UNIQUE INDEX pairs_conversation_seq_key ON sourcebound.pairs USING btree (conversation_id, run_seq)
-  policy app_scope for all to public using ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = pairs.conversation_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = pairs.conversation_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -174,7 +174,7 @@ SELECT p.conversation_id,
   constraint projection_layouts_ledger: CHECK (saved_cost > '-Infinity'::double precision AND saved_cost < 'Infinity'::double precision AND saves_bytes >= 0)
   constraint projection_layouts_pkey: PRIMARY KEY (conversation_id, budget_bytes)
   constraint projection_layouts_span: CHECK (budget_bytes >= 0 AND 0 <= start_pair AND start_pair <= end_pair)
-  policy app_scope for all to public using ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = projection_layouts.conversation_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = projection_layouts.conversation_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -190,7 +190,7 @@ SELECT p.conversation_id,
   constraint run_budgets_nonnegative: CHECK (COALESCE(requests_limit, 0) >= 0 AND COALESCE(tokens_limit, 0::bigint) >= 0 AND requests_used >= 0 AND tokens_used >= 0 AND requests_reserved >= 0 AND tokens_reserved >= 0)
   constraint run_budgets_pkey: PRIMARY KEY (run_id)
   constraint run_budgets_run_id_runs_id_fk: FOREIGN KEY (run_id) REFERENCES sourcebound.runs(id) ON DELETE CASCADE
-  policy app_scope for all to public using ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_budgets.run_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_budgets.run_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -251,7 +251,7 @@ SELECT p.conversation_id,
   constraint run_model_requests_run_id_runs_id_fk: FOREIGN KEY (run_id) REFERENCES sourcebound.runs(id) ON DELETE CASCADE
   constraint run_model_requests_sizes: CHECK (request_bytes >= 0 AND COALESCE(input_tokens, 0) >= 0 AND COALESCE(output_tokens, 0) >= 0)
   CREATE TRIGGER run_model_requests_guard BEFORE DELETE OR UPDATE ON sourcebound.run_model_requests FOR EACH ROW EXECUTE FUNCTION sourcebound.run_model_requests_guard()
-  policy app_scope for all to public using ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_model_requests.run_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_model_requests.run_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -278,7 +278,7 @@ SELECT p.conversation_id,
   CREATE INDEX run_results_run_idx ON sourcebound.run_results USING btree (run_id, kind)
   CREATE TRIGGER run_results_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_results FOR EACH ROW EXECUTE FUNCTION sourcebound.run_results_guard()
   CREATE TRIGGER run_results_no_truncate BEFORE TRUNCATE ON sourcebound.run_results FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
-  policy app_scope for all to public using ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_results.run_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_results.run_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -381,7 +381,7 @@ END)
   CREATE INDEX run_tool_units_result_idx ON sourcebound.run_tool_units USING btree (result_id, result_version) WHERE (result_id IS NOT NULL)
   CREATE TRIGGER run_tool_units_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_tool_units FOR EACH ROW EXECUTE FUNCTION sourcebound.run_tool_units_guard()
   CREATE TRIGGER run_tool_units_no_truncate BEFORE TRUNCATE ON sourcebound.run_tool_units FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
-  policy app_scope for all to public using ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_tool_units.run_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_tool_units.run_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -414,7 +414,7 @@ END)
   CREATE UNIQUE INDEX run_turns_revision_key ON sourcebound.run_turns USING btree (run_id, revision) WHERE (revision IS NOT NULL)
   CREATE TRIGGER run_turns_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_turns FOR EACH ROW EXECUTE FUNCTION sourcebound.run_turns_guard()
   CREATE TRIGGER run_turns_no_truncate BEFORE TRUNCATE ON sourcebound.run_turns FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
-  policy app_scope for all to public using ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_turns.run_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM (sourcebound.runs r JOIN sourcebound.conversations c ON ((c.id = r.conversation_id))) WHERE (r.id = run_turns.run_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -435,7 +435,7 @@ END)
   CREATE TRIGGER runs_refresh_pair_del AFTER DELETE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
   CREATE TRIGGER runs_refresh_pair_upd AFTER UPDATE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
   CREATE TRIGGER runs_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebound.runs FOR EACH ROW WHEN (new.conversation_id IS DISTINCT FROM old.conversation_id) EXECUTE FUNCTION sourcebound.scope_fixed()
-  policy app_scope for all to public using ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = runs.conversation_id)) = sourcebound.current_scope())) with check ((( SELECT c.scope FROM sourcebound.conversations c WHERE (c.id = runs.conversation_id)) = sourcebound.current_scope()))
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
   policy reader_all for all to sourcebound_reader using (true)
   policy worker_all for all to sourcebound_worker using (true)
 
@@ -948,7 +948,7 @@ DECLARE
         'plannable_range_count(integer)', 'range_needs_work(uuid,integer)', 'ranges_needing_work(uuid)',
         'range_source(uuid,integer)', 'pairs_drift(uuid)', 'pair_of_run(uuid)', 'run_parent_alive(uuid)',
         'source_hash_v1(uuid[],text[],uuid[],text[])', 'source_hash_v1_field(text)', 'source_hash_v1_of(integer,bytea)',
-        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()'];
+        'source_hash_v1_pair(uuid,text,uuid,text)', 'current_scope()', 'in_current_scope(uuid)', 'run_in_current_scope(uuid)'];
 BEGIN
   IF 'sourcebound_reader' = ANY (v_have) THEN
     GRANT USAGE ON SCHEMA sourcebound TO sourcebound_reader;
@@ -1007,6 +1007,17 @@ BEGIN
       EXECUTE format('CREATE POLICY reader_all ON sourcebound.%I TO sourcebound_reader USING (true)', v_fn);
     END IF;
   END LOOP;
+END
+$function$
+
+-- function sourcebound.in_current_scope(uuid)
+CREATE OR REPLACE FUNCTION sourcebound.in_current_scope(p_conversation_id uuid)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+  RETURN (SELECT c.scope = sourcebound.current_scope() FROM sourcebound.conversations c WHERE c.id = p_conversation_id);
 END
 $function$
 
@@ -1841,6 +1852,18 @@ BEGIN
       USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'run_checkpoint_summary';
   END IF;
   RETURN NEW;
+END
+$function$
+
+-- function sourcebound.run_in_current_scope(uuid)
+CREATE OR REPLACE FUNCTION sourcebound.run_in_current_scope(p_run_id uuid)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+  RETURN (SELECT c.scope = sourcebound.current_scope()
+          FROM sourcebound.runs r JOIN sourcebound.conversations c ON c.id = r.conversation_id WHERE r.id = p_run_id);
 END
 $function$
 
