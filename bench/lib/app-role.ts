@@ -26,8 +26,8 @@ const ROLE = 'sourcebound_app';
 
 /**
  * The goal of each figure measured both ways: as the app / as the owner,
- * median of the per-round ratios (docs/benchmarks.md, "Roles and row
- * security", says why this bound).
+ * median of the per-round ratios (docs/benchmarks.md, "P1, P2, P2b as the
+ * app role with row security", says why this bound).
  */
 export const APP_GOAL = 1.15;
 
