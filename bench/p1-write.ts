@@ -1,8 +1,9 @@
 import type pg from 'pg';
 import type { BenchContext } from './lib/context.ts';
 import type { BenchResult } from './lib/report.ts';
+import { APP_GOAL, appRole } from './lib/app-role.ts';
 import { benchClient } from './lib/server.ts';
-import { roundRatios, sidesInRound, spread } from './lib/stats.ts';
+import { rotated, roundRatios, spread } from './lib/stats.ts';
 import { textAt } from './lib/data.ts';
 import { createConversations, pairTransaction } from './lib/writes.ts';
 
@@ -25,7 +26,18 @@ import { createConversations, pairTransaction } from './lib/writes.ts';
  * track_functions = all on both databases), over the pairs written with
  * triggers in the rounds; and a pair's wall time per client with triggers
  * minus without, what the application sees.
+ *
+ * A third side, interleaved with the two: the same writes with triggers, on
+ * the same database, by clients that are `sourcebound_app` with row security
+ * on and `sourcebound.scope` naming the conversations' scope (the app's
+ * condition in a deployment, lib/app-role.ts). Its headline: a pair's time as
+ * the app over the owner's, per round.
  */
+type Side = 'T' | 'A' | 'B';
+/** With triggers as the owner, with triggers as the app role with row security, triggers disabled. */
+const SIDES: Side[] = ['T', 'A', 'B'];
+const SCOPE = 'bench';
+
 export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
   const clients = 4;
   // Many short rounds rather than a few long ones: other processes on the
@@ -39,15 +51,15 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
 
   const urlT = await ctx.server.freshDatabase('p1_triggers');
   const urlB = await ctx.server.freshDatabase('p1_baseline');
-  const admin = { T: await benchClient(urlT), B: await benchClient(urlB) };
+  const T = await benchClient(urlT);
+  const admin = { T, A: T, B: await benchClient(urlB) };
   // Before the writers connect: their sessions time every function call (both sides, so both pay the clock reads).
   for (const [c, url] of [[admin.T, urlT], [admin.B, urlB]] as const) await c.query(`alter database ${new URL(url).pathname.slice(1)} set track_functions = 'all'`);
   await admin.B.query('alter table sourcebound.runs disable trigger user');
   await admin.B.query('alter table sourcebound.messages disable trigger user');
-  const writers = {
-    T: await Promise.all(Array.from({ length: clients }, () => benchClient(urlT))),
-    B: await Promise.all(Array.from({ length: clients }, () => benchClient(urlB))),
-  };
+  // Row security on for the whole run (the owner's writers bypass it), off again in the finally.
+  const app = await appRole(urlT, SCOPE);
+  const writers: Record<Side, pg.Client[]> = { T: [], A: [], B: [] };
 
   let textOffset = 0;
   /**
@@ -55,9 +67,9 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
    * conversation. Pairs per second, and the milliseconds of each pair's
    * transaction by pair number (1-based: the transaction that completes pair n).
    */
-  const measure = async (side: 'T' | 'B', pairsEach: number, convsPerClient: number): Promise<{ rate: number; jobs: number; byPair: Map<number, number[]> }> => {
+  const measure = async (side: Side, pairsEach: number, convsPerClient: number): Promise<{ rate: number; jobs: number; byPair: Map<number, number[]> }> => {
     const byPair = new Map<number, number[]>();
-    const conversations = await createConversations(admin[side], clients * convsPerClient);
+    const conversations = await createConversations(admin[side], clients * convsPerClient, SCOPE);
     const offset = textOffset;
     textOffset += clients * convsPerClient * pairsEach;
     const start = performance.now();
@@ -82,12 +94,15 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
   const result: BenchResult = {
     id: 'P1', title: 'write overhead of the triggers', status: 'ok', seconds: 0,
     params: {
-      clients, rounds, unit: '5 statements in 1 transaction per pair',
+      clients, rounds, unit: '5 statements in 1 transaction per pair', app: `sourcebound_app, row security on, scope '${SCOPE}'`,
       pairsPerRoundAndSide: Object.fromEntries(loads.map((l) => [l.key, clients * l.convsPerClient * l.pairsEach])),
     },
     figures: [], headlines: [], notes: [],
   };
   try {
+    for (const [side, url] of [['T', urlT], ['A', app.url], ['B', urlB]] as const) {
+      writers[side] = await Promise.all(Array.from({ length: clients }, () => benchClient(url)));
+    }
     const triggerFunctions = (await admin.T.query<{ oid: number }>(
       `select distinct t.tgfoid::int as oid from pg_trigger t
        where t.tgrelid in ('sourcebound.runs'::regclass, 'sourcebound.messages'::regclass) and not t.tgisinternal`)).rows.map((r) => r.oid);
@@ -95,24 +110,23 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
     let canFlush = (await admin.T.query<{ v: number }>(`select current_setting('server_version_num')::int as v`)).rows[0]!.v >= 150000;
     for (const load of loads) {
       ctx.log(`P1 ${load.key}: warm-up`);
-      await measure('T', load.pairsEach, load.convsPerClient);
-      await measure('B', load.pairsEach, load.convsPerClient);
+      for (const side of SIDES) await measure(side, load.pairsEach, load.convsPerClient);
       // The trigger functions' server time over this load's rounds (warm-up excluded).
       // The writers' pending statistics of the warm-up are flushed first: flushed after the reset, they would count.
-      if (canFlush) await triggerTime(writers.T, admin.T, triggerFunctions);
+      if (canFlush) await triggerTime([...writers.T, ...writers.A], admin.T, triggerFunctions);
       if (canFlush) await admin.T.query('select pg_stat_reset()').catch(() => { canFlush = false; });
       let pairsWithTriggers = 0;
-      const rates = { T: [] as number[], B: [] as number[] };
+      const rates = { T: [] as number[], A: [] as number[], B: [] as number[] };
       const jobs: number[] = [];
       // The crossing write: the transaction completing pair 30 (and 40) against the one completing pair 31 (41), same round.
       const crossing: number[] = [];
       const crossingMs = { at: [] as number[], next: [] as number[] };
       for (let i = 0; i < rounds; i++) {
-        for (const side of sidesInRound(i, 'T' as const, 'B' as const)) {
+        for (const side of rotated(i, SIDES)) {
           const m = await measure(side, load.pairsEach, load.convsPerClient);
           rates[side].push(m.rate);
           if (side === 'T') jobs.push(m.jobs);
-          if (side === 'T') pairsWithTriggers += clients * load.convsPerClient * load.pairsEach;
+          if (side !== 'B') pairsWithTriggers += clients * load.convsPerClient * load.pairsEach;
           if (side === 'T' && load.key === 'crossing') {
             const at = [...(m.byPair.get(30) ?? []), ...(m.byPair.get(40) ?? [])];
             const next = [...(m.byPair.get(31) ?? []), ...(m.byPair.get(41) ?? [])];
@@ -122,15 +136,18 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
           }
         }
       }
-      ctx.log(`P1 ${load.key}: with triggers ${spread(rates.T).median.toFixed(0)}/s, baseline ${spread(rates.B).median.toFixed(0)}/s (medians of ${rounds})`);
-      const trigger = canFlush ? await triggerTime(writers.T, admin.T, triggerFunctions) : null;
+      ctx.log(`P1 ${load.key}: with triggers ${spread(rates.T).median.toFixed(0)}/s (as the app with row security ${spread(rates.A).median.toFixed(0)}/s), baseline ${spread(rates.B).median.toFixed(0)}/s (medians of ${rounds})`);
+      // Both sides with triggers wrote on the same database: the functions' time is over the pairs of both.
+      const trigger = canFlush ? await triggerTime([...writers.T, ...writers.A], admin.T, triggerFunctions) : null;
       // A pair's wall time per client, per round: clients / (pairs/s).
-      const perPair = { T: rates.T.map((r) => (1000 * clients) / r), B: rates.B.map((r) => (1000 * clients) / r) };
+      const perPair = { T: rates.T.map((r) => (1000 * clients) / r), A: rates.A.map((r) => (1000 * clients) / r), B: rates.B.map((r) => (1000 * clients) / r) };
       const extra = spread(perPair.T.map((t, i) => t - perPair.B[i]!));
       result.figures.push(
         { label: `${load.key}: with triggers`, unit: 'pairs/s', value: spread(rates.T) },
+        { label: `${load.key}: with triggers, as the app role with row security`, unit: 'pairs/s', value: spread(rates.A) },
         { label: `${load.key}: triggers disabled`, unit: 'pairs/s', value: spread(rates.B) },
         { label: `${load.key}: a pair's wall time per client, with triggers minus without (per round)`, unit: 'ms', value: extra },
+        { label: `${load.key}: a pair's wall time per client, as the app with row security minus as the owner (per round)`, unit: 'ms', value: spread(perPair.A.map((a, i) => a - perPair.T[i]!)) },
       );
       if (trigger !== null) {
         result.figures.push(
@@ -144,6 +161,14 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
         goal: { op: '>=', target: load.key === 'below' ? 0.85 : 0.8 },
         floor: `triggers ${trigger === null ? '?' : (trigger.ms / pairsWithTriggers).toFixed(3)} ms/pair on the server, +${extra.median.toFixed(2)} ms/pair of ${spread(perPair.B).median.toFixed(2)} for the app`,
       });
+      const name = load.key === 'below' ? 'P1 below threshold' : 'P1 overall (crossing)';
+      result.headlines.push(
+        { label: `${name}, as the app role with row security: triggers / baseline`, ratio: spread(roundRatios(rates.A, rates.B)), goal: null },
+        {
+          label: `${name}: a pair's time as the app role with row security / as the owner`, ratio: spread(roundRatios(perPair.A, perPair.T)), goal: { op: '<=', target: APP_GOAL },
+          floor: `owner ${spread(perPair.T).median.toFixed(2)} ms, app ${spread(perPair.A).median.toFixed(2)} ms a pair per client`,
+        },
+      );
       result.notes.push(`${load.label}: compact_conversation jobs the triggers added per round: ${spread(jobs).median} (baseline: none; deleted between rounds).`);
       if (load.key === 'crossing') {
         result.figures.push(
@@ -161,7 +186,9 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
     const pairs = async (c: pg.Client) => (await c.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs')).rows[0]!.n;
     result.notes.push(`Sanity: pairs indexed with triggers ${await pairs(admin.T)}, with triggers disabled ${await pairs(admin.B)} (expected 0).`);
   } finally {
-    for (const c of [...writers.T, ...writers.B, admin.T, admin.B]) await c.end().catch(() => {});
+    for (const c of [...writers.T, ...writers.A, ...writers.B]) await c.end().catch(() => {});
+    await app.close();
+    for (const c of [admin.T, admin.B]) await c.end().catch(() => {});
   }
   return result;
 }

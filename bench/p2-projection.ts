@@ -5,10 +5,11 @@ import { CONVERSATION_PROMPT_VERSION } from '../src/gateway/prompts.ts';
 import { SOURCE_HASH_VERSION, sourceHash, sourceMessageIds } from '../src/conversation/source-hash.ts';
 import { plannableRanges } from '../src/conversation/plan.ts';
 import { pairsRangeRead } from '../src/db/queries/summaries.ts';
+import { APP_GOAL, appRole, type AppRole } from './lib/app-role.ts';
 import type { BenchContext } from './lib/context.ts';
 import type { BenchResult } from './lib/report.ts';
 import { benchPool } from './lib/server.ts';
-import { p50p99, roundRatios, spread } from './lib/stats.ts';
+import { p50p99, rotated, roundRatios, spread } from './lib/stats.ts';
 import { bulkPairs, createConversations } from './lib/writes.ts';
 
 /**
@@ -23,8 +24,18 @@ import { bulkPairs, createConversations } from './lib/writes.ts';
  * ids and source hash computed by src/conversation/source-hash.ts, and an extractive digest of
  * about 1,200 characters as their text (a realistic weight in the budget; the
  * offline summarizer's output, cut shorter).
+ *
+ * Every call is made twice, interleaved: as the owner (as before the roles
+ * existed), and through a pool whose sessions are `sourcebound_app` with row
+ * security on and `sourcebound.scope` naming the conversations' scope
+ * (lib/app-role.ts). Headlines beside the goal: p50 as the app / p50 as the
+ * owner at each size, round by round.
  */
 export const BUDGET = 64 * 1024;
+const SCOPE = 'bench';
+type Who = 'owner' | 'app';
+const WHO: Who[] = ['owner', 'app'];
+const AS: Record<Who, string> = { owner: 'as the owner', app: 'as the app role with row security' };
 const SUMMARY_CHARS = 1200;
 const CHUNK = 5000;
 
@@ -36,11 +47,13 @@ export async function benchProjection(ctx: BenchContext): Promise<BenchResult> {
   const pool = benchPool(url, 4);
   const result: BenchResult = {
     id: 'P2', title: 'projection latency versus conversation length', status: 'ok', seconds: 0,
-    params: { budgetBytes: BUDGET, sizes, rounds, callsPerRoundAndSize: perRound, summaryChars: SUMMARY_CHARS },
+    params: { budgetBytes: BUDGET, sizes, rounds, callsPerRoundSizeAndRole: perRound, summaryChars: SUMMARY_CHARS, app: `sourcebound_app, row security on, scope '${SCOPE}'` },
     figures: [], headlines: [], notes: [],
   };
+  let app: AppRole | undefined;
+  const measuring: pg.Pool[] = [];
   try {
-    const conversations = await createConversations(pool, sizes.length);
+    const conversations = await createConversations(pool, sizes.length, SCOPE);
     let offset = 0;
     for (const [i, size] of sizes.entries()) {
       const t0 = performance.now();
@@ -54,51 +67,74 @@ export async function benchProjection(ctx: BenchContext): Promise<BenchResult> {
     // Nothing waits on the jobs the triggers added; keep the tables the reads see tidy.
     await pool.query('delete from graphile_worker._private_jobs');
     await pool.query('vacuum analyze');
+    app = await appRole(url, SCOPE);
+    // Each role measured on a fresh pool: interleaved, the pool that wrote a layout projected it
+    // faster than another pool of the same role (P2b: 1.2-1.3 times at 100 and 1,000 pairs).
+    const pools: Record<Who, pg.Pool> = { owner: benchPool(url, 4), app: benchPool(app.url, 4) };
+    measuring.push(pools.owner, pools.app);
 
-    const project = async (conversationId: string): Promise<{ ms: number; projection: ConversationProjection }> => {
+    const project = async (conversationId: string, who: Who = 'owner'): Promise<{ ms: number; projection: ConversationProjection }> => {
       const t0 = performance.now();
-      const projection = await projectConversationHistory({ pool, conversationId, scope: 'bench', budgetBytes: BUDGET });
+      const projection = await projectConversationHistory({ pool: pools[who], conversationId, scope: SCOPE, budgetBytes: BUDGET });
       return { ms: performance.now() - t0, projection };
     };
 
     for (const [i, size] of sizes.entries()) {
+      // The first call lays the history out and stores its layout; the measured ones read it.
+      await projectConversationHistory({ pool, conversationId: conversations[i]!, scope: SCOPE, budgetBytes: BUDGET });
       const { projection: p } = await project(conversations[i]!);
+      const seen = (await project(conversations[i]!, 'app')).projection;
+      if (JSON.stringify(seen.items) !== JSON.stringify(p.items)) throw new Error(`P2: at ${size} pairs the app role's projection differs from the owner's`);
       const summaries = p.items.filter((it) => it.kind === 'summary').length;
       const raw = p.items.filter((it) => it.kind === 'pair').length;
       const unusable = p.summaryNotUsed.filter((s) => s.reason !== 'does_not_fit' && s.reason !== 'incomplete_range' && !(s.reason === 'not_yet_summarized' && s.fromPair >= size - 20));
       const covers = p.omitted.length === 0 ? 'all pairs' : `pairs ${p.omitted[0]!.toPair + 1}..${p.pairCount - 1}`;
       result.notes.push(`${size} pairs: the projection (${p.bytes} bytes) holds ${summaries} summarized ranges and ${raw} raw pairs, covering ${covers}; summaries unusable for a reason other than the budget: ${unusable.length}.`);
-      for (let w = 0; w < 10; w++) await project(conversations[i]!);
+      for (let w = 0; w < 10; w++) for (const who of WHO) await project(conversations[i]!, who);
     }
 
-    const p50 = sizes.map(() => [] as number[]);
-    const p99 = sizes.map(() => [] as number[]);
+    const p50 = { owner: sizes.map(() => [] as number[]), app: sizes.map(() => [] as number[]) };
+    const p99 = { owner: sizes.map(() => [] as number[]), app: sizes.map(() => [] as number[]) };
     for (let r = 0; r < rounds; r++) {
-      const samples = sizes.map(() => [] as number[]);
+      const samples = { owner: sizes.map(() => [] as number[]), app: sizes.map(() => [] as number[]) };
       for (let j = 0; j < perRound; j++) {
-        // Rotate which size goes first, so none always follows the same one.
+        // Rotate which size and which role go first, so none always follows the same one.
         for (let s = 0; s < sizes.length; s++) {
           const k = (s + j) % sizes.length;
-          samples[k]!.push((await project(conversations[k]!)).ms);
+          for (const who of rotated(j + r, WHO)) samples[who][k]!.push((await project(conversations[k]!, who)).ms);
         }
       }
-      samples.forEach((x, k) => {
-        const q = p50p99(x);
-        p50[k]!.push(q.p50);
-        p99[k]!.push(q.p99);
-      });
-      ctx.log(`P2 round ${r + 1}/${rounds}: p50 ${sizes.map((s, k) => `${s}: ${p50[k]!.at(-1)!.toFixed(2)} ms`).join(', ')}`);
+      for (const who of WHO) {
+        samples[who].forEach((x, k) => {
+          const q = p50p99(x);
+          p50[who][k]!.push(q.p50);
+          p99[who][k]!.push(q.p99);
+        });
+      }
+      ctx.log(`P2 round ${r + 1}/${rounds}: p50 owner / app ${sizes.map((s, k) => `${s}: ${p50.owner[k]!.at(-1)!.toFixed(2)} / ${p50.app[k]!.at(-1)!.toFixed(2)} ms`).join(', ')}`);
     }
-    for (const [k, size] of sizes.entries()) {
-      result.figures.push({ label: `p50 at ${size.toLocaleString('en-US')} pairs`, unit: 'ms', value: spread(p50[k]!) });
-      result.figures.push({ label: `p99 at ${size.toLocaleString('en-US')} pairs`, unit: 'ms', value: spread(p99[k]!) });
+    for (const who of WHO) {
+      for (const [k, size] of sizes.entries()) {
+        const tag = who === 'owner' ? '' : `, ${AS.app}`;
+        result.figures.push({ label: `p50 at ${size.toLocaleString('en-US')} pairs${tag}`, unit: 'ms', value: spread(p50[who][k]!) });
+        result.figures.push({ label: `p99 at ${size.toLocaleString('en-US')} pairs${tag}`, unit: 'ms', value: spread(p99[who][k]!) });
+      }
     }
     const at = (n: number) => sizes.indexOf(n);
-    result.headlines.push({ label: 'P2 p50(10,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50[at(10_000)]!, p50[at(100)]!)), goal: { op: '<=', target: 1.5 } });
+    result.headlines.push({ label: 'P2 p50(10,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50.owner[at(10_000)]!, p50.owner[at(100)]!)), goal: { op: '<=', target: 1.5 } });
+    result.headlines.push({ label: `P2 p50(10,000 pairs) / p50(100 pairs), ${AS.app}`, ratio: spread(roundRatios(p50.app[at(10_000)]!, p50.app[at(100)]!)), goal: null });
     if (sizes.includes(100_000)) {
-      result.headlines.push({ label: 'P2 p50(100,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50[at(100_000)]!, p50[at(100)]!)), goal: null });
+      result.headlines.push({ label: 'P2 p50(100,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50.owner[at(100_000)]!, p50.owner[at(100)]!)), goal: null });
+    }
+    for (const [k, size] of sizes.entries()) {
+      result.headlines.push({
+        label: `P2 p50 at ${size.toLocaleString('en-US')} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(p50.app[k]!, p50.owner[k]!)), goal: { op: '<=', target: APP_GOAL },
+        floor: `owner ${spread(p50.owner[k]!).median.toFixed(2)} ms, app ${spread(p50.app[k]!).median.toFixed(2)} ms`,
+      });
     }
   } finally {
+    for (const p of measuring) await p.end();
+    await app?.close();
     await pool.end();
   }
   return result;

@@ -2,11 +2,12 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { projectConversationHistory, type ConversationProjection, type ReadEvent } from '../src/projection/index.ts';
+import { APP_GOAL, appRole, type AppRole } from './lib/app-role.ts';
 import type { BenchContext } from './lib/context.ts';
 import type { BenchResult } from './lib/report.ts';
 import { benchPool } from './lib/server.ts';
 import { timeStatements, type TimedStatement } from './lib/statements.ts';
-import { p50p99, percentile, roundRatios, spread } from './lib/stats.ts';
+import { p50p99, percentile, rotated, roundRatios, spread } from './lib/stats.ts';
 import { bulkPairs, createConversations } from './lib/writes.ts';
 import { BUDGET, summarizeAll } from './p2-projection.ts';
 
@@ -17,7 +18,7 @@ import { BUDGET, summarizeAll } from './p2-projection.ts';
  * without sourcebound). Conversations of 40, 100 and 1,000 pairs of real
  * text (the shared threads, written set-based as P2 writes them), every
  * plannable range with a completed, source-bound summary; default options
- * (stable layout, layout stored), 64 KiB budget; one pool for both sides.
+ * (stable layout, layout stored), 64 KiB budget.
  *
  * The plain read is an application's own table: `(conversation_id,
  * position)` as its primary key, role and text, filled with the same
@@ -25,10 +26,18 @@ import { BUDGET, summarizeAll } from './p2-projection.ts';
  * same read from sourcebound's tables (messages joined to their runs for the
  * order), which an app that stores its messages there would send.
  *
- * Calls are interleaved one by one (sides and sizes rotated), per round a
- * p50 and p99 per side and size; headline: per-round p50 ratio. Afterwards a
- * breakdown pass (statements timed as the client sees them, rows counted by
- * the projection's own `onRead`): where a projection's time goes.
+ * Each side is measured twice: as the owner (as before the roles existed),
+ * and through a pool whose sessions are `sourcebound_app` with row security
+ * on and `sourcebound.scope` naming the conversations' scope (lib/app-role.ts).
+ * The app's own table then has row security too, its policy the one an app
+ * would write (the row's scope is the session's), so the floor is read under
+ * the same condition as the projection it is compared with.
+ *
+ * Calls are interleaved one by one (sides, roles and sizes rotated), per round
+ * a p50 and p99 per side, role and size; headlines: per-round p50 ratios.
+ * Afterwards a breakdown pass as the owner (statements timed as the client
+ * sees them, rows counted by the projection's own `onRead`): where a
+ * projection's time goes.
  */
 const SIZES = [40, 100, 1000];
 const GOALS: Record<number, number> = { 40: 1.5, 100: 1.5, 1000: 1.0 };
@@ -36,6 +45,11 @@ const SCOPE = 'bench';
 
 type Side = 'projection' | 'plain' | 'sourcebound';
 const SIDES: Side[] = ['projection', 'plain', 'sourcebound'];
+type Who = 'owner' | 'app';
+const WHO: Who[] = ['owner', 'app'];
+const AS: Record<Who, string> = { owner: 'as the owner', app: 'as the app role with row security' };
+/** Every side as each role, in one list the rounds rotate through. */
+const CALLS = WHO.flatMap((who) => SIDES.map((side) => ({ side, who })));
 
 export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> {
   const rounds = ctx.full ? 9 : 5;
@@ -46,9 +60,14 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
   const timer = timeStatements(pool);
   const result: BenchResult = {
     id: 'P2b', title: 'request path: projection versus a plain read of the conversation', status: 'ok', seconds: 0,
-    params: { budgetBytes: BUDGET, sizes: SIZES, layout: 'stable (default)', rounds, callsPerRoundSizeAndSide: perRound, breakdownCalls },
+    params: {
+      budgetBytes: BUDGET, sizes: SIZES, layout: 'stable (default)', rounds, callsPerRoundSizeSideAndRole: perRound, breakdownCalls,
+      app: `sourcebound_app, row security on (sourcebound's tables and the app's own), scope '${SCOPE}'`,
+    },
     figures: [], headlines: [], notes: [],
   };
+  let app: AppRole | undefined;
+  const extraPools: pg.Pool[] = [];
   try {
     const conversations = await createConversations(pool, SIZES.length, SCOPE);
     let offset = 0;
@@ -60,22 +79,44 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
     }
     await pool.query('delete from graphile_worker._private_jobs');
     // The application's own message table: the plain read's floor.
+    // Its scope column and policy are what an app on row security would add; the owner bypasses them.
     await pool.query(`create table bench_app_messages (
-      conversation_id uuid not null, position int not null, role text not null, content text not null,
+      conversation_id uuid not null, position int not null, scope text not null, role text not null, content text not null,
       primary key (conversation_id, position))`);
-    await pool.query(`insert into bench_app_messages (conversation_id, position, role, content)
-      select p.conversation_id, 2 * p.pair_index + (m.role = 'assistant')::int, m.role, m.content
+    await pool.query(`create policy app_scope on bench_app_messages using (scope = current_setting('sourcebound.scope', true))`);
+    await pool.query('grant select on bench_app_messages to sourcebound_app');
+    await pool.query(`insert into bench_app_messages (conversation_id, position, scope, role, content)
+      select p.conversation_id, 2 * p.pair_index + (m.role = 'assistant')::int, $2, m.role, m.content
       from sourcebound.pairs p join sourcebound.messages m on m.id in (p.user_message_id, p.assistant_message_id)
-      where p.conversation_id = any($1::uuid[])`, [conversations]);
+      where p.conversation_id = any($1::uuid[])`, [conversations, SCOPE]);
     await pool.query('vacuum analyze');
+    app = await appRole(url, SCOPE, ['bench_app_messages']);
+    // A fresh pool for each side and role, none of them the one that built the fixture and wrote
+    // the layouts: a backend that has just spent CPU on one kind of read is scheduled later for
+    // the next (bench/README.md, "A loaded machine..."), and the app's reads of sourcebound's
+    // tables cost more than the owner's; on shared pools that leaked into the app's other figures
+    // (its plain read took 1.7 times the owner's on one pool, 1.1 on its own). And the pool that
+    // wrote a layout projected it faster, interleaved, than another pool of the same role (by
+    // 1.2-1.3 at 100 and 1,000 pairs, owner against owner).
+    const poolFor = (u: string) => {
+      const p = benchPool(u, 4);
+      extraPools.push(p);
+      return p;
+    };
+    const ownerProjection = poolFor(url);
+    const breakdownTimer = timeStatements(ownerProjection);
+    const pools: Record<Who, Record<Side, pg.Pool>> = {
+      owner: { projection: ownerProjection, plain: poolFor(url), sourcebound: poolFor(url) },
+      app: { projection: poolFor(app.url), plain: poolFor(app.url), sourcebound: poolFor(app.url) },
+    };
 
-    const call = async (side: Side, conversationId: string, onRead?: (e: ReadEvent) => void): Promise<{ ms: number; projection?: ConversationProjection; rows?: number }> => {
+    const call = async (side: Side, conversationId: string, onRead?: (e: ReadEvent) => void, who: Who = 'owner'): Promise<{ ms: number; projection?: ConversationProjection; rows?: number }> => {
       const t0 = performance.now();
       if (side === 'projection') {
-        const projection = await projectConversationHistory({ pool, conversationId, scope: SCOPE, budgetBytes: BUDGET, onRead });
+        const projection = await projectConversationHistory({ pool: pools[who].projection, conversationId, scope: SCOPE, budgetBytes: BUDGET, onRead });
         return { ms: performance.now() - t0, projection };
       }
-      const { rows } = await pool.query(side === 'plain'
+      const { rows } = await pools[who][side].query(side === 'plain'
         ? 'select role, content from bench_app_messages where conversation_id = $1 order by position'
         : `select m.role, m.content from sourcebound.messages m join sourcebound.runs r on r.id = m.run_id
            where m.conversation_id = $1 order by r.seq, m.role desc`, [conversationId]);
@@ -86,7 +127,9 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
     for (const [i, size] of SIZES.entries()) {
       // The first call lays the history out and stores its layout (a rewrite); later ones only read it.
       timer.start();
-      const first = await call('projection', conversations[i]!);
+      const t0 = performance.now();
+      const first = { ms: 0, projection: await projectConversationHistory({ pool, conversationId: conversations[i]!, scope: SCOPE, budgetBytes: BUDGET }) };
+      first.ms = performance.now() - t0;
       const firstStatements = timer.stop();
       const p = first.projection!;
       const write = firstStatements.filter((x) => x.kind.includes('projection_layouts'));
@@ -97,25 +140,30 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       const rows = (await call('plain', conversations[i]!)).rows!;
       const sbRows = (await call('sourcebound', conversations[i]!)).rows!;
       if (rows !== 2 * size || sbRows !== 2 * size) throw new Error(`P2b: the plain reads returned ${rows} and ${sbRows} messages at ${size} pairs (expected ${2 * size})`);
+      // The app sees the same: its scope is the conversations' (a policy that hid rows would make its reads cheaper, not comparable).
+      const appRows = [(await call('plain', conversations[i]!, undefined, 'app')).rows!, (await call('sourcebound', conversations[i]!, undefined, 'app')).rows!];
+      const appItems = (await call('projection', conversations[i]!, undefined, 'app')).projection!.items;
+      if (appRows.some((n) => n !== 2 * size) || JSON.stringify(appItems) !== JSON.stringify(p.items)) {
+        throw new Error(`P2b: at ${size} pairs the app role read ${appRows.join(' and ')} messages${JSON.stringify(appItems) === JSON.stringify(p.items) ? '' : ' and another projection'} (expected ${2 * size} and the owner's projection)`);
+      }
       result.notes.push(`${size} pairs: the projection is ${p.bytes} bytes (${summaries} summarized ranges, ${raw} raw pairs${p.omitted.length > 0 ? `, pairs before ${p.omitted.at(-1)!.toPair + 1} left out` : ''}); the plain read returns ${rows} messages, ${Number(plain.rows[0]!.bytes).toLocaleString('en-US')} bytes of text. ` +
         `The first call (a rewrite: '${p.cache.rewrite}') took ${first.ms.toFixed(2)} ms in ${firstStatements.length} statements, the layout write ${write.length === 0 ? 'none' : `${write.reduce((t, x) => t + x.ms, 0).toFixed(2)} ms`}; the measured calls find the layout stored and write nothing.`);
-      for (let w = 0; w < 10; w++) for (const side of SIDES) await call(side, conversations[i]!);
+      for (let w = 0; w < 10; w++) for (const c of CALLS) await call(c.side, conversations[i]!, undefined, c.who);
     }
 
     const p50 = new Map<string, number[]>();
     const p99 = new Map<string, number[]>();
-    const key = (side: Side, k: number) => `${side} ${k}`;
+    const key = (side: Side, k: number, who: Who = 'owner') => `${side} ${k} ${who}`;
     for (let r = 0; r < rounds; r++) {
       const samples = new Map<string, number[]>();
       for (let j = 0; j < perRound; j++) {
-        // Sizes and sides rotated, so none always follows the same one.
+        // Sizes, sides and roles rotated, so none always follows the same one.
         for (let s = 0; s < SIZES.length; s++) {
           const k = (s + j) % SIZES.length;
-          for (let t = 0; t < SIDES.length; t++) {
-            const side = SIDES[(t + j + r) % SIDES.length]!;
-            const list = samples.get(key(side, k)) ?? [];
-            list.push((await call(side, conversations[k]!)).ms);
-            samples.set(key(side, k), list);
+          for (const { side, who } of rotated(j + r, CALLS)) {
+            const list = samples.get(key(side, k, who)) ?? [];
+            list.push((await call(side, conversations[k]!, undefined, who)).ms);
+            samples.set(key(side, k, who), list);
           }
         }
       }
@@ -124,11 +172,12 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
         p50.set(name, [...(p50.get(name) ?? []), q.p50]);
         p99.set(name, [...(p99.get(name) ?? []), q.p99]);
       }
-      ctx.log(`P2b round ${r + 1}/${rounds}: p50 projection / plain ${SIZES.map((size, k) => `${size}: ${p50.get(key('projection', k))!.at(-1)!.toFixed(2)} / ${p50.get(key('plain', k))!.at(-1)!.toFixed(2)} ms`).join(', ')}`);
+      const last = (side: Side, k: number, who: Who) => p50.get(key(side, k, who))!.at(-1)!.toFixed(2);
+      ctx.log(`P2b round ${r + 1}/${rounds}: p50 projection / plain, owner | app ${SIZES.map((size, k) => `${size}: ${last('projection', k, 'owner')} / ${last('plain', k, 'owner')} | ${last('projection', k, 'app')} / ${last('plain', k, 'app')} ms`).join(', ')}`);
     }
 
     for (const [k, size] of SIZES.entries()) {
-      const at = (side: Side) => ({ p50: p50.get(key(side, k))!, p99: p99.get(key(side, k))! });
+      const at = (side: Side, who: Who = 'owner') => ({ p50: p50.get(key(side, k, who))!, p99: p99.get(key(side, k, who))! });
       const proj = at('projection');
       const plain = at('plain');
       const sb = at('sourcebound');
@@ -150,6 +199,25 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
         { label: `P2b projection p99 / plain read p99 at ${n} pairs`, ratio: spread(roundRatios(proj.p99, plain.p99)), goal: null },
         { label: `P2b projection p50 / sourcebound-table read p50 at ${n} pairs`, ratio: spread(roundRatios(proj.p50, sb.p50)), goal: null },
       );
+      const appSide = { projection: at('projection', 'app'), plain: at('plain', 'app'), sourcebound: at('sourcebound', 'app') };
+      result.figures.push(
+        { label: `${n} pairs: projection, p50, ${AS.app}`, unit: 'ms', value: spread(appSide.projection.p50) },
+        { label: `${n} pairs: projection, p99, ${AS.app}`, unit: 'ms', value: spread(appSide.projection.p99) },
+        { label: `${n} pairs: plain read, p50, ${AS.app} (on the app's table too)`, unit: 'ms', value: spread(appSide.plain.p50) },
+        { label: `${n} pairs: the same read from sourcebound's messages and runs, p50, ${AS.app}`, unit: 'ms', value: spread(appSide.sourcebound.p50) },
+      );
+      result.headlines.push(
+        {
+          label: `P2b projection p50 / plain read p50 at ${n} pairs, both ${AS.app}`, ratio: spread(roundRatios(appSide.projection.p50, appSide.plain.p50)), goal: null,
+          floor: `plain read p50 ${spread(appSide.plain.p50).median.toFixed(2)} ms; projection p50 ${spread(appSide.projection.p50).median.toFixed(2)} ms`,
+        },
+        {
+          label: `P2b projection p50 at ${n} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(appSide.projection.p50, proj.p50)), goal: { op: '<=', target: APP_GOAL },
+          floor: `owner ${spread(proj.p50).median.toFixed(2)} ms, app ${spread(appSide.projection.p50).median.toFixed(2)} ms`,
+        },
+        { label: `P2b plain read p50 at ${n} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(appSide.plain.p50, plain.p50)), goal: null },
+        { label: `P2b sourcebound-table read p50 at ${n} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(appSide.sourcebound.p50, sb.p50)), goal: null },
+      );
     }
 
     // Where a projection's time goes: statements as the client sees them, rows by onRead.
@@ -157,9 +225,9 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       const calls: { ms: number; statements: TimedStatement[]; reads: ReadEvent[] }[] = [];
       for (let c = 0; c < breakdownCalls; c++) {
         const reads: ReadEvent[] = [];
-        timer.start();
+        breakdownTimer.start();
         const { ms } = await call('projection', conversations[k]!, (e) => reads.push(e));
-        calls.push({ ms, statements: timer.stop(), reads });
+        calls.push({ ms, statements: breakdownTimer.stop(), reads });
         await call('plain', conversations[k]!);
       }
       result.notes.push(breakdown(size, calls));
@@ -171,6 +239,8 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       );
     }
   } finally {
+    for (const p of extraPools) await p.end();
+    await app?.close();
     await pool.end();
   }
   importTimes(result, rounds);

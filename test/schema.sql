@@ -51,6 +51,9 @@
   CREATE TRIGGER conversation_summaries_guard_delete BEFORE DELETE ON sourcebound.conversation_summaries FOR EACH ROW EXECUTE FUNCTION sourcebound.conversation_summaries_guard()
   CREATE TRIGGER conversation_summaries_guard_update BEFORE UPDATE ON sourcebound.conversation_summaries FOR EACH ROW WHEN ((old.status = ANY (ARRAY['completed'::text, 'failed'::text])) OR new.conversation_id IS DISTINCT FROM old.conversation_id OR new.scope IS DISTINCT FROM old.scope OR new.from_pair IS DISTINCT FROM old.from_pair OR new.to_pair IS DISTINCT FROM old.to_pair OR new.source_message_ids IS DISTINCT FROM old.source_message_ids OR new.source_hash IS DISTINCT FROM old.source_hash OR new.hash_version IS DISTINCT FROM old.hash_version OR new.model IS DISTINCT FROM old.model OR new.prompt_version IS DISTINCT FROM old.prompt_version OR new.attempts_spent < old.attempts_spent OR new.updated_at IS DISTINCT FROM now()) EXECUTE FUNCTION sourcebound.conversation_summaries_guard()
   CREATE TRIGGER conversation_summaries_no_truncate BEFORE TRUNCATE ON sourcebound.conversation_summaries FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
+  policy app_scope for all to public using ((scope = sourcebound.current_scope()))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table conversation_summary_attempts
   column id bigint not null generated always as identity
@@ -75,6 +78,9 @@
   CREATE TRIGGER conversation_summary_attempts_guard_delete BEFORE DELETE ON sourcebound.conversation_summary_attempts FOR EACH ROW EXECUTE FUNCTION sourcebound.conversation_summary_attempts_guard()
   CREATE TRIGGER conversation_summary_attempts_guard_update BEFORE UPDATE ON sourcebound.conversation_summary_attempts FOR EACH ROW WHEN (old.outcome IS NOT NULL OR new.summary_id IS DISTINCT FROM old.summary_id OR new.worker_id IS DISTINCT FROM old.worker_id OR new.started_at IS DISTINCT FROM old.started_at) EXECUTE FUNCTION sourcebound.conversation_summary_attempts_guard()
   CREATE TRIGGER conversation_summary_attempts_no_truncate BEFORE TRUNCATE ON sourcebound.conversation_summary_attempts FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
+  policy app_scope for all to public using (( SELECT (s.scope = sourcebound.current_scope()) FROM sourcebound.conversation_summaries s WHERE (s.id = conversation_summary_attempts.summary_id)))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- sequence conversation_summary_attempts_id_seq (owned by sourcebound.conversation_summary_attempts.id)
 
@@ -86,6 +92,9 @@
   constraint conversations_pkey: PRIMARY KEY (id)
   constraint conversations_scope_not_empty: CHECK (length(scope) > 0)
   CREATE TRIGGER conversations_scope_fixed BEFORE UPDATE OF id, scope ON sourcebound.conversations FOR EACH ROW WHEN (new.scope IS DISTINCT FROM old.scope OR new.id IS DISTINCT FROM old.id) EXECUTE FUNCTION sourcebound.scope_fixed()
+  policy app_scope for all to public using ((scope = sourcebound.current_scope())) with check ((scope = sourcebound.current_scope()))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- view eligible_pairs
 SELECT p.conversation_id,
@@ -125,6 +134,9 @@ SELECT p.conversation_id,
   CREATE TRIGGER messages_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebound.messages FOR EACH ROW WHEN (new.conversation_id IS DISTINCT FROM old.conversation_id) EXECUTE FUNCTION sourcebound.scope_fixed()
   CREATE TRIGGER messages_size_limit BEFORE INSERT OR UPDATE OF content ON sourcebound.messages FOR EACH ROW WHEN (octet_length(new.content) > 65536) EXECUTE FUNCTION sourcebound.message_size_limit()
   CREATE TRIGGER messages_truncate_pairs AFTER TRUNCATE ON sourcebound.messages FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.pairs_truncated()
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table pairs
   column run_id uuid not null
@@ -138,6 +150,9 @@ SELECT p.conversation_id,
   constraint pairs_index_nonnegative: CHECK (pair_index >= 0)
   constraint pairs_pkey: PRIMARY KEY (run_id)
   CREATE UNIQUE INDEX pairs_conversation_seq_key ON sourcebound.pairs USING btree (conversation_id, run_seq)
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table projection_layouts
   column conversation_id uuid not null
@@ -159,6 +174,9 @@ SELECT p.conversation_id,
   constraint projection_layouts_ledger: CHECK (saved_cost > '-Infinity'::double precision AND saved_cost < 'Infinity'::double precision AND saves_bytes >= 0)
   constraint projection_layouts_pkey: PRIMARY KEY (conversation_id, budget_bytes)
   constraint projection_layouts_span: CHECK (budget_bytes >= 0 AND 0 <= start_pair AND start_pair <= end_pair)
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table run_budgets
   column run_id uuid not null
@@ -172,6 +190,9 @@ SELECT p.conversation_id,
   constraint run_budgets_nonnegative: CHECK (COALESCE(requests_limit, 0) >= 0 AND COALESCE(tokens_limit, 0::bigint) >= 0 AND requests_used >= 0 AND tokens_used >= 0 AND requests_reserved >= 0 AND tokens_reserved >= 0)
   constraint run_budgets_pkey: PRIMARY KEY (run_id)
   constraint run_budgets_run_id_runs_id_fk: FOREIGN KEY (run_id) REFERENCES sourcebound.runs(id) ON DELETE CASCADE
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table run_checkpoints
   column id uuid not null default gen_random_uuid()
@@ -212,6 +233,9 @@ SELECT p.conversation_id,
   CREATE INDEX run_checkpoints_predecessor_idx ON sourcebound.run_checkpoints USING btree (predecessor_id) WHERE (predecessor_id IS NOT NULL)
   CREATE TRIGGER run_checkpoints_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_checkpoints FOR EACH ROW EXECUTE FUNCTION sourcebound.run_checkpoints_guard()
   CREATE TRIGGER run_checkpoints_no_truncate BEFORE TRUNCATE ON sourcebound.run_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
+  policy app_scope for all to public using ((scope = sourcebound.current_scope())) with check ((scope = sourcebound.current_scope()))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table run_model_requests
   column id bigint not null generated always as identity
@@ -227,6 +251,9 @@ SELECT p.conversation_id,
   constraint run_model_requests_run_id_runs_id_fk: FOREIGN KEY (run_id) REFERENCES sourcebound.runs(id) ON DELETE CASCADE
   constraint run_model_requests_sizes: CHECK (request_bytes >= 0 AND COALESCE(input_tokens, 0) >= 0 AND COALESCE(output_tokens, 0) >= 0)
   CREATE TRIGGER run_model_requests_guard BEFORE DELETE OR UPDATE ON sourcebound.run_model_requests FOR EACH ROW EXECUTE FUNCTION sourcebound.run_model_requests_guard()
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- sequence run_model_requests_id_seq (owned by sourcebound.run_model_requests.id)
 
@@ -251,6 +278,9 @@ SELECT p.conversation_id,
   CREATE INDEX run_results_run_idx ON sourcebound.run_results USING btree (run_id, kind)
   CREATE TRIGGER run_results_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_results FOR EACH ROW EXECUTE FUNCTION sourcebound.run_results_guard()
   CREATE TRIGGER run_results_no_truncate BEFORE TRUNCATE ON sourcebound.run_results FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table run_summary_requests
   column id uuid not null default gen_random_uuid()
@@ -305,6 +335,9 @@ SELECT p.conversation_id,
   CREATE INDEX run_summary_requests_run_idx ON sourcebound.run_summary_requests USING btree (run_id, dispatched_at)
   CREATE TRIGGER run_summary_requests_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_summary_requests FOR EACH ROW EXECUTE FUNCTION sourcebound.run_summary_requests_guard()
   CREATE TRIGGER run_summary_requests_no_truncate BEFORE TRUNCATE ON sourcebound.run_summary_requests FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
+  policy app_scope for all to public using ((scope = sourcebound.current_scope())) with check ((scope = sourcebound.current_scope()))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- table run_tool_units
   column id bigint not null generated always as identity
@@ -348,6 +381,9 @@ END)
   CREATE INDEX run_tool_units_result_idx ON sourcebound.run_tool_units USING btree (result_id, result_version) WHERE (result_id IS NOT NULL)
   CREATE TRIGGER run_tool_units_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_tool_units FOR EACH ROW EXECUTE FUNCTION sourcebound.run_tool_units_guard()
   CREATE TRIGGER run_tool_units_no_truncate BEFORE TRUNCATE ON sourcebound.run_tool_units FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- sequence run_tool_units_id_seq (owned by sourcebound.run_tool_units.id)
 
@@ -378,6 +414,9 @@ END)
   CREATE UNIQUE INDEX run_turns_revision_key ON sourcebound.run_turns USING btree (run_id, revision) WHERE (revision IS NOT NULL)
   CREATE TRIGGER run_turns_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_turns FOR EACH ROW EXECUTE FUNCTION sourcebound.run_turns_guard()
   CREATE TRIGGER run_turns_no_truncate BEFORE TRUNCATE ON sourcebound.run_turns FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
+  policy app_scope for all to public using (sourcebound.run_in_current_scope(run_id)) with check (sourcebound.run_in_current_scope(run_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- sequence run_turns_seq_seq (owned by sourcebound.run_turns.seq)
 
@@ -396,6 +435,9 @@ END)
   CREATE TRIGGER runs_refresh_pair_del AFTER DELETE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
   CREATE TRIGGER runs_refresh_pair_upd AFTER UPDATE ON sourcebound.runs FOR EACH ROW EXECUTE FUNCTION sourcebound.runs_refresh_pair()
   CREATE TRIGGER runs_scope_fixed BEFORE UPDATE OF conversation_id ON sourcebound.runs FOR EACH ROW WHEN (new.conversation_id IS DISTINCT FROM old.conversation_id) EXECUTE FUNCTION sourcebound.scope_fixed()
+  policy app_scope for all to public using (sourcebound.in_current_scope(conversation_id)) with check (sourcebound.in_current_scope(conversation_id))
+  policy reader_all for all to sourcebound_reader using (true)
+  policy worker_all for all to sourcebound_worker using (true)
 
 -- sequence runs_seq_seq (owned by sourcebound.runs.seq)
 
@@ -971,12 +1013,12 @@ $function$
 -- function sourcebound.in_current_scope(uuid)
 CREATE OR REPLACE FUNCTION sourcebound.in_current_scope(p_conversation_id uuid)
  RETURNS boolean
- LANGUAGE sql
- STABLE SECURITY DEFINER
- SET search_path TO 'sourcebound', 'pg_temp'
+ LANGUAGE plpgsql
+ STABLE
 AS $function$
-  SELECT EXISTS (SELECT 1 FROM sourcebound.conversations c
-                 WHERE c.id = p_conversation_id AND c.scope = nullif(current_setting('sourcebound.scope', true), ''))
+BEGIN
+  RETURN (SELECT c.scope = sourcebound.current_scope() FROM sourcebound.conversations c WHERE c.id = p_conversation_id);
+END
 $function$
 
 -- function sourcebound.message_size_limit()
@@ -1816,12 +1858,13 @@ $function$
 -- function sourcebound.run_in_current_scope(uuid)
 CREATE OR REPLACE FUNCTION sourcebound.run_in_current_scope(p_run_id uuid)
  RETURNS boolean
- LANGUAGE sql
- STABLE SECURITY DEFINER
- SET search_path TO 'sourcebound', 'pg_temp'
+ LANGUAGE plpgsql
+ STABLE
 AS $function$
-  SELECT EXISTS (SELECT 1 FROM sourcebound.runs r JOIN sourcebound.conversations c ON c.id = r.conversation_id
-                 WHERE r.id = p_run_id AND c.scope = nullif(current_setting('sourcebound.scope', true), ''))
+BEGIN
+  RETURN (SELECT c.scope = sourcebound.current_scope()
+          FROM sourcebound.runs r JOIN sourcebound.conversations c ON c.id = r.conversation_id WHERE r.id = p_run_id);
+END
 $function$
 
 -- function sourcebound.run_model_requests_guard()

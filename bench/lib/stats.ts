@@ -47,6 +47,12 @@ export function sidesInRound<T>(i: number, a: T, b: T): [T, T] {
   return i % 2 === 0 ? [a, b] : [b, a];
 }
 
+/** The order of several sides in round `i`: rotated by one each round, so each goes first as often as the others. */
+export function rotated<T>(i: number, sides: readonly T[]): T[] {
+  const k = i % sides.length;
+  return [...sides.slice(k), ...sides.slice(0, k)];
+}
+
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Resolves when `check()` is true; polls every `everyMs`; throws after `timeoutMs` (benchmarks never hang). */

@@ -3,8 +3,8 @@ import type pg from 'pg';
 /**
  * The product's schema (`sourcebound`) as text, from catalog queries alone, so it needs no
  * pg_dump binary (the embedded PostgreSQL ships none) and reads the same on every server the
- * tests run on: tables (columns, constraints, indexes, triggers), views, functions, each in name
- * order. Owners, privileges, OIDs and the NOT NULL constraints PostgreSQL 18 lists in
+ * tests run on: tables (columns, constraints, indexes, triggers, row-security policies, each
+ * on one line), views, functions, each in name order. Owners, privileges, OIDs and the NOT NULL constraints PostgreSQL 18 lists in
  * pg_constraint are left out (the column lines carry NOT NULL). test/schema.sql is this text for
  * a freshly migrated database; `npm run db:dump` writes it again.
  */
@@ -52,6 +52,15 @@ export async function dumpSchema(db: pg.ClientBase | pg.Pool, schema = 'sourcebo
       `select pg_get_triggerdef(oid, true) as line from pg_trigger where tgrelid = $1 and not tgisinternal order by tgname collate "C"`,
       [rel.oid])).rows;
     for (const t of triggers) out.push(`  ${t.line}`);
+    // Row-security policies: what a role sees once the owner turns row security on (0007).
+    const policies = (await db.query<{ line: string }>(
+      `select 'policy ' || p.polname || case when p.polpermissive then '' else ' as restrictive' end
+              || ' for ' || case p.polcmd when 'r' then 'select' when 'a' then 'insert' when 'w' then 'update' when 'd' then 'delete' else 'all' end
+              || ' to ' || (select string_agg(case when r = 0 then 'public' else r::regrole::text end, ', ' order by 1) from unnest(p.polroles) r)
+              || coalesce(' using (' || regexp_replace(pg_get_expr(p.polqual, p.polrelid), '\\s+', ' ', 'g') || ')', '')
+              || coalesce(' with check (' || regexp_replace(pg_get_expr(p.polwithcheck, p.polrelid), '\\s+', ' ', 'g') || ')', '') as line
+       from pg_policy p where p.polrelid = $1 order by p.polname collate "C"`, [rel.oid])).rows;
+    for (const p of policies) out.push(`  ${p.line}`);
   }
 
   const functions = await q<{ signature: string; def: string }>(

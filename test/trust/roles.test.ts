@@ -128,6 +128,25 @@ describe('tenants: what the app role cannot do, whatever SQL it sends', () => {
       // No scope named: nothing is seen, nothing is written.
       const none = await app.query('select count(*)::int as n from sourcebound.messages');
       expect(none.rows[0].n).toBe(0);
+      // Every table under row security reads as the app (its policy's subquery reads other
+      // tables under their own policies): tenant A's rows only, none with no scope named.
+      const { rows: tables } = await db.pool.query<{ t: string }>('select sourcebound.row_security_tables() as t');
+      const seenBy = async (setup: string | null) => {
+        const c = await app.connect();
+        try {
+          await c.query('begin');
+          if (setup) await c.query(setup);
+          const counts: Record<string, number> = {};
+          for (const { t } of tables) counts[t] = (await c.query(`select count(*)::int as n from sourcebound.${t}`)).rows[0].n;
+          await c.query('rollback');
+          return counts;
+        } finally {
+          c.release();
+        }
+      };
+      const ofA = await db.pool.query<{ n: number }>('select count(*)::int as n from sourcebound.messages where conversation_id = $1', [tenantA.id]);
+      expect((await seenBy(asA)).messages).toBe(ofA.rows[0]!.n);
+      expect(Object.values(await seenBy(null)).every((n) => n === 0)).toBe(true);
       // The product's own reads name their scope, and still work.
       const projected = await projectConversationHistory({ pool: app, scope: tenantA.scope, conversationId: tenantA.id, budgetBytes: 64 * 1024 });
       expect(projected.items.map((i) => i.kind)).toContain('pair');
