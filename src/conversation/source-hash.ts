@@ -46,7 +46,7 @@ export function sourceHash(pairs: readonly SourcePair[], version: number = SOURC
 }
 
 /** The 2 x N message ids of a range in pair order: user, assistant, user, assistant... */
-export function sourceMessageIds(pairs: readonly SourcePair[]): string[] {
+export function sourceMessageIds(pairs: readonly Pick<SourcePair, 'userMessageId' | 'assistantMessageId'>[]): string[] {
   return pairs.flatMap((p) => [p.userMessageId.toLowerCase(), p.assistantMessageId.toLowerCase()]);
 }
 
