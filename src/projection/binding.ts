@@ -99,5 +99,5 @@ export function mostTelling(failures: readonly { reason: SummaryNotUsedReason; r
 
 /** Whether stored ids equal the current ids, in order (stored ids compared lowercase). */
 export function sameIds(stored: readonly string[], current: readonly string[]): boolean {
-  return stored.length === current.length && stored.every((id, i) => id.toLowerCase() === current[i]);
+  return stored.length === current.length && stored.every((id, i) => id === current[i] || id.toLowerCase() === current[i]);
 }

@@ -251,8 +251,8 @@ export class ConversationReader {
     return this.slotOf(i);
   }
 
-  /** Pair i when its page is read already (no await: a range's ten pairs are looked at on every call), else null. */
-  private readSlot(i: number): PairSlot | null {
+  /** Pair i when its page is read already (no await: a kept layout's pairs are looked at on every call), else null: ask pair(i). */
+  pairIfRead(i: number): PairSlot | null {
     if (i < this.readFrom || i >= this.count) return null;
     return this.slotOf(i);
   }
@@ -335,7 +335,7 @@ export class ConversationReader {
     const fromPair = k * RANGE_SIZE;
     const toPair = Math.min(fromPair + RANGE_SIZE - 1, this.count - 1);
     for (let i = toPair; i >= fromPair; i--) {
-      if ((this.readSlot(i) ?? await this.pair(i)).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
+      if ((this.pairIfRead(i) ?? await this.pair(i)).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
     }
     const pairs = Array.from({ length: toPair - fromPair + 1 }, (_, j) => this.rows.get(fromPair + j)!);
     if (!this.records.has(k)) while (k < this.recordsFrom) await this.readRecords(k);
