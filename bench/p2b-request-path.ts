@@ -6,6 +6,7 @@ import { APP_GOAL, appRole, type AppRole } from './lib/app-role.ts';
 import type { BenchContext } from './lib/context.ts';
 import type { BenchResult } from './lib/report.ts';
 import { benchPool } from './lib/server.ts';
+import { requestSplit } from './lib/split.ts';
 import { timeStatements, type TimedStatement } from './lib/statements.ts';
 import { p50p99, percentile, rotated, roundRatios, spread } from './lib/stats.ts';
 import { bulkPairs, createConversations } from './lib/writes.ts';
@@ -44,6 +45,7 @@ const GOALS: Record<number, number> = { 40: 1.5, 100: 1.5, 1000: 1.0 };
 const SCOPE = 'bench';
 
 type Side = 'projection' | 'plain' | 'sourcebound';
+const PLAIN_READ = 'select role, content from bench_app_messages where conversation_id = $1 order by position';
 const SIDES: Side[] = ['projection', 'plain', 'sourcebound'];
 type Who = 'owner' | 'app';
 const WHO: Who[] = ['owner', 'app'];
@@ -117,7 +119,7 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
         return { ms: performance.now() - t0, projection };
       }
       const { rows } = await pools[who][side].query(side === 'plain'
-        ? 'select role, content from bench_app_messages where conversation_id = $1 order by position'
+        ? PLAIN_READ
         : `select m.role, m.content from sourcebound.messages m join sourcebound.runs r on r.id = m.run_id
            where m.conversation_id = $1 order by r.seq, m.role desc`, [conversationId]);
       return { ms: performance.now() - t0, rows: rows.length };
@@ -231,6 +233,12 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
         await call('plain', conversations[k]!);
       }
       result.notes.push(breakdown(size, calls));
+      const split = await requestSplit(pool, `${size.toLocaleString('en-US')} pairs`, calls, { text: PLAIN_READ, values: [conversations[k]!] });
+      result.notes.push(split.note);
+      result.figures.push(...split.figures);
+      ctx.log(`P2b ${split.note}`);
+      const headline = result.headlines.find((h) => h.label === `P2b projection p50 / plain read p50 at ${size.toLocaleString('en-US')} pairs`);
+      if (headline !== undefined) headline.floor = `${headline.floor ?? ''}; ${split.short}`;
       const med = (f: (c: (typeof calls)[number]) => number) => percentile(calls.map(f).sort((a, b) => a - b), 50);
       const n = size.toLocaleString('en-US');
       result.figures.push(

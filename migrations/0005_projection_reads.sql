@@ -39,16 +39,15 @@ BEGIN
 END
 $$;
 --> statement-breakpoint
--- Pairs p_from_pair..p_to_pair with their sizes, oldest first; a pair's texts
--- only when the two together are at most p_max_text_bytes (null: always).
+-- Pairs p_from_pair..p_to_pair, oldest first; a pair's texts only when the two
+-- together are at most p_max_text_bytes UTF-8 bytes (null: always).
 CREATE FUNCTION sourcebound.projection_pairs_page(p_conversation_id uuid, p_scope text, p_from_pair integer, p_to_pair integer, p_max_text_bytes bigint)
 RETURNS TABLE ("pairIndex" integer, "runId" uuid, "userMessageId" uuid, "assistantMessageId" uuid,
-               "userBytes" integer, "assistantBytes" integer, "userText" text, "assistantText" text)
+               "userText" text, "assistantText" text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RETURN QUERY
   SELECT e.pair_index, e.run_id, e.user_message_id, e.assistant_message_id,
-         octet_length(e.user_text), octet_length(e.assistant_text),
          CASE WHEN p_max_text_bytes IS NULL OR octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= p_max_text_bytes
               THEN e.user_text END,
          CASE WHEN p_max_text_bytes IS NULL OR octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= p_max_text_bytes
@@ -123,6 +122,10 @@ $$;
 -- escape in the server and a parse in the client, where a column is a plain
 -- copy (measured: 2x the CPU at 40 pairs). No row: no conversation with this
 -- id in this scope. PL/pgSQL: its plans are kept per connection.
+-- Every statement costs its plan's start-up whether or not it finds rows, so
+-- the common call runs few: the count and the layout stored at this very
+-- budget in one (the near layout only when there is none), the ranges and
+-- their records only when the layout shows summaries.
 CREATE FUNCTION sourcebound.projection_read(
   p_conversation_id uuid, p_scope text,
   -- The budget whose layout to read (NULL: none, e.g. newest-first), and the range of budgets a near layout may have.
@@ -130,7 +133,7 @@ CREATE FUNCTION sourcebound.projection_read(
   -- Without a usable layout start: how many of the newest pairs to read; and the text limit of projection_pairs_page.
   p_first_page integer, p_max_text_bytes bigint)
 RETURNS TABLE ("pairIndex" integer, "runId" uuid, "userMessageId" uuid, "assistantMessageId" uuid,
-               "userBytes" integer, "assistantBytes" integer, "userText" text, "assistantText" text, read json)
+               "userText" text, "assistantText" text, read json)
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 DECLARE
@@ -138,30 +141,37 @@ DECLARE
   v_layout json;
   v_layout_budget integer;
   v_start integer;
+  v_summaries jsonb;
   v_ranges integer[];
   v_from integer;
-  v_records json;
+  v_records json := '[]'::json;
 BEGIN
-  SELECT (SELECT coalesce(max(p.pair_index) + 1, 0) FROM sourcebound.pairs p WHERE p.conversation_id = c.id)::int
-  INTO v_count
-  FROM sourcebound.conversations c WHERE c.id = p_conversation_id AND c.scope = p_scope;
-  IF v_count IS NULL THEN
+  -- The pair count (no row: no such conversation in this scope) and the layout stored at this very budget.
+  SELECT (SELECT coalesce(max(p.pair_index) + 1, 0) FROM sourcebound.pairs p WHERE p.conversation_id = c.id)::int,
+         CASE WHEN l.conversation_id IS NOT NULL THEN json_build_object(
+           'startPair', l.start_pair, 'endPair', l.end_pair, 'summaries', l.summaries, 'gaps', l.gaps,
+           'prefixSha256', l.prefix_sha256, 'prefixBytes', l.prefix_bytes, 'savedCost', l.saved_cost,
+           'savesBytes', l.saves_bytes::float8, 'headSha256', l.head_sha256, 'usedAt', l.used_at) END,
+         l.budget_bytes, l.start_pair, l.summaries
+  INTO v_count, v_layout, v_layout_budget, v_start, v_summaries
+  FROM sourcebound.conversations c
+  LEFT JOIN sourcebound.projection_layouts l ON l.conversation_id = c.id AND l.budget_bytes = p_layout_budget
+  WHERE c.id = p_conversation_id AND c.scope = p_scope;
+  IF NOT FOUND THEN
     RETURN;
   END IF;
 
-  IF p_layout_budget IS NOT NULL THEN
-    -- The layout stored at this budget, else the nearest larger one up to p_near_high, else the nearest smaller one down to p_near_low.
+  IF v_layout IS NULL AND p_layout_budget IS NOT NULL THEN
+    -- None at this budget: the nearest larger one up to p_near_high, else the nearest smaller one down to p_near_low.
     SELECT json_build_object(
              'startPair', l.start_pair, 'endPair', l.end_pair, 'summaries', l.summaries, 'gaps', l.gaps,
              'prefixSha256', l.prefix_sha256, 'prefixBytes', l.prefix_bytes, 'savedCost', l.saved_cost,
              'savesBytes', l.saves_bytes::float8, 'headSha256', l.head_sha256, 'usedAt', l.used_at),
-           l.budget_bytes, l.start_pair,
-           ARRAY(SELECT DISTINCT floor((e ->> 'fromPair')::numeric / 10)::int FROM jsonb_array_elements(l.summaries) e ORDER BY 1)
-    INTO v_layout, v_layout_budget, v_start, v_ranges
+           l.budget_bytes, l.start_pair, l.summaries
+    INTO v_layout, v_layout_budget, v_start, v_summaries
     FROM sourcebound.projection_layouts l
-    WHERE l.conversation_id = p_conversation_id
-      AND (l.budget_bytes = p_layout_budget OR l.budget_bytes BETWEEN p_near_low AND p_near_high)
-    ORDER BY l.budget_bytes <> p_layout_budget, l.budget_bytes < p_layout_budget, abs(l.budget_bytes - p_layout_budget)
+    WHERE l.conversation_id = p_conversation_id AND l.budget_bytes BETWEEN p_near_low AND p_near_high
+    ORDER BY l.budget_bytes < p_layout_budget, abs(l.budget_bytes - p_layout_budget)
     LIMIT 1;
   END IF;
 
@@ -171,8 +181,11 @@ BEGIN
   -- (Ranges by number k: pairs 10k..10k+9; a record belongs to the range its from_pair lies in, aligned or not.)
   IF v_layout IS NULL THEN
     v_ranges := ARRAY(SELECT g FROM generate_series(v_from / 10, (v_count - 1) / 10) g WHERE v_count > 0);
+  ELSIF jsonb_array_length(v_summaries) = 0 THEN
+    v_ranges := '{}';
+  ELSE
+    v_ranges := ARRAY(SELECT DISTINCT floor((e ->> 'fromPair')::numeric / 10)::int FROM jsonb_array_elements(v_summaries) e ORDER BY 1);
   END IF;
-  v_records := '[]'::json;
   IF cardinality(v_ranges) > 0 THEN
   SELECT coalesce(json_agg(json_build_object(
            'id', s.id, 'fromPair', s.from_pair, 'toPair', s.to_pair, 'sourceMessageIds', to_json(s.source_message_ids),
@@ -189,9 +202,9 @@ BEGIN
     AND s.status IN ('completed', 'failed');
   END IF;
 
-  RETURN QUERY SELECT NULL::int, NULL::uuid, NULL::uuid, NULL::uuid, NULL::int, NULL::int, NULL::text, NULL::text,
+  RETURN QUERY SELECT NULL::int, NULL::uuid, NULL::uuid, NULL::uuid, NULL::text, NULL::text,
     json_build_object('count', v_count, 'layout', v_layout, 'layoutBudget', v_layout_budget, 'fromPair', v_from,
-                      'recordRanges', to_json(coalesce(v_ranges, '{}')), 'records', v_records,
+                      'recordRanges', to_json(v_ranges), 'records', v_records,
                       -- What keeps history out of every pair, silently: messages with no run, replies still
                       -- streaming, runs not settled after ten minutes. Each count reads a partial index that
                       -- holds only such rows (0008_projection_problems), so it costs nothing when there are none.
@@ -202,7 +215,6 @@ BEGIN
                                           AND r.created_at < now() - interval '10 minutes'));
   RETURN QUERY
   SELECT e.pair_index, e.run_id, e.user_message_id, e.assistant_message_id,
-         octet_length(e.user_text), octet_length(e.assistant_text),
          CASE WHEN p_max_text_bytes IS NULL OR octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= p_max_text_bytes
               THEN e.user_text END,
          CASE WHEN p_max_text_bytes IS NULL OR octet_length(e.user_text)::bigint + octet_length(e.assistant_text) <= p_max_text_bytes

@@ -15,6 +15,9 @@ export interface TimedStatement {
   ms: number;
   /** Rows returned (or affected). */
   rows: number;
+  /** The statement as sent, with its parameters (to run it again, e.g. under EXPLAIN ANALYZE). */
+  text: string;
+  values: readonly unknown[];
 }
 
 export interface StatementTimer {
@@ -33,9 +36,10 @@ export function timeStatements(pool: pg.Pool): StatementTimer {
       if (into === null) return original.apply(this, args);
       const first = args[0] as string | { text?: string } | undefined;
       const text = typeof first === 'string' ? first : first?.text ?? '';
+      const values = (Array.isArray(args[1]) ? args[1] : (first as { values?: unknown[] } | undefined)?.values) ?? [];
       const t0 = performance.now();
       const done = (result: { rowCount?: number | null; rows?: unknown[] } | undefined) => {
-        into.push({ kind: kindOf(text), ms: performance.now() - t0, rows: result?.rowCount ?? result?.rows?.length ?? 0 });
+        into.push({ kind: kindOf(text), ms: performance.now() - t0, rows: result?.rowCount ?? result?.rows?.length ?? 0, text, values });
       };
       // pg.Pool#query passes a callback; a checked-out client is awaited.
       const callbackAt = args.findIndex((a) => typeof a === 'function');

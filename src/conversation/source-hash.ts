@@ -46,8 +46,14 @@ export function sourceHash(pairs: readonly SourcePair[], version: number = SOURC
 }
 
 /** The 2 x N message ids of a range in pair order: user, assistant, user, assistant... */
-export function sourceMessageIds(pairs: readonly SourcePair[]): string[] {
-  return pairs.flatMap((p) => [p.userMessageId.toLowerCase(), p.assistantMessageId.toLowerCase()]);
+export function sourceMessageIds(pairs: readonly Pick<SourcePair, 'userMessageId' | 'assistantMessageId'>[]): string[] {
+  // (A loop: the projection checks every shown range's ids on every call.)
+  const ids = new Array<string>(2 * pairs.length);
+  for (let i = 0; i < pairs.length; i++) {
+    ids[2 * i] = pairs[i]!.userMessageId.toLowerCase();
+    ids[2 * i + 1] = pairs[i]!.assistantMessageId.toLowerCase();
+  }
+  return ids;
 }
 
 function field(hash: ReturnType<typeof createHash>, value: string): void {

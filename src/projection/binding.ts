@@ -50,7 +50,8 @@ export function recordIdCheck(record: ProjectionSummaryRow, fromPair: number, cu
   if (record.status !== 'completed' || record.summary === null || record.summary.length === 0) return 'not_yet_summarized';
   if (!isProjectable(record.promptVersion)) return 'version_not_allowed';
   // The contract's ceiling: a record over it is never projected, whatever made it.
-  if (codePointLength(record.summary) > SUMMARY_CHAR_CEILING) return 'over_cap';
+  // (A string has at least as many UTF-16 units as code points: only a long one needs counting.)
+  if (record.summary.length > SUMMARY_CHAR_CEILING && codePointLength(record.summary) > SUMMARY_CHAR_CEILING) return 'over_cap';
   // White space or invisible characters only (the database asks only for length > 0; records made
   // before the gateway's isBlank, or written by hand): it says nothing of the ten replies it would
   // replace, and a white-space text block is refused by the Messages API.
@@ -78,7 +79,7 @@ export function recordHashCheck(
 
 /** The current ids of a range in the order a record binds them. */
 export function currentIds(pairs: readonly Pick<SourcePair, 'userMessageId' | 'assistantMessageId'>[]): string[] {
-  return sourceMessageIds(pairs.map((p) => ({ ...p, userText: '', assistantText: '' })));
+  return sourceMessageIds(pairs);
 }
 
 // When no record is usable, the range reports the most telling reason: a real
@@ -98,5 +99,5 @@ export function mostTelling(failures: readonly { reason: SummaryNotUsedReason; r
 
 /** Whether stored ids equal the current ids, in order (stored ids compared lowercase). */
 export function sameIds(stored: readonly string[], current: readonly string[]): boolean {
-  return stored.length === current.length && stored.every((id, i) => id.toLowerCase() === current[i]);
+  return stored.length === current.length && stored.every((id, i) => id === current[i] || id.toLowerCase() === current[i]);
 }

@@ -110,7 +110,7 @@ async function decide(reader: ConversationReader, args: StableArgs, stored: Proj
   const { items, omitted } = rebuilt;
   const half = Math.floor(budgetBytes / 2);
   for (let i = stored.endPair; i < count; i++) {
-    const slot = await reader.pair(i);
+    const slot = reader.pairIfRead(i) ?? await reader.pair(i);
     if (slot.kind !== 'pair' || reader.format.sizeOf(slot.item) > half) return rewrite(reader, args, 'budget', leadingSummaries(items));
     items.push(slot.item);
   }
@@ -178,7 +178,7 @@ async function rebuild(reader: ConversationReader, stored: ProjectionLayoutRow):
       i += RANGE_SIZE;
       continue;
     }
-    const slot = await reader.pair(i);
+    const slot = reader.pairIfRead(i) ?? await reader.pair(i);
     if (slot.kind !== 'pair') return null;
     items.push(slot.item);
     i += 1;

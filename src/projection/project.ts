@@ -183,11 +183,12 @@ function assemble(
   };
   // The planner sized every candidate with the format's arithmetic; the adapter's own JSON is the truth
   // (checked once for the same items and spans: reader.ts ItemMemo).
-  const planned = at.format.projectedBytes(result.items, result.omitted);
   // (Layouts of more than 2,000 items are checked every time: bounds the memo's keys.)
   const key = result.items.length > 2000 ? null
     : `${at.format.name}|${result.items.map(itemSerial).join(',')}|${result.omitted.map((s) => `${s.fromPair}-${s.toPair}-${s.reason}`).join(',')}`;
   const checked = key === null ? undefined : checkedBytes.get(key);
+  // A size is remembered only where the planner's equaled the JSON's: the same items and spans plan the same.
+  const planned = checked ?? at.format.projectedBytes(result.items, result.omitted);
   result.bytes = checked ?? historyBytes(at.format.messages(result));
   if (key !== null && checked === undefined && result.bytes === planned) {
     if (checkedBytes.size >= MAX_CHECKED) checkedBytes.delete(checkedBytes.keys().next().value!);

@@ -56,63 +56,78 @@ export const NO_FURTHER_READS: Queryable = {
  * range's source hash over it and a layout's hash over it (layout.ts) are
  * computed once, not on every call. Only equal content is ever reused: the
  * texts are compared (a string comparison, far cheaper than JSON and SHA-256).
- * Past MEMO_TEXT_BYTES of texts the least recently used pairs go first, then summaries.
+ * Past MEMO_TEXT_BYTES of texts the pairs not used for longest go first (second
+ * chance: near enough to least recently used), then summaries.
  */
 export const MEMO_TEXT_BYTES = 16 * 1024 * 1024;
 const MEMO_HASHES = 4096;
 
 export class ItemMemo {
-  private readonly pairs = new Map<string, { item: PairItem; bytes: number }>();
-  private readonly summaries = new Map<string, { item: SummaryItem; bytes: number }>();
+  /**
+   * Pair items by their user message's id (a message is in one pair at most; the
+   * other fields are compared). A hit only marks the entry used: eviction gives
+   * used entries a second chance (an approximation of least recently used that
+   * costs a hit nothing, where moving the entry cost a delete and an insert).
+   */
+  private readonly pairs = new Map<string, { item: PairItem; bytes: number; used: boolean }>();
+  private readonly summaries = new Map<string, { item: SummaryItem; pairs: readonly number[]; bytes: number }>();
   private readonly hashes = new Map<string, string>();
   private bytes = 0;
 
   /** The item of a pair with its texts: an equal earlier one when there is one. */
   pair(row: TextPair): PairItem {
-    const key = `${row.userMessageId}/${row.assistantMessageId}`;
+    const key = row.userMessageId;
     const found = this.pairs.get(key);
     if (found !== undefined) {
       const it = found.item;
-      this.pairs.delete(key);
-      if (it.pairIndex === row.pairIndex && it.runId === row.runId && it.userText === row.userText && it.assistantText === row.assistantText) {
-        this.pairs.set(key, found);
+      if (it.pairIndex === row.pairIndex && it.runId === row.runId && it.assistantMessageId === row.assistantMessageId
+        && it.userText === row.userText && it.assistantText === row.assistantText) {
+        found.used = true;
         return it;
       }
+      this.pairs.delete(key);
       this.bytes -= found.bytes;
     }
     const item = Object.freeze(pairItem(row));
     const bytes = row.userText.length + row.assistantText.length + 200;
-    this.pairs.set(key, { item, bytes });
+    this.pairs.set(key, { item, bytes, used: false });
     this.bytes += bytes;
     this.evict();
     return item;
   }
 
-  /** The item of a usable summary: an equal earlier one when there is one. */
-  summary(record: ProjectionSummaryRow & { summary: string }, pairs: readonly TextPair[]): SummaryItem {
-    const fresh = summaryItem(record, pairs);
+  /**
+   * The item of a usable summary: an equal earlier one when there is one. A
+   * summary item is made of its record and its pairs' user messages: the
+   * earlier one is equal when the record's fields are, and its pairs are the
+   * same items (equal content makes the same pair item; texts are not
+   * compared again).
+   */
+  summary(record: ProjectionSummaryRow & { summary: string }, pairs: readonly PairItem[]): SummaryItem {
+    // Pair items by their serials: an entry does not keep the items it was made of alive.
+    const serials = pairs.map(itemSerial);
     const found = this.summaries.get(record.id);
     if (found !== undefined) {
       this.summaries.delete(record.id);
-      if (sameSummary(found.item, fresh)) {
+      if (sameSummary(found.item, record) && found.pairs.length === serials.length && found.pairs.every((n, i) => n === serials[i])) {
         this.summaries.set(record.id, found);
         return found.item;
       }
       this.bytes -= found.bytes;
     }
+    const fresh = summaryItem(record, pairs);
     const item = Object.freeze({
       ...fresh, userMessages: Object.freeze(fresh.userMessages.map((m) => Object.freeze(m))), ungrounded: Object.freeze(fresh.ungrounded),
     }) as SummaryItem;
     const bytes = fresh.summary.length + fresh.userMessages.reduce((n, m) => n + m.text.length, 0) + 500;
-    this.summaries.set(record.id, { item, bytes });
+    this.summaries.set(record.id, { item, pairs: serials, bytes });
     this.bytes += bytes;
     this.evict();
     return item;
   }
 
-  /** sourceHash of a range's pairs, computed once for the same items. */
-  sourceHash(pairs: readonly TextPair[], version: number): string {
-    const items = pairs.map((p) => this.pair(p));
+  /** sourceHash of a range's pairs (their items: pair()), computed once for the same items. */
+  sourceHash(items: readonly PairItem[], version: number): string {
     const key = `${version}:${items.map(itemSerial).join(',')}`;
     let hash = this.hashes.get(key);
     if (hash === undefined) {
@@ -125,20 +140,31 @@ export class ItemMemo {
 
   private evict(): void {
     while (this.bytes > MEMO_TEXT_BYTES && (this.pairs.size > 0 || this.summaries.size > 0)) {
-      const from = this.pairs.size > 0 ? this.pairs : this.summaries;
-      const [key, entry] = from.entries().next().value!;
-      from.delete(key);
+      if (this.pairs.size > 0) {
+        const [key, entry] = this.pairs.entries().next().value!;
+        this.pairs.delete(key);
+        if (entry.used) {
+          // Used since it was last looked at here: to the back of the line, unmarked.
+          entry.used = false;
+          this.pairs.set(key, entry);
+          continue;
+        }
+        this.bytes -= entry.bytes;
+        continue;
+      }
+      const [key, entry] = this.summaries.entries().next().value!;
+      this.summaries.delete(key);
       this.bytes -= entry.bytes;
     }
   }
 }
 
-function sameSummary(a: SummaryItem, b: SummaryItem): boolean {
-  return a.fromPair === b.fromPair && a.toPair === b.toPair && a.recordId === b.recordId && a.promptVersion === b.promptVersion
-    && a.model === b.model && a.summary === b.summary && a.label === b.label
-    && a.ungrounded.length === b.ungrounded.length && a.ungrounded.every((f, i) => f === b.ungrounded[i])
-    && a.userMessages.length === b.userMessages.length
-    && a.userMessages.every((m, i) => m.pairIndex === b.userMessages[i]!.pairIndex && m.messageId === b.userMessages[i]!.messageId && m.text === b.userMessages[i]!.text);
+/** Whether a summary item was made from a record with these fields (its label follows from them; its user messages from its pairs). */
+function sameSummary(a: SummaryItem, r: ProjectionSummaryRow & { summary: string }): boolean {
+  const ungrounded = r.ungrounded ?? [];
+  return a.fromPair === r.fromPair && a.toPair === r.toPair && a.recordId === r.id && a.promptVersion === r.promptVersion
+    && a.model === r.model && a.summary === r.summary
+    && a.ungrounded.length === ungrounded.length && a.ungrounded.every((f, i) => f === ungrounded[i]);
 }
 
 const serials = new WeakMap<object, number>();
@@ -222,6 +248,17 @@ export class ConversationReader {
     if (i < 0 || i >= this.count) return { kind: 'missing' };
     if (this.brokenAt !== null && i <= this.brokenAt) return { kind: 'missing' };
     while (i < this.readFrom) await this.readPage();
+    return this.slotOf(i);
+  }
+
+  /** Pair i when its page is read already (no await: a kept layout's pairs are looked at on every call), else null: ask pair(i). */
+  pairIfRead(i: number): PairSlot | null {
+    if (i < this.readFrom || i >= this.count) return null;
+    return this.slotOf(i);
+  }
+
+  /** Pair i of a page read. */
+  private slotOf(i: number): PairSlot {
     if (this.brokenAt !== null && i <= this.brokenAt) return { kind: 'missing' };
     const row = this.rows.get(i)!;
     if (!hasTexts(row)) return { kind: 'too_large' };
@@ -298,21 +335,29 @@ export class ConversationReader {
     const fromPair = k * RANGE_SIZE;
     const toPair = Math.min(fromPair + RANGE_SIZE - 1, this.count - 1);
     for (let i = toPair; i >= fromPair; i--) {
-      if ((await this.pair(i)).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
+      if ((this.pairIfRead(i) ?? await this.pair(i)).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
     }
     const pairs = Array.from({ length: toPair - fromPair + 1 }, (_, j) => this.rows.get(fromPair + j)!);
     if (!this.records.has(k)) while (k < this.recordsFrom) await this.readRecords(k);
     const records = (this.records.get(k) ?? []).filter((r) => recordId === undefined || r.id === recordId);
     const v = await judgeRange({
-      fromPair, pairs, records, count: this.count, texts: () => this.rangeTexts(k, pairs), hash: (p, version) => this.memo.sourceHash(p as TextPair[], version),
+      fromPair, pairs, records, count: this.count, texts: () => this.rangeTexts(k, pairs),
+      hash: (p, version) => this.memo.sourceHash((p as TextPair[]).map((row) => this.itemOf(row)), version),
     });
     if (v === 'changed') return 'changed';
     if (!v.usable) return { kind: 'not_used', reason: v.reason, ...(v.recordId === undefined ? {} : { recordId: v.recordId }) };
-    const item = this.memo.summary(v.record, v.pairs);
+    const items = v.pairs.map((row) => this.itemOf(row));
+    const item = this.memo.summary(v.record, items);
     // walk.ts smallerThanOriginal, sized with the memo's items (their bytes are computed once).
-    const rawBytes = v.pairs.reduce((n, p) => n + this.format.sizeOf(this.memo.pair(p)), 0);
+    const rawBytes = items.reduce((n, p) => n + this.format.sizeOf(p), 0);
     if (!(this.format.sizeOf(item) + this.format.breakpointBytes < rawBytes)) return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
     return { kind: 'usable', item };
+  }
+
+  /** The item of a row with its texts: the one pair() made of this very row (its texts were compared once), else the memo's. */
+  private itemOf(row: TextPair): PairItem {
+    const made = this.rows.get(row.pairIndex) === row ? this.items.get(row.pairIndex) : undefined;
+    return made ?? this.memo.pair(row);
   }
 
   /** Records of ranges from k down, a page of ranges at a time (those of the same pages of pairs). */

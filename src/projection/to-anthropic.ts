@@ -129,12 +129,12 @@ export interface Placement {
 }
 
 export function placement(items: readonly ProjectionItem[], omitted: readonly OmittedSpan[], breakpoints: boolean): Placement {
-  const startsAt = new Map(items.map((item, i) => [firstPairOf(item), i]));
   const notes: Placement['notes'] = [];
   const before: number[] = [];
   for (const span of omitted) {
-    const at = startsAt.get(span.toPair + 1);
-    if (at === undefined) continue;
+    // (A search per span, a few a layout: cheaper than a map of every item, made on every call.)
+    const at = items.findLastIndex((item) => firstPairOf(item) === span.toPair + 1);
+    if (at < 0) continue;
     const block = span.fromPair === 0 && at === 0 ? noteBlock(span.toPair + 1) : gapNoteBlock(span.fromPair, span.toPair, span.reason);
     notes.push({ at, block });
     if (at > 0) before.push(2 * at - 1);

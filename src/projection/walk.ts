@@ -109,7 +109,9 @@ export function pairItem(row: TextPair): PairItem {
   };
 }
 
-export function summaryItem(record: ProjectionSummaryRow & { summary: string }, pairs: readonly TextPair[]): SummaryItem {
+export function summaryItem(
+  record: ProjectionSummaryRow & { summary: string }, pairs: readonly Pick<TextPair, 'pairIndex' | 'userMessageId' | 'userText'>[],
+): SummaryItem {
   return {
     kind: 'summary',
     fromPair: record.fromPair,

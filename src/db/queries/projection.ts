@@ -35,9 +35,6 @@ export interface ProjectionPairRow {
   runId: string;
   userMessageId: string;
   assistantMessageId: string;
-  /** octet_length of each text. */
-  userBytes: number;
-  assistantBytes: number;
   /** Null when the pair was larger than the page's maxTextBytes. */
   userText: string | null;
   assistantText: string | null;
@@ -75,8 +72,8 @@ export async function conversationPairCountRead(
 }
 
 /**
- * Pairs fromPair..toPair of a conversation in a scope, oldest first, with
- * their sizes. A pair's texts come back only when the two together are at
+ * Pairs fromPair..toPair of a conversation in a scope, oldest first. A
+ * pair's texts come back only when the two together are at
  * most `maxTextBytes` UTF-8 bytes (null: always): a pair bigger than what is
  * left of the budget cannot fit (its JSON is at least that long), so its text
  * is not transferred.
