@@ -28,8 +28,12 @@ for (const p of PROBES) {
     continue;
   }
   wrong++;
-  process.stdout.write(`WRONG: ${what} ${JSON.stringify(p.summary)} against ${JSON.stringify(p.material)}: ${JSON.stringify(g.ungrounded)}\n`);
+  process.stdout.write(
+    `WRONG: ${what} ${JSON.stringify(p.summary)} against ${JSON.stringify(p.material)}: ${JSON.stringify(g.ungrounded)}\n`,
+  );
 }
 const faithful = PROBES.filter((p) => p.grounded).length;
-process.stdout.write(`${PROBES.length} probes (${faithful} faithful, ${PROBES.length - faithful} tampered): ${wrong} wrong, ${leftWrong} left by rule\n`);
+process.stdout.write(
+  `${PROBES.length} probes (${faithful} faithful, ${PROBES.length - faithful} tampered): ${wrong} wrong, ${leftWrong} left by rule\n`,
+);
 process.exit(wrong > 0 ? 1 : 0);

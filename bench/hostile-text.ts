@@ -33,14 +33,66 @@ const PATHS: Record<string, (text: string) => unknown> = {
   'fence (neutralise)': (s) => neutralise(s),
   'fence (renderMaterial)': (s) => renderMaterial([{ id: s.slice(0, 300), text: s }], { tag: 'reply', nonce: 'n', maxChars: 100 }),
   splitSentences: (s) => splitSentences(s),
-  extractiveSummary: (s) => extractiveSummary([{ id: 'a', text: s }, { id: 'b', text: 'Short one.' }], 6000),
+  extractiveSummary: (s) =>
+    extractiveSummary(
+      [
+        { id: 'a', text: s },
+        { id: 'b', text: 'Short one.' },
+      ],
+      6000,
+    ),
 };
 
 const ONE = [
   ...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)),
-  '\t', '\n', '\r', '\u00a0', '’', '”', '…', '€', '°', 'µ', '×', '\u202f', '\u3000', '。', 'é', '日', '😀', '\u0301',
+  '\t',
+  '\n',
+  '\r',
+  '\u00a0',
+  '’',
+  '”',
+  '…',
+  '€',
+  '°',
+  'µ',
+  '×',
+  '\u202f',
+  '\u3000',
+  '。',
+  'é',
+  '日',
+  '😀',
+  '\u0301',
 ];
-const FEW = ['a', 'A', '1', '0', '.', ',', ' ', '/', '\\', ':', '-', '_', '@', '`', '<', '(', ')', '%', '$', '\n', "'", '"', '’', '。', '日', 'é', '\u00a0'];
+const FEW = [
+  'a',
+  'A',
+  '1',
+  '0',
+  '.',
+  ',',
+  ' ',
+  '/',
+  '\\',
+  ':',
+  '-',
+  '_',
+  '@',
+  '`',
+  '<',
+  '(',
+  ')',
+  '%',
+  '$',
+  '\n',
+  "'",
+  '"',
+  '’',
+  '。',
+  '日',
+  'é',
+  '\u00a0',
+];
 const runs = values.pairs ? FEW.flatMap((a) => FEW.map((b) => a + b)) : ONE;
 const PREFIXES = values.pairs
   ? ['', 'http://x/a', '/a/b', 'a@b.co', '1', 'March ', '<']
@@ -49,7 +101,8 @@ const SUFFIXES = values.pairs ? ['', 'x'] : ['', 'x', '1', ' ', '.'];
 const N = values.pairs ? 5_000 : 10_000;
 
 const chosen = positionals.length > 0 ? positionals : Object.keys(PATHS);
-for (const name of chosen) if (!(name in PATHS)) throw new Error(`hostile-text: no path '${name}'; paths: ${Object.keys(PATHS).join(', ')}`);
+for (const name of chosen)
+  if (!(name in PATHS)) throw new Error(`hostile-text: no path '${name}'; paths: ${Object.keys(PATHS).join(', ')}`);
 
 let cases = 0;
 let reported = 0;
@@ -72,7 +125,9 @@ for (const name of chosen) {
         const t8 = time(8 * N);
         if (t8 <= 8 * t2) continue;
         reported++;
-        process.stdout.write(`${name}: ${JSON.stringify(prefix)} + ${JSON.stringify(run)} x n + ${JSON.stringify(suffix)}: ${t1.toFixed(1)} / ${t2.toFixed(1)} / ${t8.toFixed(1)} ms at n = ${N}, ${2 * N}, ${8 * N}\n`);
+        process.stdout.write(
+          `${name}: ${JSON.stringify(prefix)} + ${JSON.stringify(run)} x n + ${JSON.stringify(suffix)}: ${t1.toFixed(1)} / ${t2.toFixed(1)} / ${t8.toFixed(1)} ms at n = ${N}, ${2 * N}, ${8 * N}\n`,
+        );
       }
     }
   }

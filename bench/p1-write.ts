@@ -54,7 +54,11 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
   const T = await benchClient(urlT);
   const admin = { T, A: T, B: await benchClient(urlB) };
   // Before the writers connect: their sessions time every function call (both sides, so both pay the clock reads).
-  for (const [c, url] of [[admin.T, urlT], [admin.B, urlB]] as const) await c.query(`alter database ${new URL(url).pathname.slice(1)} set track_functions = 'all'`);
+  for (const [c, url] of [
+    [admin.T, urlT],
+    [admin.B, urlB],
+  ] as const)
+    await c.query(`alter database ${new URL(url).pathname.slice(1)} set track_functions = 'all'`);
   await admin.B.query('alter table sourcebound.runs disable trigger user');
   await admin.B.query('alter table sourcebound.messages disable trigger user');
   // Row security on for the whole run (the owner's writers bypass it), off again in the finally.
@@ -67,24 +71,30 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
    * conversation. Pairs per second, and the milliseconds of each pair's
    * transaction by pair number (1-based: the transaction that completes pair n).
    */
-  const measure = async (side: Side, pairsEach: number, convsPerClient: number): Promise<{ rate: number; jobs: number; byPair: Map<number, number[]> }> => {
+  const measure = async (
+    side: Side,
+    pairsEach: number,
+    convsPerClient: number,
+  ): Promise<{ rate: number; jobs: number; byPair: Map<number, number[]> }> => {
     const byPair = new Map<number, number[]>();
     const conversations = await createConversations(admin[side], clients * convsPerClient, SCOPE);
     const offset = textOffset;
     textOffset += clients * convsPerClient * pairsEach;
     const start = performance.now();
-    await Promise.all(writers[side].map(async (client: pg.Client, c) => {
-      for (let k = 0; k < convsPerClient; k++) {
-        const conversationId = conversations[c * convsPerClient + k]!;
-        for (let p = 0; p < pairsEach; p++) {
-          const t0 = performance.now();
-          await pairTransaction(client, conversationId, textAt(offset + (c * convsPerClient + k) * pairsEach + p));
-          const list = byPair.get(p + 1) ?? [];
-          list.push(performance.now() - t0);
-          byPair.set(p + 1, list);
+    await Promise.all(
+      writers[side].map(async (client: pg.Client, c) => {
+        for (let k = 0; k < convsPerClient; k++) {
+          const conversationId = conversations[c * convsPerClient + k]!;
+          for (let p = 0; p < pairsEach; p++) {
+            const t0 = performance.now();
+            await pairTransaction(client, conversationId, textAt(offset + (c * convsPerClient + k) * pairsEach + p));
+            const list = byPair.get(p + 1) ?? [];
+            list.push(performance.now() - t0);
+            byPair.set(p + 1, list);
+          }
         }
-      }
-    }));
+      }),
+    );
     const seconds = (performance.now() - start) / 1000;
     const { rows } = await admin[side].query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs');
     await admin[side].query('delete from graphile_worker._private_jobs');
@@ -92,20 +102,35 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
   };
 
   const result: BenchResult = {
-    id: 'P1', title: 'write overhead of the triggers', status: 'ok', seconds: 0,
+    id: 'P1',
+    title: 'write overhead of the triggers',
+    status: 'ok',
+    seconds: 0,
     params: {
-      clients, rounds, unit: '5 statements in 1 transaction per pair', app: `sourcebound_app, row security on, scope '${SCOPE}'`,
+      clients,
+      rounds,
+      unit: '5 statements in 1 transaction per pair',
+      app: `sourcebound_app, row security on, scope '${SCOPE}'`,
       pairsPerRoundAndSide: Object.fromEntries(loads.map((l) => [l.key, clients * l.convsPerClient * l.pairsEach])),
     },
-    figures: [], headlines: [], notes: [],
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   try {
-    for (const [side, url] of [['T', urlT], ['A', app.url], ['B', urlB]] as const) {
+    for (const [side, url] of [
+      ['T', urlT],
+      ['A', app.url],
+      ['B', urlB],
+    ] as const) {
       writers[side] = await Promise.all(Array.from({ length: clients }, () => benchClient(url)));
     }
-    const triggerFunctions = (await admin.T.query<{ oid: number }>(
-      `select distinct t.tgfoid::int as oid from pg_trigger t
-       where t.tgrelid in ('sourcebound.runs'::regclass, 'sourcebound.messages'::regclass) and not t.tgisinternal`)).rows.map((r) => r.oid);
+    const triggerFunctions = (
+      await admin.T.query<{ oid: number }>(
+        `select distinct t.tgfoid::int as oid from pg_trigger t
+       where t.tgrelid in ('sourcebound.runs'::regclass, 'sourcebound.messages'::regclass) and not t.tgisinternal`,
+      )
+    ).rows.map((r) => r.oid);
     // PostgreSQL 15 or later (pg_stat_force_next_flush), and a role allowed to reset the statistics.
     let canFlush = (await admin.T.query<{ v: number }>(`select current_setting('server_version_num')::int as v`)).rows[0]!.v >= 150000;
     for (const load of loads) {
@@ -114,7 +139,10 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
       // The trigger functions' server time over this load's rounds (warm-up excluded).
       // The writers' pending statistics of the warm-up are flushed first: flushed after the reset, they would count.
       if (canFlush) await triggerTime([...writers.T, ...writers.A], admin.T, triggerFunctions);
-      if (canFlush) await admin.T.query('select pg_stat_reset()').catch(() => { canFlush = false; });
+      if (canFlush)
+        await admin.T.query('select pg_stat_reset()').catch(() => {
+          canFlush = false;
+        });
       let pairsWithTriggers = 0;
       const rates = { T: [] as number[], A: [] as number[], B: [] as number[] };
       const jobs: number[] = [];
@@ -136,22 +164,36 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
           }
         }
       }
-      ctx.log(`P1 ${load.key}: with triggers ${spread(rates.T).median.toFixed(0)}/s (as the app with row security ${spread(rates.A).median.toFixed(0)}/s), baseline ${spread(rates.B).median.toFixed(0)}/s (medians of ${rounds})`);
+      ctx.log(
+        `P1 ${load.key}: with triggers ${spread(rates.T).median.toFixed(0)}/s (as the app with row security ${spread(rates.A).median.toFixed(0)}/s), baseline ${spread(rates.B).median.toFixed(0)}/s (medians of ${rounds})`,
+      );
       // Both sides with triggers wrote on the same database: the functions' time is over the pairs of both.
       const trigger = canFlush ? await triggerTime([...writers.T, ...writers.A], admin.T, triggerFunctions) : null;
       // A pair's wall time per client, per round: clients / (pairs/s).
-      const perPair = { T: rates.T.map((r) => (1000 * clients) / r), A: rates.A.map((r) => (1000 * clients) / r), B: rates.B.map((r) => (1000 * clients) / r) };
+      const perPair = {
+        T: rates.T.map((r) => (1000 * clients) / r),
+        A: rates.A.map((r) => (1000 * clients) / r),
+        B: rates.B.map((r) => (1000 * clients) / r),
+      };
       const extra = spread(perPair.T.map((t, i) => t - perPair.B[i]!));
       result.figures.push(
         { label: `${load.key}: with triggers`, unit: 'pairs/s', value: spread(rates.T) },
         { label: `${load.key}: with triggers, as the app role with row security`, unit: 'pairs/s', value: spread(rates.A) },
         { label: `${load.key}: triggers disabled`, unit: 'pairs/s', value: spread(rates.B) },
         { label: `${load.key}: a pair's wall time per client, with triggers minus without (per round)`, unit: 'ms', value: extra },
-        { label: `${load.key}: a pair's wall time per client, as the app with row security minus as the owner (per round)`, unit: 'ms', value: spread(perPair.A.map((a, i) => a - perPair.T[i]!)) },
+        {
+          label: `${load.key}: a pair's wall time per client, as the app with row security minus as the owner (per round)`,
+          unit: 'ms',
+          value: spread(perPair.A.map((a, i) => a - perPair.T[i]!)),
+        },
       );
       if (trigger !== null) {
         result.figures.push(
-          { label: `${load.key}: the trigger functions' own server time per pair (pg_stat_user_functions, all rounds)`, unit: 'ms', value: spread([trigger.ms / pairsWithTriggers]) },
+          {
+            label: `${load.key}: the trigger functions' own server time per pair (pg_stat_user_functions, all rounds)`,
+            unit: 'ms',
+            value: spread([trigger.ms / pairsWithTriggers]),
+          },
           { label: `${load.key}: trigger function calls per pair`, unit: 'calls', value: spread([trigger.calls / pairsWithTriggers]) },
         );
       }
@@ -163,13 +205,21 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
       });
       const name = load.key === 'below' ? 'P1 below threshold' : 'P1 overall (crossing)';
       result.headlines.push(
-        { label: `${name}, as the app role with row security: triggers / baseline`, ratio: spread(roundRatios(rates.A, rates.B)), goal: null },
         {
-          label: `${name}: a pair's time as the app role with row security / as the owner`, ratio: spread(roundRatios(perPair.A, perPair.T)), goal: { op: '<=', target: APP_GOAL },
+          label: `${name}, as the app role with row security: triggers / baseline`,
+          ratio: spread(roundRatios(rates.A, rates.B)),
+          goal: null,
+        },
+        {
+          label: `${name}: a pair's time as the app role with row security / as the owner`,
+          ratio: spread(roundRatios(perPair.A, perPair.T)),
+          goal: { op: '<=', target: APP_GOAL },
           floor: `owner ${spread(perPair.T).median.toFixed(2)} ms, app ${spread(perPair.A).median.toFixed(2)} ms a pair per client`,
         },
       );
-      result.notes.push(`${load.label}: compact_conversation jobs the triggers added per round: ${spread(jobs).median} (baseline: none; deleted between rounds).`);
+      result.notes.push(
+        `${load.label}: compact_conversation jobs the triggers added per round: ${spread(jobs).median} (baseline: none; deleted between rounds).`,
+      );
       if (load.key === 'crossing') {
         result.figures.push(
           { label: 'crossing write: transaction completing pair 30 or 40', unit: 'ms', value: spread(crossingMs.at) },
@@ -182,9 +232,14 @@ export async function benchWrite(ctx: BenchContext): Promise<BenchResult> {
         });
       }
     }
-    if (!canFlush) result.notes.push('The trigger functions\' server time needs PostgreSQL 15 or later (pg_stat_force_next_flush) and a role that may call pg_stat_reset(): not measured here.');
+    if (!canFlush)
+      result.notes.push(
+        "The trigger functions' server time needs PostgreSQL 15 or later (pg_stat_force_next_flush) and a role that may call pg_stat_reset(): not measured here.",
+      );
     const pairs = async (c: pg.Client) => (await c.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs')).rows[0]!.n;
-    result.notes.push(`Sanity: pairs indexed with triggers ${await pairs(admin.T)}, with triggers disabled ${await pairs(admin.B)} (expected 0).`);
+    result.notes.push(
+      `Sanity: pairs indexed with triggers ${await pairs(admin.T)}, with triggers disabled ${await pairs(admin.B)} (expected 0).`,
+    );
   } finally {
     for (const c of [...writers.T, ...writers.A, ...writers.B]) await c.end().catch(() => {});
     await app.close();
@@ -205,6 +260,8 @@ async function triggerTime(writers: pg.Client[], admin: pg.Client, functions: nu
   }
   const { rows } = await admin.query<{ ms: number; calls: number }>(
     `select coalesce(sum(total_time), 0)::float8 as ms, coalesce(sum(calls), 0)::float8 as calls
-     from pg_stat_user_functions where funcid = any($1::oid[])`, [functions]);
+     from pg_stat_user_functions where funcid = any($1::oid[])`,
+    [functions],
+  );
   return rows[0]!;
 }

@@ -22,20 +22,38 @@ export async function benchRunSoak(ctx: BenchContext): Promise<BenchResult> {
     const f = await runSoak({ pool, url, toolCalls, log: (m) => ctx.log(`P10: ${m}`) });
     const threshold = 256 * 1024;
     return {
-      id: 'P10', title: 'run-compaction soak (README agent loop)', status: f.failures.length === 0 ? 'ok' : 'error',
+      id: 'P10',
+      title: 'run-compaction soak (README agent loop)',
+      status: f.failures.length === 0 ? 'ok' : 'error',
       ...(f.failures.length === 0 ? {} : { reason: f.failures.slice(0, 3).join('; ') }),
       seconds: 0,
-      params: { toolCalls, steps: f.steps, policy: 'default (256 KiB threshold, 224 KiB target)', results: '0 B to 300 KB, Latin/CJK/emoji/binary-ish', summarizer: 'ok 70%, slow 8%, bad 10%, down 12%' },
+      params: {
+        toolCalls,
+        steps: f.steps,
+        policy: 'default (256 KiB threshold, 224 KiB target)',
+        results: '0 B to 300 KB, Latin/CJK/emoji/binary-ish',
+        summarizer: 'ok 70%, slow 8%, bad 10%, down 12%',
+      },
       figures: [
         { label: 'largest request, measured (body + 16 KiB reserve)', unit: 'bytes', value: spread([f.largestRequestBytes]) },
         { label: 'largest request body as received by the server', unit: 'bytes', value: spread([f.largestSentBytes]) },
-        { label: 'bytes per compacted tool call (checkpoint items of the last request / tool calls they cover)', unit: 'bytes', value: spread([f.bytesPerCompactedToolCall]) },
+        {
+          label: 'bytes per compacted tool call (checkpoint items of the last request / tool calls they cover)',
+          unit: 'bytes',
+          value: spread([f.bytesPerCompactedToolCall]),
+        },
         { label: 'compacted tool calls in the last request', unit: 'calls', value: spread([f.compactedToolCalls]) },
         { label: 'checkpoints', unit: 'count', value: spread([f.checkpoints]) },
         { label: 'requests that could not fit', unit: 'count', value: spread([f.cannotFit]) },
         { label: 'soak wall time', unit: 's', value: spread([f.seconds]) },
       ],
-      headlines: [{ label: 'P10 largest request / 256 KiB threshold', ratio: spread([f.largestRequestBytes / threshold]), goal: { op: '<=', target: 1 } }],
+      headlines: [
+        {
+          label: 'P10 largest request / 256 KiB threshold',
+          ratio: spread([f.largestRequestBytes / threshold]),
+          goal: { op: '<=', target: 1 },
+        },
+      ],
       notes: [
         `${f.toolCalls} tool calls in ${f.steps} model requests; summarizer outcomes ${JSON.stringify(f.summaryOutcomes)}; results by script ${JSON.stringify(f.resultsByScript)}, largest ${f.largestResultBytes} B; ` +
           `${f.corrections} corrections; cold-process recovery rebuilt the next request byte for byte: ${f.recoveredSame}.`,

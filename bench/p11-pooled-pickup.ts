@@ -68,9 +68,24 @@ export async function benchPooledPickup(ctx: BenchContext): Promise<BenchResult>
   const binary = pgbouncerBinary();
   const bouncer: PgBouncer = await startPgBouncer({ serverUrl: ctx.server.adminUrl, poolSize });
   const result: BenchResult = {
-    id: 'P11', title: 'new-job pickup through PgBouncer versus direct', status: 'ok', seconds: 0,
-    params: { pgbouncer: pgbouncerVersion(binary!), poolMode: 'transaction', pgbouncerServerConnections: poolSize, poolSize, concurrency, pollIntervalMs, rounds, samplesPerRoundAndSide: perRound, warmupPerSide: warmup },
-    figures: [], headlines: [], notes: [],
+    id: 'P11',
+    title: 'new-job pickup through PgBouncer versus direct',
+    status: 'ok',
+    seconds: 0,
+    params: {
+      pgbouncer: pgbouncerVersion(binary!),
+      poolMode: 'transaction',
+      pgbouncerServerConnections: poolSize,
+      poolSize,
+      concurrency,
+      pollIntervalMs,
+      rounds,
+      samplesPerRoundAndSide: perRound,
+      warmupPerSide: warmup,
+    },
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   const opened: { database: Database; handle: WorkerHandle }[] = [];
   const clients: pg.Client[] = [];
@@ -118,7 +133,12 @@ export async function benchPooledPickup(ctx: BenchContext): Promise<BenchResult>
         const t0 = performance.now();
         await writer.query('commit');
         const committed = performance.now();
-        await until(() => started.has(c) || errors.length > 0, pickupTimeoutMs, `${label}: job:start (a pickup this slow is a poll, not LISTEN)`, 1);
+        await until(
+          () => started.has(c) || errors.length > 0,
+          pickupTimeoutMs,
+          `${label}: job:start (a pickup this slow is a poll, not LISTEN)`,
+          1,
+        );
         await until(() => completed.has(c) || errors.length > 0, 30_000, `${label}: the job to complete`, 1);
         if (errors.length > 0) throw new Error(`${label}: a compaction job failed`, { cause: errors[0] });
         early.samples++;
@@ -131,7 +151,8 @@ export async function benchPooledPickup(ctx: BenchContext): Promise<BenchResult>
     const direct = await side('direct', directDbUrl, directDbUrl);
     const pooled = await side('through PgBouncer', bouncer.url(pooledDbName), pooledDbUrl);
     const unprepared = await side('direct, prepared statements off', unpreparedDbUrl, unpreparedDbUrl, true);
-    if (direct.database.pooled || !pooled.database.pooled) throw new Error('P11: the sides are not what they claim (direct must be unpooled, the PgBouncer side pooled)');
+    if (direct.database.pooled || !pooled.database.pooled)
+      throw new Error('P11: the sides are not what they claim (direct must be unpooled, the PgBouncer side pooled)');
     const sides = [direct, pooled, unprepared];
     const rotation = (i: number) => [...sides.slice(i % 3), ...sides.slice(0, i % 3)];
 
@@ -159,7 +180,9 @@ export async function benchPooledPickup(ctx: BenchContext): Promise<BenchResult>
       q.pP50.push(qp.p50);
       q.pP99.push(qp.p99);
       q.uP50.push(p50p99(u).p50);
-      ctx.log(`P11 round ${r + 1}/${rounds}: pickup p50 through PgBouncer ${qp.p50.toFixed(2)} ms, direct ${qd.p50.toFixed(2)} ms (prepared statements off: ${q.uP50.at(-1)!.toFixed(2)} ms)`);
+      ctx.log(
+        `P11 round ${r + 1}/${rounds}: pickup p50 through PgBouncer ${qp.p50.toFixed(2)} ms, direct ${qd.p50.toFixed(2)} ms (prepared statements off: ${q.uP50.at(-1)!.toFixed(2)} ms)`,
+      );
     }
     const serverConnections = await bouncer.serverConnections(pooledDbName);
 
@@ -172,12 +195,18 @@ export async function benchPooledPickup(ctx: BenchContext): Promise<BenchResult>
     );
     result.headlines.push(
       {
-        label: 'P11 pickup through PgBouncer p50 / direct pickup p50', ratio: spread(roundRatios(q.pP50, q.dP50)), goal: { op: '<=', target: 2 },
+        label: 'P11 pickup through PgBouncer p50 / direct pickup p50',
+        ratio: spread(roundRatios(q.pP50, q.dP50)),
+        goal: { op: '<=', target: 2 },
         floor: `direct pickup ${spread(q.dP50).median.toFixed(2)} ms`,
       },
       { label: 'P11 pickup through PgBouncer p99 / direct pickup p99', ratio: spread(roundRatios(q.pP99, q.dP99)), goal: null },
       { label: 'P11 split: direct with prepared statements off p50 / direct p50', ratio: spread(roundRatios(q.uP50, q.dP50)), goal: null },
-      { label: 'P11 split: through PgBouncer p50 / direct with prepared statements off p50', ratio: spread(roundRatios(q.pP50, q.uP50)), goal: null },
+      {
+        label: 'P11 split: through PgBouncer p50 / direct with prepared statements off p50',
+        ratio: spread(roundRatios(q.pP50, q.uP50)),
+        goal: null,
+      },
     );
     result.notes.push(
       `The clock starts just before the enqueue's COMMIT is sent (asynchronous commit). Jobs started before that COMMIT had returned, which a clock started on its return read as negative: ${sides.map((s) => `${s.label} ${s.early.count} of ${s.early.samples}`).join(', ')}.`,

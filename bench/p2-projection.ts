@@ -46,9 +46,21 @@ export async function benchProjection(ctx: BenchContext): Promise<BenchResult> {
   const url = await ctx.server.freshDatabase('p2_projection');
   const pool = benchPool(url, 4);
   const result: BenchResult = {
-    id: 'P2', title: 'projection latency versus conversation length', status: 'ok', seconds: 0,
-    params: { budgetBytes: BUDGET, sizes, rounds, callsPerRoundSizeAndRole: perRound, summaryChars: SUMMARY_CHARS, app: `sourcebound_app, row security on, scope '${SCOPE}'` },
-    figures: [], headlines: [], notes: [],
+    id: 'P2',
+    title: 'projection latency versus conversation length',
+    status: 'ok',
+    seconds: 0,
+    params: {
+      budgetBytes: BUDGET,
+      sizes,
+      rounds,
+      callsPerRoundSizeAndRole: perRound,
+      summaryChars: SUMMARY_CHARS,
+      app: `sourcebound_app, row security on, scope '${SCOPE}'`,
+    },
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   let app: AppRole | undefined;
   const measuring: pg.Pool[] = [];
@@ -84,12 +96,18 @@ export async function benchProjection(ctx: BenchContext): Promise<BenchResult> {
       await projectConversationHistory({ pool, conversationId: conversations[i]!, scope: SCOPE, budgetBytes: BUDGET });
       const { projection: p } = await project(conversations[i]!);
       const seen = (await project(conversations[i]!, 'app')).projection;
-      if (JSON.stringify(seen.items) !== JSON.stringify(p.items)) throw new Error(`P2: at ${size} pairs the app role's projection differs from the owner's`);
+      if (JSON.stringify(seen.items) !== JSON.stringify(p.items))
+        throw new Error(`P2: at ${size} pairs the app role's projection differs from the owner's`);
       const summaries = p.items.filter((it) => it.kind === 'summary').length;
       const raw = p.items.filter((it) => it.kind === 'pair').length;
-      const unusable = p.summaryNotUsed.filter((s) => s.reason !== 'does_not_fit' && s.reason !== 'incomplete_range' && !(s.reason === 'not_yet_summarized' && s.fromPair >= size - 20));
+      const unusable = p.summaryNotUsed.filter(
+        (s) =>
+          s.reason !== 'does_not_fit' && s.reason !== 'incomplete_range' && !(s.reason === 'not_yet_summarized' && s.fromPair >= size - 20),
+      );
       const covers = p.omitted.length === 0 ? 'all pairs' : `pairs ${p.omitted[0]!.toPair + 1}..${p.pairCount - 1}`;
-      result.notes.push(`${size} pairs: the projection (${p.bytes} bytes) holds ${summaries} summarized ranges and ${raw} raw pairs, covering ${covers}; summaries unusable for a reason other than the budget: ${unusable.length}.`);
+      result.notes.push(
+        `${size} pairs: the projection (${p.bytes} bytes) holds ${summaries} summarized ranges and ${raw} raw pairs, covering ${covers}; summaries unusable for a reason other than the budget: ${unusable.length}.`,
+      );
       for (let w = 0; w < 10; w++) for (const who of WHO) await project(conversations[i]!, who);
     }
 
@@ -111,7 +129,9 @@ export async function benchProjection(ctx: BenchContext): Promise<BenchResult> {
           p99[who][k]!.push(q.p99);
         });
       }
-      ctx.log(`P2 round ${r + 1}/${rounds}: p50 owner / app ${sizes.map((s, k) => `${s}: ${p50.owner[k]!.at(-1)!.toFixed(2)} / ${p50.app[k]!.at(-1)!.toFixed(2)} ms`).join(', ')}`);
+      ctx.log(
+        `P2 round ${r + 1}/${rounds}: p50 owner / app ${sizes.map((s, k) => `${s}: ${p50.owner[k]!.at(-1)!.toFixed(2)} / ${p50.app[k]!.at(-1)!.toFixed(2)} ms`).join(', ')}`,
+      );
     }
     for (const who of WHO) {
       for (const [k, size] of sizes.entries()) {
@@ -121,14 +141,28 @@ export async function benchProjection(ctx: BenchContext): Promise<BenchResult> {
       }
     }
     const at = (n: number) => sizes.indexOf(n);
-    result.headlines.push({ label: 'P2 p50(10,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50.owner[at(10_000)]!, p50.owner[at(100)]!)), goal: { op: '<=', target: 1.5 } });
-    result.headlines.push({ label: `P2 p50(10,000 pairs) / p50(100 pairs), ${AS.app}`, ratio: spread(roundRatios(p50.app[at(10_000)]!, p50.app[at(100)]!)), goal: null });
+    result.headlines.push({
+      label: 'P2 p50(10,000 pairs) / p50(100 pairs)',
+      ratio: spread(roundRatios(p50.owner[at(10_000)]!, p50.owner[at(100)]!)),
+      goal: { op: '<=', target: 1.5 },
+    });
+    result.headlines.push({
+      label: `P2 p50(10,000 pairs) / p50(100 pairs), ${AS.app}`,
+      ratio: spread(roundRatios(p50.app[at(10_000)]!, p50.app[at(100)]!)),
+      goal: null,
+    });
     if (sizes.includes(100_000)) {
-      result.headlines.push({ label: 'P2 p50(100,000 pairs) / p50(100 pairs)', ratio: spread(roundRatios(p50.owner[at(100_000)]!, p50.owner[at(100)]!)), goal: null });
+      result.headlines.push({
+        label: 'P2 p50(100,000 pairs) / p50(100 pairs)',
+        ratio: spread(roundRatios(p50.owner[at(100_000)]!, p50.owner[at(100)]!)),
+        goal: null,
+      });
     }
     for (const [k, size] of sizes.entries()) {
       result.headlines.push({
-        label: `P2 p50 at ${size.toLocaleString('en-US')} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(p50.app[k]!, p50.owner[k]!)), goal: { op: '<=', target: APP_GOAL },
+        label: `P2 p50 at ${size.toLocaleString('en-US')} pairs, ${AS.app} / ${AS.owner}`,
+        ratio: spread(roundRatios(p50.app[k]!, p50.owner[k]!)),
+        goal: { op: '<=', target: APP_GOAL },
         floor: `owner ${spread(p50.owner[k]!).median.toFixed(2)} ms, app ${spread(p50.app[k]!).median.toFixed(2)} ms`,
       });
     }
@@ -146,8 +180,15 @@ export async function summarizeAll(pool: pg.Pool, conversationId: string, pairCo
   for (const range of plannableRanges(pairCount)) {
     const pairs = await pairsRangeRead(pool, conversationId, range.fromPair, range.toPair);
     records.push({
-      from_pair: range.fromPair, to_pair: range.toPair, ids: sourceMessageIds(pairs), hash: sourceHash(pairs, SOURCE_HASH_VERSION),
-      summary: extractiveSummary(pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })), SUMMARY_CHARS) ?? 'summary',
+      from_pair: range.fromPair,
+      to_pair: range.toPair,
+      ids: sourceMessageIds(pairs),
+      hash: sourceHash(pairs, SOURCE_HASH_VERSION),
+      summary:
+        extractiveSummary(
+          pairs.map((p) => ({ id: p.assistantMessageId, text: p.assistantText })),
+          SUMMARY_CHARS,
+        ) ?? 'summary',
     });
   }
   for (let i = 0; i < records.length; i += 1000) {

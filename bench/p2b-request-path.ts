@@ -61,12 +61,22 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
   const pool = benchPool(url, 4);
   const timer = timeStatements(pool);
   const result: BenchResult = {
-    id: 'P2b', title: 'request path: projection versus a plain read of the conversation', status: 'ok', seconds: 0,
+    id: 'P2b',
+    title: 'request path: projection versus a plain read of the conversation',
+    status: 'ok',
+    seconds: 0,
     params: {
-      budgetBytes: BUDGET, sizes: SIZES, layout: 'stable (default)', rounds, callsPerRoundSizeSideAndRole: perRound, breakdownCalls,
+      budgetBytes: BUDGET,
+      sizes: SIZES,
+      layout: 'stable (default)',
+      rounds,
+      callsPerRoundSizeSideAndRole: perRound,
+      breakdownCalls,
       app: `sourcebound_app, row security on (sourcebound's tables and the app's own), scope '${SCOPE}'`,
     },
-    figures: [], headlines: [], notes: [],
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   let app: AppRole | undefined;
   const extraPools: pg.Pool[] = [];
@@ -87,10 +97,13 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       primary key (conversation_id, position))`);
     await pool.query(`create policy app_scope on bench_app_messages using (scope = current_setting('sourcebound.scope', true))`);
     await pool.query('grant select on bench_app_messages to sourcebound_app');
-    await pool.query(`insert into bench_app_messages (conversation_id, position, scope, role, content)
+    await pool.query(
+      `insert into bench_app_messages (conversation_id, position, scope, role, content)
       select p.conversation_id, 2 * p.pair_index + (m.role = 'assistant')::int, $2, m.role, m.content
       from sourcebound.pairs p join sourcebound.messages m on m.id in (p.user_message_id, p.assistant_message_id)
-      where p.conversation_id = any($1::uuid[])`, [conversations, SCOPE]);
+      where p.conversation_id = any($1::uuid[])`,
+      [conversations, SCOPE],
+    );
     await pool.query('vacuum analyze');
     app = await appRole(url, SCOPE, ['bench_app_messages']);
     // A fresh pool for each side and role, none of them the one that built the fixture and wrote
@@ -112,16 +125,30 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       app: { projection: poolFor(app.url), plain: poolFor(app.url), sourcebound: poolFor(app.url) },
     };
 
-    const call = async (side: Side, conversationId: string, onRead?: (e: ReadEvent) => void, who: Who = 'owner'): Promise<{ ms: number; projection?: ConversationProjection; rows?: number }> => {
+    const call = async (
+      side: Side,
+      conversationId: string,
+      onRead?: (e: ReadEvent) => void,
+      who: Who = 'owner',
+    ): Promise<{ ms: number; projection?: ConversationProjection; rows?: number }> => {
       const t0 = performance.now();
       if (side === 'projection') {
-        const projection = await projectConversationHistory({ pool: pools[who].projection, conversationId, scope: SCOPE, budgetBytes: BUDGET, onRead });
+        const projection = await projectConversationHistory({
+          pool: pools[who].projection,
+          conversationId,
+          scope: SCOPE,
+          budgetBytes: BUDGET,
+          onRead,
+        });
         return { ms: performance.now() - t0, projection };
       }
-      const { rows } = await pools[who][side].query(side === 'plain'
-        ? PLAIN_READ
-        : `select m.role, m.content from sourcebound.messages m join sourcebound.runs r on r.id = m.run_id
-           where m.conversation_id = $1 order by r.seq, m.role desc`, [conversationId]);
+      const { rows } = await pools[who][side].query(
+        side === 'plain'
+          ? PLAIN_READ
+          : `select m.role, m.content from sourcebound.messages m join sourcebound.runs r on r.id = m.run_id
+           where m.conversation_id = $1 order by r.seq, m.role desc`,
+        [conversationId],
+      );
       return { ms: performance.now() - t0, rows: rows.length };
     };
 
@@ -130,7 +157,10 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       // The first call lays the history out and stores its layout (a rewrite); later ones only read it.
       timer.start();
       const t0 = performance.now();
-      const first = { ms: 0, projection: await projectConversationHistory({ pool, conversationId: conversations[i]!, scope: SCOPE, budgetBytes: BUDGET }) };
+      const first = {
+        ms: 0,
+        projection: await projectConversationHistory({ pool, conversationId: conversations[i]!, scope: SCOPE, budgetBytes: BUDGET }),
+      };
       first.ms = performance.now() - t0;
       const firstStatements = timer.stop();
       const p = first.projection!;
@@ -138,18 +168,28 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       const summaries = p.items.filter((it) => it.kind === 'summary').length;
       const raw = p.items.filter((it) => it.kind === 'pair').length;
       const plain = await pool.query<{ bytes: string }>(
-        'select sum(octet_length(content))::text as bytes from bench_app_messages where conversation_id = $1', [conversations[i]!]);
+        'select sum(octet_length(content))::text as bytes from bench_app_messages where conversation_id = $1',
+        [conversations[i]!],
+      );
       const rows = (await call('plain', conversations[i]!)).rows!;
       const sbRows = (await call('sourcebound', conversations[i]!)).rows!;
-      if (rows !== 2 * size || sbRows !== 2 * size) throw new Error(`P2b: the plain reads returned ${rows} and ${sbRows} messages at ${size} pairs (expected ${2 * size})`);
+      if (rows !== 2 * size || sbRows !== 2 * size)
+        throw new Error(`P2b: the plain reads returned ${rows} and ${sbRows} messages at ${size} pairs (expected ${2 * size})`);
       // The app sees the same: its scope is the conversations' (a policy that hid rows would make its reads cheaper, not comparable).
-      const appRows = [(await call('plain', conversations[i]!, undefined, 'app')).rows!, (await call('sourcebound', conversations[i]!, undefined, 'app')).rows!];
+      const appRows = [
+        (await call('plain', conversations[i]!, undefined, 'app')).rows!,
+        (await call('sourcebound', conversations[i]!, undefined, 'app')).rows!,
+      ];
       const appItems = (await call('projection', conversations[i]!, undefined, 'app')).projection!.items;
       if (appRows.some((n) => n !== 2 * size) || JSON.stringify(appItems) !== JSON.stringify(p.items)) {
-        throw new Error(`P2b: at ${size} pairs the app role read ${appRows.join(' and ')} messages${JSON.stringify(appItems) === JSON.stringify(p.items) ? '' : ' and another projection'} (expected ${2 * size} and the owner's projection)`);
+        throw new Error(
+          `P2b: at ${size} pairs the app role read ${appRows.join(' and ')} messages${JSON.stringify(appItems) === JSON.stringify(p.items) ? '' : ' and another projection'} (expected ${2 * size} and the owner's projection)`,
+        );
       }
-      result.notes.push(`${size} pairs: the projection is ${p.bytes} bytes (${summaries} summarized ranges, ${raw} raw pairs${p.omitted.length > 0 ? `, pairs before ${p.omitted.at(-1)!.toPair + 1} left out` : ''}); the plain read returns ${rows} messages, ${Number(plain.rows[0]!.bytes).toLocaleString('en-US')} bytes of text. ` +
-        `The first call (a rewrite: '${p.cache.rewrite}') took ${first.ms.toFixed(2)} ms in ${firstStatements.length} statements, the layout write ${write.length === 0 ? 'none' : `${write.reduce((t, x) => t + x.ms, 0).toFixed(2)} ms`}; the measured calls find the layout stored and write nothing.`);
+      result.notes.push(
+        `${size} pairs: the projection is ${p.bytes} bytes (${summaries} summarized ranges, ${raw} raw pairs${p.omitted.length > 0 ? `, pairs before ${p.omitted.at(-1)!.toPair + 1} left out` : ''}); the plain read returns ${rows} messages, ${Number(plain.rows[0]!.bytes).toLocaleString('en-US')} bytes of text. ` +
+          `The first call (a rewrite: '${p.cache.rewrite}') took ${first.ms.toFixed(2)} ms in ${firstStatements.length} statements, the layout write ${write.length === 0 ? 'none' : `${write.reduce((t, x) => t + x.ms, 0).toFixed(2)} ms`}; the measured calls find the layout stored and write nothing.`,
+      );
       for (let w = 0; w < 10; w++) for (const c of CALLS) await call(c.side, conversations[i]!, undefined, c.who);
     }
 
@@ -174,8 +214,14 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
         p50.set(name, [...(p50.get(name) ?? []), q.p50]);
         p99.set(name, [...(p99.get(name) ?? []), q.p99]);
       }
-      const last = (side: Side, k: number, who: Who) => p50.get(key(side, k, who))!.at(-1)!.toFixed(2);
-      ctx.log(`P2b round ${r + 1}/${rounds}: p50 projection / plain, owner | app ${SIZES.map((size, k) => `${size}: ${last('projection', k, 'owner')} / ${last('plain', k, 'owner')} | ${last('projection', k, 'app')} / ${last('plain', k, 'app')} ms`).join(', ')}`);
+      const last = (side: Side, k: number, who: Who) =>
+        p50
+          .get(key(side, k, who))!
+          .at(-1)!
+          .toFixed(2);
+      ctx.log(
+        `P2b round ${r + 1}/${rounds}: p50 projection / plain, owner | app ${SIZES.map((size, k) => `${size}: ${last('projection', k, 'owner')} / ${last('plain', k, 'owner')} | ${last('projection', k, 'app')} / ${last('plain', k, 'app')} ms`).join(', ')}`,
+      );
     }
 
     for (const [k, size] of SIZES.entries()) {
@@ -193,32 +239,55 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
       );
       result.headlines.push(
         {
-          label: `P2b projection p50 / plain read p50 at ${n} pairs`, ratio: spread(roundRatios(proj.p50, plain.p50)), goal: { op: '<=', target: GOALS[size]! },
+          label: `P2b projection p50 / plain read p50 at ${n} pairs`,
+          ratio: spread(roundRatios(proj.p50, plain.p50)),
+          goal: { op: '<=', target: GOALS[size]! },
           // The floor beside the goal, and the tail beside the median (p99 of each round, median over rounds).
-          floor: `plain read p50 ${spread(plain.p50).median.toFixed(2)} ms, p99 ${spread(plain.p99).median.toFixed(2)} ms; `
-            + `projection p50 ${spread(proj.p50).median.toFixed(2)} ms, p99 ${spread(proj.p99).median.toFixed(2)} ms`,
+          floor:
+            `plain read p50 ${spread(plain.p50).median.toFixed(2)} ms, p99 ${spread(plain.p99).median.toFixed(2)} ms; ` +
+            `projection p50 ${spread(proj.p50).median.toFixed(2)} ms, p99 ${spread(proj.p99).median.toFixed(2)} ms`,
         },
         { label: `P2b projection p99 / plain read p99 at ${n} pairs`, ratio: spread(roundRatios(proj.p99, plain.p99)), goal: null },
-        { label: `P2b projection p50 / sourcebound-table read p50 at ${n} pairs`, ratio: spread(roundRatios(proj.p50, sb.p50)), goal: null },
+        {
+          label: `P2b projection p50 / sourcebound-table read p50 at ${n} pairs`,
+          ratio: spread(roundRatios(proj.p50, sb.p50)),
+          goal: null,
+        },
       );
       const appSide = { projection: at('projection', 'app'), plain: at('plain', 'app'), sourcebound: at('sourcebound', 'app') };
       result.figures.push(
         { label: `${n} pairs: projection, p50, ${AS.app}`, unit: 'ms', value: spread(appSide.projection.p50) },
         { label: `${n} pairs: projection, p99, ${AS.app}`, unit: 'ms', value: spread(appSide.projection.p99) },
         { label: `${n} pairs: plain read, p50, ${AS.app} (on the app's table too)`, unit: 'ms', value: spread(appSide.plain.p50) },
-        { label: `${n} pairs: the same read from sourcebound's messages and runs, p50, ${AS.app}`, unit: 'ms', value: spread(appSide.sourcebound.p50) },
+        {
+          label: `${n} pairs: the same read from sourcebound's messages and runs, p50, ${AS.app}`,
+          unit: 'ms',
+          value: spread(appSide.sourcebound.p50),
+        },
       );
       result.headlines.push(
         {
-          label: `P2b projection p50 / plain read p50 at ${n} pairs, both ${AS.app}`, ratio: spread(roundRatios(appSide.projection.p50, appSide.plain.p50)), goal: null,
+          label: `P2b projection p50 / plain read p50 at ${n} pairs, both ${AS.app}`,
+          ratio: spread(roundRatios(appSide.projection.p50, appSide.plain.p50)),
+          goal: null,
           floor: `plain read p50 ${spread(appSide.plain.p50).median.toFixed(2)} ms; projection p50 ${spread(appSide.projection.p50).median.toFixed(2)} ms`,
         },
         {
-          label: `P2b projection p50 at ${n} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(appSide.projection.p50, proj.p50)), goal: { op: '<=', target: APP_GOAL },
+          label: `P2b projection p50 at ${n} pairs, ${AS.app} / ${AS.owner}`,
+          ratio: spread(roundRatios(appSide.projection.p50, proj.p50)),
+          goal: { op: '<=', target: APP_GOAL },
           floor: `owner ${spread(proj.p50).median.toFixed(2)} ms, app ${spread(appSide.projection.p50).median.toFixed(2)} ms`,
         },
-        { label: `P2b plain read p50 at ${n} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(appSide.plain.p50, plain.p50)), goal: null },
-        { label: `P2b sourcebound-table read p50 at ${n} pairs, ${AS.app} / ${AS.owner}`, ratio: spread(roundRatios(appSide.sourcebound.p50, sb.p50)), goal: null },
+        {
+          label: `P2b plain read p50 at ${n} pairs, ${AS.app} / ${AS.owner}`,
+          ratio: spread(roundRatios(appSide.plain.p50, plain.p50)),
+          goal: null,
+        },
+        {
+          label: `P2b sourcebound-table read p50 at ${n} pairs, ${AS.app} / ${AS.owner}`,
+          ratio: spread(roundRatios(appSide.sourcebound.p50, sb.p50)),
+          goal: null,
+        },
       );
     }
 
@@ -233,17 +302,34 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
         await call('plain', conversations[k]!);
       }
       result.notes.push(breakdown(size, calls));
-      const split = await requestSplit(pool, `${size.toLocaleString('en-US')} pairs`, calls, { text: PLAIN_READ, values: [conversations[k]!] });
+      const split = await requestSplit(pool, `${size.toLocaleString('en-US')} pairs`, calls, {
+        text: PLAIN_READ,
+        values: [conversations[k]!],
+      });
       result.notes.push(split.note);
       result.figures.push(...split.figures);
       ctx.log(`P2b ${split.note}`);
-      const headline = result.headlines.find((h) => h.label === `P2b projection p50 / plain read p50 at ${size.toLocaleString('en-US')} pairs`);
+      const headline = result.headlines.find(
+        (h) => h.label === `P2b projection p50 / plain read p50 at ${size.toLocaleString('en-US')} pairs`,
+      );
       if (headline !== undefined) headline.floor = `${headline.floor ?? ''}; ${split.short}`;
-      const med = (f: (c: (typeof calls)[number]) => number) => percentile(calls.map(f).sort((a, b) => a - b), 50);
+      const med = (f: (c: (typeof calls)[number]) => number) =>
+        percentile(
+          calls.map(f).sort((a, b) => a - b),
+          50,
+        );
       const n = size.toLocaleString('en-US');
       result.figures.push(
-        { label: `${n} pairs: statements per projection (round trips)`, unit: 'statements', value: spread([med((c) => c.statements.length)]) },
-        { label: `${n} pairs: projection time outside its statements (JavaScript, pool checkout), p50`, unit: 'ms', value: spread([med((c) => c.ms - c.statements.reduce((s, x) => s + x.ms, 0))]) },
+        {
+          label: `${n} pairs: statements per projection (round trips)`,
+          unit: 'statements',
+          value: spread([med((c) => c.statements.length)]),
+        },
+        {
+          label: `${n} pairs: projection time outside its statements (JavaScript, pool checkout), p50`,
+          unit: 'ms',
+          value: spread([med((c) => c.ms - c.statements.reduce((s, x) => s + x.ms, 0))]),
+        },
       );
     }
   } finally {
@@ -263,9 +349,18 @@ export async function benchRequestPath(ctx: BenchContext): Promise<BenchResult> 
 function importTimes(result: BenchResult, rounds: number): void {
   const root = fileURLToPath(new URL('..', import.meta.url));
   execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'ignore' });
-  const once = (entry: string): number => Number(execFileSync(process.execPath, ['--input-type=module', '-e',
-    `const t = process.hrtime.bigint(); await import(${JSON.stringify(`${root}dist/src/${entry}.js`)}); console.log(Number(process.hrtime.bigint() - t) / 1e6);`],
-  { cwd: root, encoding: 'utf8' }).trim());
+  const once = (entry: string): number =>
+    Number(
+      execFileSync(
+        process.execPath,
+        [
+          '--input-type=module',
+          '-e',
+          `const t = process.hrtime.bigint(); await import(${JSON.stringify(`${root}dist/src/${entry}.js`)}); console.log(Number(process.hrtime.bigint() - t) / 1e6);`,
+        ],
+        { cwd: root, encoding: 'utf8' },
+      ).trim(),
+    );
   const app: number[] = [];
   const full: number[] = [];
   for (let r = 0; r < Math.max(5, rounds) * 2; r++) {
@@ -277,20 +372,27 @@ function importTimes(result: BenchResult, rounds: number): void {
     { label: 'import sourcebound (everything, with the worker), built', unit: 'ms', value: spread(full) },
   );
   result.headlines.push({
-    label: 'P2b import sourcebound/app / import sourcebound', ratio: spread(roundRatios(app, full)), goal: { op: '<=', target: 1 / 3 },
+    label: 'P2b import sourcebound/app / import sourcebound',
+    ratio: spread(roundRatios(app, full)),
+    goal: { op: '<=', target: 1 / 3 },
     floor: `sourcebound/app ${spread(app).median.toFixed(0)} ms, sourcebound ${spread(full).median.toFixed(0)} ms (a fresh node process each)`,
   });
 }
 
 const LABELS: Record<string, string> = {
   projection_read: 'projection_read (count, layout, pairs and records in one statement)',
-  'begin isolation': 'BEGIN of the snapshot (repeatable read, read only)', rollback: 'ROLLBACK ending it',
+  'begin isolation': 'BEGIN of the snapshot (repeatable read, read only)',
+  rollback: 'ROLLBACK ending it',
   'insert into sourcebound.projection_layouts': 'the layout write',
 };
 
 /** One line: round trips and rows per call, and the p50 time of each kind of statement and of what lies outside them. */
 function breakdown(size: number, calls: { ms: number; statements: TimedStatement[]; reads: ReadEvent[] }[]): string {
-  const p50 = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);
+  const p50 = (xs: number[]) =>
+    percentile(
+      [...xs].sort((a, b) => a - b),
+      50,
+    );
   const kinds = [...new Set(calls.flatMap((c) => c.statements.map((s) => s.kind)))];
   const parts = kinds.map((kind) => {
     const perCall = calls.map((c) => c.statements.filter((s) => s.kind === kind));
@@ -307,7 +409,9 @@ function breakdown(size: number, calls: { ms: number; statements: TimedStatement
   const textRows = p50(calls.map((c) => c.reads.filter((e) => e.query === 'pairsPageRead').reduce((s, e) => s + (e.textRows ?? 0), 0)));
   const summaryRows = p50(calls.map((c) => c.reads.filter((e) => e.query === 'summariesForRangesRead').reduce((s, e) => s + e.rows, 0)));
   const statements = p50(calls.map((c) => c.statements.length));
-  return `${size} pairs, where a projection's time goes (p50 of ${calls.length} calls, statements timed as the client sees them): ` +
+  return (
+    `${size} pairs, where a projection's time goes (p50 of ${calls.length} calls, statements timed as the client sees them): ` +
     `${total.toFixed(2)} ms a call, ${statements} statements (round trips) taking ${inStatements.toFixed(2)} ms, ${outside.toFixed(2)} ms outside them (JavaScript, pool checkout); ` +
-    `rows read: ${pairRows} pairs (${textRows} with their texts), ${summaryRows} summary records. By statement: ${parts.join('; ')}.`;
+    `rows read: ${pairRows} pairs (${textRows} with their texts), ${summaryRows} summary records. By statement: ${parts.join('; ')}.`
+  );
 }

@@ -37,7 +37,13 @@ export async function benchThroughput(ctx: BenchContext): Promise<BenchResult> {
   const writerS = await benchClient(urlS);
   const writerN = await benchClient(urlN);
   let calls = 0;
-  const sourcebound = await startSourceboundSide(urlS, settings, instantSummarizer(() => { calls++; }));
+  const sourcebound = await startSourceboundSide(
+    urlS,
+    settings,
+    instantSummarizer(() => {
+      calls++;
+    }),
+  );
   // A round is done when every one of its conversations had a job completed
   // and every range was summarized. Jobs are matched by payload: the sweep
   // (crontab, every minute) may add a second job for a conversation whose
@@ -56,9 +62,21 @@ export async function benchThroughput(ctx: BenchContext): Promise<BenchResult> {
   const floor = await startClaimFloor(ctx.server, 'p3_floor', (rounds + 1) * floorPerRound, 200_000);
 
   const result: BenchResult = {
-    id: 'P3', title: 'compaction throughput versus graphile-worker no-op jobs', status: 'ok', seconds: 0,
-    params: { ...settings, rounds, rangesPerRound: conversationsPerRound, noopJobsPerRound: noopPerRound, pairsPerConversation: 30, floorClaimsPerRound: floorPerRound },
-    figures: [], headlines: [], notes: [],
+    id: 'P3',
+    title: 'compaction throughput versus graphile-worker no-op jobs',
+    status: 'ok',
+    seconds: 0,
+    params: {
+      ...settings,
+      rounds,
+      rangesPerRound: conversationsPerRound,
+      noopJobsPerRound: noopPerRound,
+      pairsPerConversation: 30,
+      floorClaimsPerRound: floorPerRound,
+    },
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   const rss0 = process.memoryUsage().rss;
   let sampling: { peak: number } | null = null;
@@ -78,12 +96,24 @@ export async function benchThroughput(ctx: BenchContext): Promise<BenchResult> {
       textOffset += conversationsPerRound * 30;
       await writerS.query('commit');
       const t0 = performance.now();
-      await until(() => (completedInRound.size === round.size && calls - callsBefore >= conversationsPerRound) || sourcebound.completions.errors.length > 0, 120_000, 'compaction jobs');
-      if (sourcebound.completions.errors.length > 0) throw new Error('a compaction job failed', { cause: sourcebound.completions.errors[0] });
+      await until(
+        () =>
+          (completedInRound.size === round.size && calls - callsBefore >= conversationsPerRound) ||
+          sourcebound.completions.errors.length > 0,
+        120_000,
+        'compaction jobs',
+      );
+      if (sourcebound.completions.errors.length > 0)
+        throw new Error('a compaction job failed', { cause: sourcebound.completions.errors[0] });
       const seconds = (lastCompleteAt - t0) / 1000;
       // Outside the clock: every range of the round is completed (a commit may trail its job's completion event by a moment).
-      const completedRanges = async () => (await writerS.query<{ n: number }>(
-        `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`, [ids])).rows[0]!.n;
+      const completedRanges = async () =>
+        (
+          await writerS.query<{ n: number }>(
+            `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`,
+            [ids],
+          )
+        ).rows[0]!.n;
       await until(async () => (await completedRanges()) === conversationsPerRound, 10_000, `${conversationsPerRound} completed ranges`, 20);
       const peakRss = sampling.peak;
       sampling = null;
@@ -92,10 +122,16 @@ export async function benchThroughput(ctx: BenchContext): Promise<BenchResult> {
     const noopRound = async (): Promise<number> => {
       const before = noop.completions.count('noop');
       await writerN.query('begin');
-      await writerN.query(`select graphile_worker.add_job('noop', json_build_object('i', g)) from generate_series(1, $1::int) g`, [noopPerRound]);
+      await writerN.query(`select graphile_worker.add_job('noop', json_build_object('i', g)) from generate_series(1, $1::int) g`, [
+        noopPerRound,
+      ]);
       await writerN.query('commit');
       const t0 = performance.now();
-      await until(() => noop.completions.count('noop') - before >= noopPerRound || noop.completions.errors.length > 0, 120_000, 'no-op jobs');
+      await until(
+        () => noop.completions.count('noop') - before >= noopPerRound || noop.completions.errors.length > 0,
+        120_000,
+        'no-op jobs',
+      );
       if (noop.completions.errors.length > 0) throw new Error('a no-op job failed', { cause: noop.completions.errors[0] });
       return noopPerRound / ((noop.completions.lastAt('noop') - t0) / 1000);
     };
@@ -133,17 +169,21 @@ export async function benchThroughput(ctx: BenchContext): Promise<BenchResult> {
       floors.claim.push(f.claim);
       floors.commit.push(f.commit);
       floors.both.push(f.claim + f.commit);
-      ctx.log(`P3 round ${i + 1}/${rounds}: ${rates.S.at(-1)!.toFixed(0)} ranges/s, ${rates.N.at(-1)!.toFixed(0)} no-op jobs/s; durable claim ${f.claim.toFixed(2)} + ${f.commit.toFixed(2)} ms`);
+      ctx.log(
+        `P3 round ${i + 1}/${rounds}: ${rates.S.at(-1)!.toFixed(0)} ranges/s, ${rates.N.at(-1)!.toFixed(0)} no-op jobs/s; durable claim ${f.claim.toFixed(2)} + ${f.commit.toFixed(2)} ms`,
+      );
     }
     result.figures.push(
       { label: `ranges completed, concurrency ${settings.concurrency}`, unit: 'ranges/s', value: spread(rates.S) },
       { label: `graphile-worker no-op jobs, concurrency ${settings.concurrency}`, unit: 'jobs/s', value: spread(rates.N) },
       { label: 'peak RSS during compaction rounds', unit: 'MiB', value: spread(peaks.map((b) => b / 2 ** 20)) },
-      { label: 'floor: the durable claim\'s statement (next-mark claim, prepared), p50 per round', unit: 'ms', value: spread(floors.claim) },
+      { label: "floor: the durable claim's statement (next-mark claim, prepared), p50 per round", unit: 'ms', value: spread(floors.claim) },
       { label: 'floor: its COMMIT (synchronous), p50 per round', unit: 'ms', value: spread(floors.commit) },
     );
     result.headlines.push({
-      label: 'P3 ranges/s / no-op jobs/s', ratio: spread(roundRatios(rates.S, rates.N)), goal: { op: '>=', target: 0.15 },
+      label: 'P3 ranges/s / no-op jobs/s',
+      ratio: spread(roundRatios(rates.S, rates.N)),
+      goal: { op: '>=', target: 0.15 },
       floor: `durable claim ${spread(floors.claim).median.toFixed(2)} + COMMIT ${spread(floors.commit).median.toFixed(2)} ms a range`,
     });
     result.notes.push(

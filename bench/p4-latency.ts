@@ -64,22 +64,35 @@ export async function benchLatency(ctx: BenchContext): Promise<BenchResult> {
   let jobStartAt = NaN;
   let done = false;
   let noopAt = NaN;
-  const sourcebound = await startSourceboundSide(urlS, settings, instantSummarizer(() => {
-    if (Number.isNaN(summarizerAt)) summarizerAt = performance.now();
-  }));
+  const sourcebound = await startSourceboundSide(
+    urlS,
+    settings,
+    instantSummarizer(() => {
+      if (Number.isNaN(summarizerAt)) summarizerAt = performance.now();
+    }),
+  );
   const conversationOf = (payload: unknown) => (payload as { conversationId?: string } | null)?.conversationId;
   sourcebound.runner.events.on('job:start', ({ job }) => {
-    if (job.task_identifier === 'compact_conversation' && conversationOf(job.payload) === current && Number.isNaN(jobStartAt)) jobStartAt = performance.now();
+    if (job.task_identifier === 'compact_conversation' && conversationOf(job.payload) === current && Number.isNaN(jobStartAt))
+      jobStartAt = performance.now();
   });
   sourcebound.runner.events.on('job:complete', ({ job }) => {
-    if (job.task_identifier === 'compact_conversation' && conversationOf(job.payload) === current && !Number.isNaN(summarizerAt)) done = true;
+    if (job.task_identifier === 'compact_conversation' && conversationOf(job.payload) === current && !Number.isNaN(summarizerAt))
+      done = true;
   });
-  const noop = await startNoopSide(urlN, settings, () => { noopAt = performance.now(); });
+  const noop = await startNoopSide(urlN, settings, () => {
+    noopAt = performance.now();
+  });
 
   const result: BenchResult = {
-    id: 'P4', title: 'crossing-to-summarizer latency versus graphile-worker pickup', status: 'ok', seconds: 0,
+    id: 'P4',
+    title: 'crossing-to-summarizer latency versus graphile-worker pickup',
+    status: 'ok',
+    seconds: 0,
     params: { ...settings, rounds, samplesPerRoundAndSide: perRound },
-    figures: [], headlines: [], notes: [],
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   try {
     let next = 0;
@@ -91,11 +104,22 @@ export async function benchLatency(ctx: BenchContext): Promise<BenchResult> {
       jobStartAt = NaN;
       done = false;
       let t0 = NaN;
-      await pairTransaction(writerS, current, textAt(next * 29 + 29), { asynchronousCommit: true, beforeCommit: () => { t0 = performance.now(); } });
+      await pairTransaction(writerS, current, textAt(next * 29 + 29), {
+        asynchronousCommit: true,
+        beforeCommit: () => {
+          t0 = performance.now();
+        },
+      });
       const committed = performance.now();
       next++;
-      await until(() => done || sourcebound.completions.errors.length > 0, 30_000, 'the crossing job to call the summarizer and complete', 1);
-      if (sourcebound.completions.errors.length > 0) throw new Error('a compaction job failed', { cause: sourcebound.completions.errors[0] });
+      await until(
+        () => done || sourcebound.completions.errors.length > 0,
+        30_000,
+        'the crossing job to call the summarizer and complete',
+        1,
+      );
+      if (sourcebound.completions.errors.length > 0)
+        throw new Error('a compaction job failed', { cause: sourcebound.completions.errors[0] });
       if (jobStartAt < committed) early.S++;
       await sleep(5);
       return { total: summarizerAt - t0, pickup: jobStartAt - t0, ours: summarizerAt - jobStartAt };
@@ -123,8 +147,15 @@ export async function benchLatency(ctx: BenchContext): Promise<BenchResult> {
       await floor.sample();
     }
     const q = {
-      sP50: [] as number[], sP99: [] as number[], nP50: [] as number[], nP99: [] as number[], pickup: [] as number[], ours: [] as number[],
-      claim: [] as number[], commit: [] as number[], atFloor: [] as number[],
+      sP50: [] as number[],
+      sP99: [] as number[],
+      nP50: [] as number[],
+      nP99: [] as number[],
+      pickup: [] as number[],
+      ours: [] as number[],
+      claim: [] as number[],
+      commit: [] as number[],
+      atFloor: [] as number[],
     };
     const sides = ['S', 'N', 'F'] as const;
     for (let r = 0; r < rounds; r++) {
@@ -163,7 +194,9 @@ export async function benchLatency(ctx: BenchContext): Promise<BenchResult> {
       q.claim.push(p50p99(claim).p50);
       q.commit.push(p50p99(commit).p50);
       q.atFloor.push((qn.p50 + q.claim.at(-1)! + q.commit.at(-1)!) / qn.p50);
-      ctx.log(`P4 round ${r + 1}/${rounds}: p50 crossing-to-summarizer ${qs.p50.toFixed(2)} ms, no-op ${qn.p50.toFixed(2)} ms, durable claim ${q.claim.at(-1)!.toFixed(2)} + ${q.commit.at(-1)!.toFixed(2)} ms`);
+      ctx.log(
+        `P4 round ${r + 1}/${rounds}: p50 crossing-to-summarizer ${qs.p50.toFixed(2)} ms, no-op ${qn.p50.toFixed(2)} ms, durable claim ${q.claim.at(-1)!.toFixed(2)} + ${q.commit.at(-1)!.toFixed(2)} ms`,
+      );
     }
     result.figures.push(
       { label: 'crossing commit to summarizer call, p50', unit: 'ms', value: spread(q.sP50) },
@@ -172,12 +205,14 @@ export async function benchLatency(ctx: BenchContext): Promise<BenchResult> {
       { label: '  of which job start to summarizer call, p50', unit: 'ms', value: spread(q.ours) },
       { label: 'graphile-worker add_job commit to no-op task start, p50', unit: 'ms', value: spread(q.nP50) },
       { label: 'graphile-worker add_job commit to no-op task start, p99', unit: 'ms', value: spread(q.nP99) },
-      { label: 'floor: the durable claim\'s statement (next-mark claim, prepared), p50', unit: 'ms', value: spread(q.claim) },
+      { label: "floor: the durable claim's statement (next-mark claim, prepared), p50", unit: 'ms', value: spread(q.claim) },
       { label: 'floor: its COMMIT (synchronous), p50', unit: 'ms', value: spread(q.commit) },
     );
     result.headlines.push(
       {
-        label: 'P4 p50 latency / graphile-worker p50', ratio: spread(roundRatios(q.sP50, q.nP50)), goal: { op: '<=', target: 3 },
+        label: 'P4 p50 latency / graphile-worker p50',
+        ratio: spread(roundRatios(q.sP50, q.nP50)),
+        goal: { op: '<=', target: 3 },
         floor: `${spread(q.atFloor).median.toFixed(2)}x: no-op ${spread(q.nP50).median.toFixed(2)} + claim ${spread(q.claim).median.toFixed(2)} + COMMIT ${spread(q.commit).median.toFixed(2)} ms`,
       },
       { label: 'P4 at the floor: (no-op p50 + durable claim p50 + its COMMIT p50) / no-op p50', ratio: spread(q.atFloor), goal: null },
@@ -186,7 +221,7 @@ export async function benchLatency(ctx: BenchContext): Promise<BenchResult> {
     result.notes.push(
       `p99 of ${perRound} samples per round is close to their maximum: read it as "the slow tail", with the min and max over rounds.`,
       `The clock starts just before each side's COMMIT is sent (asynchronous commits). Jobs started before that COMMIT had returned (a clock started on its return would have read them short or negative): sourcebound ${early.S}, no-op ${early.N}, of ${early.samples} samples per side.`,
-      'The floor is what P4 would be if our path between pickup and summarizer call were only the claim made durable, timed apart on one connection (one round trip more than the worker\'s autocommit claim).',
+      "The floor is what P4 would be if our path between pickup and summarizer call were only the claim made durable, timed apart on one connection (one round trip more than the worker's autocommit claim).",
     );
   } finally {
     await sourcebound.stop().catch(() => {});

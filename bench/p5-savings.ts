@@ -3,7 +3,13 @@ import { writeThread } from '../src/cli/demo-threads.ts';
 import { createOfflineSummarizer, OFFLINE_MODEL } from '../src/gateway/offline.ts';
 import type { Summarizer } from '../src/support/summary-contract.ts';
 import { silentLogger } from '../src/support/logger.ts';
-import { messagesBytes, projectConversationHistory, toAnthropicMessages, type ConversationProjection, type PairItem } from '../src/projection/index.ts';
+import {
+  messagesBytes,
+  projectConversationHistory,
+  toAnthropicMessages,
+  type ConversationProjection,
+  type PairItem,
+} from '../src/projection/index.ts';
 import type { BenchContext } from './lib/context.ts';
 import { dataset } from './lib/data.ts';
 import type { BenchResult } from './lib/report.ts';
@@ -30,9 +36,14 @@ export async function benchSavings(ctx: BenchContext): Promise<BenchResult> {
   const url = await ctx.server.freshDatabase('p5_savings');
   const pool = benchPool(url, 4);
   const result: BenchResult = {
-    id: 'P5', title: 'savings on real conversations', status: 'ok', seconds: 0,
+    id: 'P5',
+    title: 'savings on real conversations',
+    status: 'ok',
+    seconds: 0,
     params: { budgetBytes: BUDGET, summarizer: `offline (${OFFLINE_MODEL})`, summaryMaxChars: SUMMARY_MAX_CHARS, threads: threads.length },
-    figures: [], headlines: [], notes: [`Data: ${source}.`],
+    figures: [],
+    headlines: [],
+    notes: [`Data: ${source}.`],
   };
   const utf8 = (s: string) => Buffer.byteLength(s, 'utf8');
   try {
@@ -80,7 +91,10 @@ export async function benchSavings(ctx: BenchContext): Promise<BenchResult> {
 
     const projections: (ConversationProjection & { raw: number })[] = [];
     for (const c of written) {
-      projections.push({ ...(await projectConversationHistory({ pool, conversationId: c.id, scope: 'bench', budgetBytes: BUDGET })), raw: c.raw });
+      projections.push({
+        ...(await projectConversationHistory({ pool, conversationId: c.id, scope: 'bench', budgetBytes: BUDGET })),
+        raw: c.raw,
+      });
     }
     // The floor: every range summarized by an empty summary (one character: a record's text cannot
     // be empty), projected the same way. A job visits only marked ranges, and compaction cleared
@@ -95,7 +109,8 @@ export async function benchSavings(ctx: BenchContext): Promise<BenchResult> {
           status, summary, attempts_spent, completed_at)
        select conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, 'bench/empty-summary', prompt_version,
               'completed', '.', 1, completed_at + interval '1 second'
-       from sourcebound.conversation_summaries where status = 'completed'`);
+       from sourcebound.conversation_summaries where status = 'completed'`,
+    );
     if (twins !== completed) throw new Error(`P5: ${twins} empty twins for ${completed} completed ranges`);
     const floors = new Map<string, number>();
     for (const c of written) {
@@ -109,26 +124,58 @@ export async function benchSavings(ctx: BenchContext): Promise<BenchResult> {
     const one = (x: number) => spread([x]);
 
     result.figures.push(
-      { label: `raw history, all ${projections.length} conversations (${sum(projections.map((p) => p.pairCount))} pairs)`, unit: 'bytes', value: one(sum(projections.map((p) => p.raw))) },
+      {
+        label: `raw history, all ${projections.length} conversations (${sum(projections.map((p) => p.pairCount))} pairs)`,
+        unit: 'bytes',
+        value: one(sum(projections.map((p) => p.raw))),
+      },
       { label: 'projection at 64 KiB, all conversations', unit: 'bytes', value: one(sum(projections.map((p) => p.bytes))) },
-      { label: `raw history, ${long.length} conversations with >= 30 pairs (${sum(long.map((p) => p.pairCount))} pairs)`, unit: 'bytes', value: one(sum(long.map((p) => p.raw))) },
+      {
+        label: `raw history, ${long.length} conversations with >= 30 pairs (${sum(long.map((p) => p.pairCount))} pairs)`,
+        unit: 'bytes',
+        value: one(sum(long.map((p) => p.raw))),
+      },
       { label: 'projection at 64 KiB, conversations with >= 30 pairs', unit: 'bytes', value: one(sum(long.map((p) => p.bytes))) },
-      { label: 'projected / raw per conversation with >= 30 pairs (n = conversations)', unit: 'ratio', value: spread(long.map((p) => p.bytes / p.raw)) },
-      { label: `summarizer input, ${okCalls.length} completed ranges (assistant text)`, unit: 'bytes', value: one(sum(okCalls.map((c) => c.inputBytes))) },
+      {
+        label: 'projected / raw per conversation with >= 30 pairs (n = conversations)',
+        unit: 'ratio',
+        value: spread(long.map((p) => p.bytes / p.raw)),
+      },
+      {
+        label: `summarizer input, ${okCalls.length} completed ranges (assistant text)`,
+        unit: 'bytes',
+        value: one(sum(okCalls.map((c) => c.inputBytes))),
+      },
       { label: 'summaries returned for those ranges', unit: 'bytes', value: one(sum(okCalls.map((c) => c.outputBytes))) },
       { label: 'floor: projection at 64 KiB with empty summaries, conversations with >= 30 pairs', unit: 'bytes', value: one(floorLong) },
       { label: 'compaction, in-process, offline summarizer', unit: 's', value: one(compactSeconds) },
     );
     result.headlines.push(
-      { label: 'P5 projected / raw, conversations with >= 30 pairs', ratio: one(sum(long.map((p) => p.bytes)) / sum(long.map((p) => p.raw))), goal: null },
-      { label: 'P5 projected / raw, all conversations', ratio: one(sum(projections.map((p) => p.bytes)) / sum(projections.map((p) => p.raw))), goal: null },
-      { label: 'P5 floor (empty summaries) / raw, conversations with >= 30 pairs', ratio: one(floorLong / sum(long.map((p) => p.raw))), goal: null },
+      {
+        label: 'P5 projected / raw, conversations with >= 30 pairs',
+        ratio: one(sum(long.map((p) => p.bytes)) / sum(long.map((p) => p.raw))),
+        goal: null,
+      },
+      {
+        label: 'P5 projected / raw, all conversations',
+        ratio: one(sum(projections.map((p) => p.bytes)) / sum(projections.map((p) => p.raw))),
+        goal: null,
+      },
+      {
+        label: 'P5 floor (empty summaries) / raw, conversations with >= 30 pairs',
+        ratio: one(floorLong / sum(long.map((p) => p.raw))),
+        goal: null,
+      },
       {
         label: 'P5 saving taken / possible saving (raw - projected) / (raw - floor), >= 30 pairs',
         ratio: one((sum(long.map((p) => p.raw)) - sum(long.map((p) => p.bytes))) / (sum(long.map((p) => p.raw)) - floorLong)),
         goal: null,
       },
-      { label: 'P5 offline summaries / their input bytes', ratio: one(sum(okCalls.map((c) => c.outputBytes)) / sum(okCalls.map((c) => c.inputBytes))), goal: { op: '<=', target: 0.3 } },
+      {
+        label: 'P5 offline summaries / their input bytes',
+        ratio: one(sum(okCalls.map((c) => c.outputBytes)) / sum(okCalls.map((c) => c.inputBytes))),
+        goal: { op: '<=', target: 0.3 },
+      },
     );
     const summaryItems = sum(projections.map((p) => p.items.filter((i) => i.kind === 'summary').length));
     const omitted = sum(projections.map((p) => p.omitted.reduce((n, s) => n + s.toPair - s.fromPair + 1, 0)));
@@ -139,7 +186,7 @@ export async function benchSavings(ctx: BenchContext): Promise<BenchResult> {
         `The projections use ${summaryItems} summarized ranges; pairs left out for the budget: ${omitted}; raw histories over the 64 KiB budget: ${overBudget}.`,
       `Conversations with >= 30 pairs: ${saved.toLocaleString('en-US')} bytes saved per request, for ${sum(okCalls.map((c) => c.inputBytes)).toLocaleString('en-US')} bytes sent once to the summarizer. ` +
         'Conversations below 30 pairs are projected raw (nothing is planned), so their ratio is 1 unless a history exceeds the budget.',
-      'The offline summarizer is extractive: it aims at a quarter of the ten replies\' bytes (at least 400, at most 6,000), whole sentences by TextRank. ' +
+      "The offline summarizer is extractive: it aims at a quarter of the ten replies' bytes (at least 400, at most 6,000), whole sentences by TextRank. " +
         'The floor is what the projection would be if every summary were empty: the user messages and the labels remain.',
     );
   } finally {
@@ -150,6 +197,14 @@ export async function benchSavings(ctx: BenchContext): Promise<BenchResult> {
 
 /** The raw history as the adapter would send it: every pair as a user and an assistant message. */
 function rawBytes(pairs: readonly { user: string; assistant: string }[]): number {
-  const items: PairItem[] = pairs.map((p, i) => ({ kind: 'pair', pairIndex: i, runId: '', userMessageId: '', assistantMessageId: '', userText: p.user, assistantText: p.assistant }));
+  const items: PairItem[] = pairs.map((p, i) => ({
+    kind: 'pair',
+    pairIndex: i,
+    runId: '',
+    userMessageId: '',
+    assistantMessageId: '',
+    userText: p.user,
+    assistantText: p.assistant,
+  }));
   return messagesBytes(toAnthropicMessages({ items, omitted: [] }));
 }

@@ -40,8 +40,15 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 function skipped(reason: string): BenchResult {
   return {
-    id: 'P6', title: 'run compaction (prepareRunRequest)', status: 'skipped', reason: `P6 skipped: run compaction not available (${reason})`,
-    seconds: 0, params: {}, figures: [], headlines: [], notes: [],
+    id: 'P6',
+    title: 'run compaction (prepareRunRequest)',
+    status: 'skipped',
+    reason: `P6 skipped: run compaction not available (${reason})`,
+    seconds: 0,
+    params: {},
+    figures: [],
+    headlines: [],
+    notes: [],
   };
 }
 
@@ -57,7 +64,10 @@ export async function benchRunCompaction(ctx: BenchContext): Promise<BenchResult
   const pool = benchPool(url, 4);
   try {
     const { rows } = await pool.query<{ t: string | null }>(`select to_regclass('sourcebound.run_turns')::text as t`);
-    if (rows[0]!.t === null) return skipped('src/run exports prepareRunRequest, but migrateDatabase creates no run history tables: its migrations are not in migrations/ yet');
+    if (rows[0]!.t === null)
+      return skipped(
+        'src/run exports prepareRunRequest, but migrateDatabase creates no run history tables: its migrations are not in migrations/ yet',
+      );
     return await measureRunCompaction(ctx, run, pool, url);
   } finally {
     await pool.end();
@@ -69,9 +79,19 @@ export async function measureRunCompaction(ctx: BenchContext, run: RunModule, po
   const repetitions: Record<string, number> = { '1 MiB': ctx.full ? 41 : 15, '8 MiB': ctx.full ? 15 : 7 };
   const processes = ctx.full ? 5 : 3;
   const result: BenchResult = {
-    id: 'P6', title: 'run compaction (prepareRunRequest)', status: 'ok', seconds: 0,
-    params: { sizes: TARGETS.map((t) => t.label), repetitions, memoryProcesses: processes, group: 'model turn ~1.5 KB + one settled tool result ~8 KB' },
-    figures: [], headlines: [], notes: [],
+    id: 'P6',
+    title: 'run compaction (prepareRunRequest)',
+    status: 'ok',
+    seconds: 0,
+    params: {
+      sizes: TARGETS.map((t) => t.label),
+      repetitions,
+      memoryProcesses: processes,
+      group: 'model turn ~1.5 KB + one settled tool result ~8 KB',
+    },
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   const stateLoad = await import('../src/db/queries/run-state.ts').then((m) => m.runStateLoad).catch(() => null);
   const summarizer = instantRunSummarizer();
@@ -84,7 +104,13 @@ export async function measureRunCompaction(ctx: BenchContext, run: RunModule, po
 
     // The raw request: nothing fitted (fitting starts above the target), nothing compacted.
     const huge = 2 ** 40;
-    const raw = await run.prepareRunRequest({ pool, runId, scope: SCOPE, ...RUN_INPUT, policy: { enabled: false, thresholdBytes: huge, targetBytes: huge } });
+    const raw = await run.prepareRunRequest({
+      pool,
+      runId,
+      scope: SCOPE,
+      ...RUN_INPUT,
+      policy: { enabled: false, thresholdBytes: huge, targetBytes: huge },
+    });
     const rawBytes = raw.report.bytes;
 
     const call = async () => {
@@ -117,16 +143,35 @@ export async function measureRunCompaction(ctx: BenchContext, run: RunModule, po
 
     result.figures.push(
       { label: `${target.label}: raw request (nothing fitted)`, unit: 'bytes', value: spread([rawBytes]) },
-      { label: `${target.label}: first call (${first.prepared.report.compaction.decision}), model call excluded`, unit: 'ms', value: spread([first.ms]) },
+      {
+        label: `${target.label}: first call (${first.prepared.report.compaction.decision}), model call excluded`,
+        unit: 'ms',
+        value: spread([first.ms]),
+      },
       { label: `${target.label}: prepareRunRequest, steady state`, unit: 'ms', value: spread(times) },
-      ...(loads.length > 0 ? [{ label: `${target.label}:   of which the query loading the Run (runStateLoad)`, unit: 'ms', value: spread(loads) }] : []),
-      { label: `${target.label}: peak memory of one call (RSS rise, fresh process)`, unit: 'MiB', value: spread(rises.map((b) => b / 2 ** 20)) },
+      ...(loads.length > 0
+        ? [{ label: `${target.label}:   of which the query loading the Run (runStateLoad)`, unit: 'ms', value: spread(loads) }]
+        : []),
+      {
+        label: `${target.label}: peak memory of one call (RSS rise, fresh process)`,
+        unit: 'MiB',
+        value: spread(rises.map((b) => b / 2 ** 20)),
+      },
       { label: `${target.label}:   V8 heap in use after the call over before`, unit: 'MiB', value: spread(heaps.map((b) => b / 2 ** 20)) },
       { label: `${target.label}: final request`, unit: 'bytes', value: spread([last.report.bytes]) },
     );
-    if (target.label === '1 MiB') result.headlines.push({ label: `P6 p50 at 1 MiB / ${P50_GOAL_MS} ms`, ratio: spread(times.map((t) => t / P50_GOAL_MS)), goal: { op: '<=', target: 1 } });
+    if (target.label === '1 MiB')
+      result.headlines.push({
+        label: `P6 p50 at 1 MiB / ${P50_GOAL_MS} ms`,
+        ratio: spread(times.map((t) => t / P50_GOAL_MS)),
+        goal: { op: '<=', target: 1 },
+      });
     // Conservative: the larger of the two memory measures of each process.
-    result.headlines.push({ label: `P6 peak memory / raw request size at ${target.label}`, ratio: spread(rises.map((b, i) => Math.max(b, heaps[i]!) / rawBytes)), goal: { op: '<=', target: MEMORY_GOAL } });
+    result.headlines.push({
+      label: `P6 peak memory / raw request size at ${target.label}`,
+      ratio: spread(rises.map((b, i) => Math.max(b, heaps[i]!) / rawBytes)),
+      goal: { op: '<=', target: MEMORY_GOAL },
+    });
     const f = first.prepared.report;
     const r = last.report;
     result.notes.push(
@@ -144,13 +189,24 @@ export async function measureRunCompaction(ctx: BenchContext, run: RunModule, po
 /** A Run with about `bytes` of recorded history; returns its id. */
 async function recordHistory(run: RunModule, pool: pg.Pool, bytes: number): Promise<string> {
   const [conversationId] = await createConversations(pool, 1, SCOPE);
-  const { runId } = await run.startRun({ pool, scope: SCOPE, conversationId: conversationId!, request: `Research question: ${textAt(7).user}` });
+  const { runId } = await run.startRun({
+    pool,
+    scope: SCOPE,
+    conversationId: conversationId!,
+    request: `Research question: ${textAt(7).user}`,
+  });
   let recorded = 0;
   for (let g = 0; recorded < bytes; g++) {
     const text = fill(g * 3, 1500, (i) => textAt(i).assistant);
     const body = fill(g * 7 + 1, 8000, (i) => `${textAt(i).user}\n${textAt(i).assistant}`);
     const proposalId = `call-${g}`;
-    await run.recordModelTurn({ pool, runId, scope: SCOPE, text, toolCalls: [{ id: proposalId, name: 'fetch_document', input: { url: `https://docs.example.test/${g}`, page: g % 7 } }] });
+    await run.recordModelTurn({
+      pool,
+      runId,
+      scope: SCOPE,
+      text,
+      toolCalls: [{ id: proposalId, name: 'fetch_document', input: { url: `https://docs.example.test/${g}`, page: g % 7 } }],
+    });
     await run.recordToolCall({ pool, runId, scope: SCOPE, proposalId, dispatchId: `dispatch-${g}` });
     await run.recordToolResult({ pool, runId, scope: SCOPE, proposalId, settlement: 'settled', content: body });
     recorded += Buffer.byteLength(text) + Buffer.byteLength(body);
@@ -171,13 +227,24 @@ function memoryChild(url: string, smallRun: string, runId: string): Promise<{ ri
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', CHILD], {
       cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', P6_URL: url, P6_SCOPE: SCOPE, P6_SMALL_RUN: smallRun, P6_RUN: runId },
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: process.env.HOME ?? '/tmp',
+        P6_URL: url,
+        P6_SCOPE: SCOPE,
+        P6_SMALL_RUN: smallRun,
+        P6_RUN: runId,
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
     let err = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { err += d.toString(); });
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
     child.on('close', (code) => {
       clearTimeout(timer);

@@ -32,8 +32,14 @@ import { bulkPairs, pairTransaction } from './lib/writes.ts';
  */
 export async function benchScale(ctx: BenchContext): Promise<BenchResult> {
   const result: BenchResult = {
-    id: 'P7', title: 'scale: job cost, growth and sweep versus history', status: 'ok', seconds: 0,
-    params: {}, figures: [], headlines: [], notes: [],
+    id: 'P7',
+    title: 'scale: job cost, growth and sweep versus history',
+    status: 'ok',
+    seconds: 0,
+    params: {},
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   await jobCost(ctx, result);
   await growth(ctx, result);
@@ -44,7 +50,8 @@ export async function benchScale(ctx: BenchContext): Promise<BenchResult> {
 /** The compact_conversation task body (src/worker/tasks/compact-conversation.ts), on the given pool. */
 async function taskBody(ctx: CompactionContext, conversationId: string): Promise<void> {
   const report = await compactConversation(ctx, conversationId);
-  if (report.rescheduleAt !== null || report.ranges.some((r) => r.result !== 'completed')) throw new Error(`unexpected pass: ${JSON.stringify(report.ranges)}`);
+  if (report.rescheduleAt !== null || report.ranges.some((r) => r.result !== 'completed'))
+    throw new Error(`unexpected pass: ${JSON.stringify(report.ranges)}`);
 }
 
 /** A pool whose queries are counted: statements sent by the task body. */
@@ -52,7 +59,11 @@ function counted(pool: pg.Pool): { pool: pg.Pool; statements: () => number } {
   let n = 0;
   const proxy = new Proxy(pool, {
     get(target, prop, receiver) {
-      if (prop === 'query') return (...args: unknown[]) => { n++; return (target.query as (...a: unknown[]) => unknown).apply(target, args); };
+      if (prop === 'query')
+        return (...args: unknown[]) => {
+          n++;
+          return (target.query as (...a: unknown[]) => unknown).apply(target, args);
+        };
       return Reflect.get(target, prop, receiver);
     },
   });
@@ -74,7 +85,13 @@ async function jobCost(ctx: BenchContext, result: BenchResult): Promise<void> {
     await seedCompleted(pool, ids);
     await seedSettle(pool, ids);
     const counter = counted(pool);
-    const jobCtx: CompactionContext = { pool: counter.pool, summarizer: instantSummarizer(), logger: silentLogger, workerId: 'p7', leaseMs: 60_000 };
+    const jobCtx: CompactionContext = {
+      pool: counter.pool,
+      summarizer: instantSummarizer(),
+      logger: silentLogger,
+      workerId: 'p7',
+      leaseMs: 60_000,
+    };
     const pairs = [...sizes];
     const times = sizes.map(() => [] as number[]);
     const statements = sizes.map(() => [] as number[]);
@@ -95,13 +112,28 @@ async function jobCost(ctx: BenchContext, result: BenchResult): Promise<void> {
       }
     }
     const { rows } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = any($1::uuid[]) and model = $2 and summary <> 'seeded summary' and status = 'completed'`, [ids, jobCtx.summarizer.model]);
-    if (rows[0]!.n !== sizes.length * (rounds + 1)) throw new Error(`expected ${sizes.length * (rounds + 1)} new completed ranges, found ${rows[0]!.n}`);
+      `select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = any($1::uuid[]) and model = $2 and summary <> 'seeded summary' and status = 'completed'`,
+      [ids, jobCtx.summarizer.model],
+    );
+    if (rows[0]!.n !== sizes.length * (rounds + 1))
+      throw new Error(`expected ${sizes.length * (rounds + 1)} new completed ranges, found ${rows[0]!.n}`);
     sizes.forEach((size, i) => {
-      result.figures.push({ label: `one compaction job at ${size.toLocaleString('en')} pairs (compacted, 10 added)`, unit: 'ms', value: spread(times[i]!) });
-      result.figures.push({ label: `statements of that job at ${size.toLocaleString('en')} pairs`, unit: 'statements', value: spread(statements[i]!) });
+      result.figures.push({
+        label: `one compaction job at ${size.toLocaleString('en')} pairs (compacted, 10 added)`,
+        unit: 'ms',
+        value: spread(times[i]!),
+      });
+      result.figures.push({
+        label: `statements of that job at ${size.toLocaleString('en')} pairs`,
+        unit: 'statements',
+        value: spread(statements[i]!),
+      });
     });
-    result.headlines.push({ label: 'P7 job at 20,000 pairs / at 100 pairs', ratio: spread(roundRatios(times[2]!, times[0]!)), goal: { op: '<=', target: 1.5 } });
+    result.headlines.push({
+      label: 'P7 job at 20,000 pairs / at 100 pairs',
+      ratio: spread(roundRatios(times[2]!, times[0]!)),
+      goal: { op: '<=', target: 1.5 },
+    });
     result.headlines.push({ label: 'P7 job at 2,000 pairs / at 100 pairs', ratio: spread(roundRatios(times[1]!, times[0]!)), goal: null });
     result.params.jobRounds = rounds;
   } finally {
@@ -121,7 +153,9 @@ async function growth(ctx: BenchContext, result: BenchResult): Promise<void> {
     const totals: number[] = [];
     for (let g = 0; g < growths; g++) {
       ctx.log(`P7 growth ${g + 1}/${growths}: 0 -> ${target.toLocaleString('en')} pairs`);
-      const { rows: [c] } = await writer.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('bench') returning id`);
+      const {
+        rows: [c],
+      } = await writer.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('bench') returning id`);
       let compactionMs = 0;
       let atHalf = NaN;
       for (let n = 1; n <= target; n++) {
@@ -133,15 +167,29 @@ async function growth(ctx: BenchContext, result: BenchResult): Promise<void> {
           compactionMs += performance.now() - t0;
         }
         if (n === target / 2) atHalf = compactionMs;
-        if (n % 1000 === 0) await writer.query('analyze sourcebound.pairs, sourcebound.messages, sourcebound.conversation_summaries, sourcebound.compaction_marks');
+        if (n % 1000 === 0)
+          await writer.query(
+            'analyze sourcebound.pairs, sourcebound.messages, sourcebound.conversation_summaries, sourcebound.compaction_marks',
+          );
       }
-      const { rows } = await writer.query<{ n: number }>(`select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`, [c!.id]);
+      const { rows } = await writer.query<{ n: number }>(
+        `select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`,
+        [c!.id],
+      );
       if (rows[0]!.n !== (target - 30) / 10 + 1) throw new Error(`growth ${g}: ${rows[0]!.n} completed ranges`);
       ratios.push(compactionMs / atHalf);
       totals.push(compactionMs);
     }
-    result.figures.push({ label: `total compaction time growing 0 -> ${target.toLocaleString('en')} pairs`, unit: 'ms', value: spread(totals) });
-    result.headlines.push({ label: `P7 growth T(${target.toLocaleString('en')}) / T(${(target / 2).toLocaleString('en')})`, ratio: spread(ratios), goal: { op: '<=', target: 2.2 } });
+    result.figures.push({
+      label: `total compaction time growing 0 -> ${target.toLocaleString('en')} pairs`,
+      unit: 'ms',
+      value: spread(totals),
+    });
+    result.headlines.push({
+      label: `P7 growth T(${target.toLocaleString('en')}) / T(${(target / 2).toLocaleString('en')})`,
+      ratio: spread(ratios),
+      goal: { op: '<=', target: 2.2 },
+    });
     result.params.growthPairs = target;
   } finally {
     await writer.end();
@@ -175,8 +223,16 @@ async function sweep(ctx: BenchContext, result: BenchResult): Promise<void> {
       if (r.enqueued !== 0) throw new Error(`nothing needs repair, yet the sweep enqueued ${r.enqueued}`);
       idle.push(r.ms);
     }
-    result.figures.push({ label: `sweep, nothing to repair, ${conversations.toLocaleString('en')} conversations`, unit: 'ms', value: spread(idle) });
-    result.headlines.push({ label: `P7 sweep with nothing to repair (${conversations.toLocaleString('en')} conversations) / ${SWEEP_GOAL_MS} ms`, ratio: spread(idle.map((ms) => ms / SWEEP_GOAL_MS)), goal: { op: '<=', target: 1 } });
+    result.figures.push({
+      label: `sweep, nothing to repair, ${conversations.toLocaleString('en')} conversations`,
+      unit: 'ms',
+      value: spread(idle),
+    });
+    result.headlines.push({
+      label: `P7 sweep with nothing to repair (${conversations.toLocaleString('en')} conversations) / ${SWEEP_GOAL_MS} ms`,
+      ratio: spread(idle.map((ms) => ms / SWEEP_GOAL_MS)),
+      goal: { op: '<=', target: 1 },
+    });
 
     // 5,000 conversations edited inside their summarized range (their binding
     // breaks, their ids do not change), and then their jobs lost.
@@ -187,7 +243,9 @@ async function sweep(ctx: BenchContext, result: BenchResult): Promise<void> {
     for (let i = 0; i < edited.length; i += 1000) {
       await db.query(
         `update sourcebound.messages m set content = 'edited: ' || m.content
-         from sourcebound.pairs p where p.conversation_id = any($1::uuid[]) and p.pair_index = 3 and m.id = p.user_message_id`, [edited.slice(i, i + 1000)]);
+         from sourcebound.pairs p where p.conversation_id = any($1::uuid[]) and p.pair_index = 3 and m.id = p.user_message_id`,
+        [edited.slice(i, i + 1000)],
+      );
     }
     await db.query('delete from graphile_worker._private_jobs');
     // As autovacuum would (it may be off here): add_job's plans go bad on stale statistics.
@@ -202,11 +260,21 @@ async function sweep(ctx: BenchContext, result: BenchResult): Promise<void> {
       for (const row of rows) reached.add(row.c);
     }
     const reachedEdited = edited.filter((id) => reached.has(id)).length;
-    result.figures.push({ label: `sweep runs until all ${needingRepair.toLocaleString('en')} needing repair were enqueued (limit 1,000 per run)`, unit: 'runs', value: spread([repairRuns.length]) });
+    result.figures.push({
+      label: `sweep runs until all ${needingRepair.toLocaleString('en')} needing repair were enqueued (limit 1,000 per run)`,
+      unit: 'runs',
+      value: spread([repairRuns.length]),
+    });
     result.figures.push({ label: 'one sweep run while repairing (1,000 enqueued)', unit: 'ms', value: spread(repairRuns) });
-    result.headlines.push({ label: `P7 sweep: conversations reached / ${needingRepair.toLocaleString('en')} needing repair`, ratio: spread([reachedEdited / needingRepair]), goal: { op: '>=', target: 1 } });
+    result.headlines.push({
+      label: `P7 sweep: conversations reached / ${needingRepair.toLocaleString('en')} needing repair`,
+      ratio: spread([reachedEdited / needingRepair]),
+      goal: { op: '>=', target: 1 },
+    });
     result.params.sweepConversations = conversations;
-    result.notes.push(`Sweep state: ${conversations.toLocaleString('en')} conversations x 35 pairs, one completed range each; ${reachedEdited} of ${needingRepair} edited conversations re-enqueued in ${repairRuns.length} runs.`);
+    result.notes.push(
+      `Sweep state: ${conversations.toLocaleString('en')} conversations x 35 pairs, one completed range each; ${reachedEdited} of ${needingRepair} edited conversations re-enqueued in ${repairRuns.length} runs.`,
+    );
   } finally {
     await db.end();
   }

@@ -2,8 +2,13 @@ import { sourceHash, sourceMessageIds, type SourcePair } from '../src/conversati
 import { createOfflineSummarizer } from '../src/gateway/offline.ts';
 import type { Outcome, Summarizer, SummaryRequest } from '../src/support/summary-contract.ts';
 import {
-  CACHE_PRICES, FILL_RATIO, projectConversationHistory, toAnthropicMessages,
-  type ConversationProjection, type MessageParam, type PairItem,
+  CACHE_PRICES,
+  FILL_RATIO,
+  projectConversationHistory,
+  toAnthropicMessages,
+  type ConversationProjection,
+  type MessageParam,
+  type PairItem,
 } from '../src/projection/index.ts';
 import type { Thread } from '../src/cli/demo-threads.ts';
 import type { BenchContext } from './lib/context.ts';
@@ -58,7 +63,17 @@ interface Tally {
   overBudget: number;
 }
 
-const newTally = (): Tally => ({ turns: 0, hits: 0, bytes: 0, cost: 0, lastUserMessages: 0, allUserMessages: 0, summariesShown: 0, unbound: 0, overBudget: 0 });
+const newTally = (): Tally => ({
+  turns: 0,
+  hits: 0,
+  bytes: 0,
+  cost: 0,
+  lastUserMessages: 0,
+  allUserMessages: 0,
+  summariesShown: 0,
+  unbound: 0,
+  overBudget: 0,
+});
 
 /** A stand-in model summarizer: waits like a model, returns about STANDIN_CHARS characters taken from the replies. */
 function standInSummarizer(): Summarizer {
@@ -68,7 +83,10 @@ function standInSummarizer(): Summarizer {
     async summarize(request: SummaryRequest): Promise<Outcome> {
       await new Promise((r) => setTimeout(r, MODEL_MS));
       const per = Math.floor(STANDIN_CHARS / request.items.length);
-      const text = request.items.map((it) => it.text.replace(/\s+/g, ' ').slice(0, per)).join(' ').trim();
+      const text = request.items
+        .map((it) => it.text.replace(/\s+/g, ' ').slice(0, per))
+        .join(' ')
+        .trim();
       return { kind: 'ok', text, model, usage: null, requestId: null };
     },
   };
@@ -91,27 +109,43 @@ export async function benchCache(ctx: BenchContext): Promise<BenchResult> {
   const turnMs = ctx.full ? 400 : 150;
   const threads = conversations();
   const result: BenchResult = {
-    id: 'P8', title: 'cache economics (prompt caching on)', status: 'ok', seconds: 0,
+    id: 'P8',
+    title: 'cache economics (prompt caching on)',
+    status: 'ok',
+    seconds: 0,
     params: {
-      budgets: BUDGETS, turnMs, standInModelMs: MODEL_MS, standInChars: STANDIN_CHARS,
-      prices: CACHE_PRICES, fillRatio: FILL_RATIO, conversations: threads.map((t) => `${t.id} (${t.pairs.length} pairs)`),
+      budgets: BUDGETS,
+      turnMs,
+      standInModelMs: MODEL_MS,
+      standInChars: STANDIN_CHARS,
+      prices: CACHE_PRICES,
+      fillRatio: FILL_RATIO,
+      conversations: threads.map((t) => `${t.id} (${t.pairs.length} pairs)`),
     },
-    figures: [], headlines: [], notes: [],
+    figures: [],
+    headlines: [],
+    notes: [],
   };
   // tallies[summarizer][budget][conversation][strategy]
   const all: { summarizer: string; budget: number; conversation: string; strategy: Strategy; tally: Tally }[] = [];
-  for (const [name, make] of [['offline', () => createOfflineSummarizer({ maxChars: 6000 })], ['stand-in model', standInSummarizer]] as const) {
+  for (const [name, make] of [
+    ['offline', () => createOfflineSummarizer({ maxChars: 6000 })],
+    ['stand-in model', standInSummarizer],
+  ] as const) {
     const url = await ctx.server.freshDatabase(`p8_${name}`);
     const pool = benchPool(url, 12);
     const worker = await startSourceboundSide(url, { concurrency: 4, poolSize: 6, pollIntervalMs: 500 }, make());
     try {
       const t0 = performance.now();
-      await Promise.all(threads.map(async (thread) => {
-        const tallies = await replay(pool, thread, turnMs);
-        for (const [budget, byStrategy] of tallies) {
-          for (const strategy of STRATEGIES) all.push({ summarizer: name, budget, conversation: thread.id, strategy, tally: byStrategy.get(strategy)! });
-        }
-      }));
+      await Promise.all(
+        threads.map(async (thread) => {
+          const tallies = await replay(pool, thread, turnMs);
+          for (const [budget, byStrategy] of tallies) {
+            for (const strategy of STRATEGIES)
+              all.push({ summarizer: name, budget, conversation: thread.id, strategy, tally: byStrategy.get(strategy)! });
+          }
+        }),
+      );
       ctx.log(`P8: ${name}: ${threads.length} conversations replayed in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     } finally {
       await worker.stop();
@@ -123,7 +157,7 @@ export async function benchCache(ctx: BenchContext): Promise<BenchResult> {
   const pick = (budget: number, strategy: Strategy, conversation?: string) =>
     all.filter((r) => r.budget === budget && r.strategy === strategy && (conversation === undefined || r.conversation === conversation));
   const one = (x: number) => spread([x]);
-  const goals: Record<number, number> = { [16 * 1024]: 0.40, [32 * 1024]: 0.55, [64 * 1024]: 1.0 };
+  const goals: Record<number, number> = { [16 * 1024]: 0.4, [32 * 1024]: 0.55, [64 * 1024]: 1.0 };
   const reference = threads.at(-1)!.id;
   for (const budget of BUDGETS) {
     const kib = `${budget / 1024} KiB`;
@@ -131,10 +165,22 @@ export async function benchCache(ctx: BenchContext): Promise<BenchResult> {
     for (const strategy of STRATEGIES) {
       const rows = pick(budget, strategy);
       figures.push(
-        { label: `${kib}, ${strategy}: cache-hit turns / turns`, unit: 'ratio', value: one(sum(rows, (t) => t.hits) / sum(rows, (t) => t.turns - 1)) },
+        {
+          label: `${kib}, ${strategy}: cache-hit turns / turns`,
+          unit: 'ratio',
+          value: one(sum(rows, (t) => t.hits) / sum(rows, (t) => t.turns - 1)),
+        },
         { label: `${kib}, ${strategy}: bytes sent`, unit: 'bytes', value: one(sum(rows, (t) => t.bytes)) },
-        { label: `${kib}, ${strategy}: cost with caching / whole history, cached`, unit: 'ratio', value: one(sum(rows, (t) => t.cost) / sum(pick(budget, 'whole'), (t) => t.cost)) },
-        { label: `${kib}, ${strategy}: verbatim user messages in the last request`, unit: 'messages', value: one(sum(rows, (t) => t.lastUserMessages)) },
+        {
+          label: `${kib}, ${strategy}: cost with caching / whole history, cached`,
+          unit: 'ratio',
+          value: one(sum(rows, (t) => t.cost) / sum(pick(budget, 'whole'), (t) => t.cost)),
+        },
+        {
+          label: `${kib}, ${strategy}: verbatim user messages in the last request`,
+          unit: 'messages',
+          value: one(sum(rows, (t) => t.lastUserMessages)),
+        },
       );
     }
     for (const thread of threads) {
@@ -142,26 +188,62 @@ export async function benchCache(ctx: BenchContext): Promise<BenchResult> {
       const stable = pick(budget, 'stable', thread.id);
       const newest = pick(budget, 'newest-first', thread.id);
       figures.push({
-        label: `${kib}, ${thread.id}: stable cost / whole ${(sum(stable, (t) => t.cost) / whole).toFixed(3)}, newest-first ${(sum(newest, (t) => t.cost) / whole).toFixed(3)}; ` +
+        label:
+          `${kib}, ${thread.id}: stable cost / whole ${(sum(stable, (t) => t.cost) / whole).toFixed(3)}, newest-first ${(sum(newest, (t) => t.cost) / whole).toFixed(3)}; ` +
           `hits ${sum(stable, (t) => t.hits)}/${sum(stable, (t) => t.turns - 1)}; last-request user messages ${sum(stable, (t) => t.lastUserMessages)} vs ${sum(newest, (t) => t.lastUserMessages)}`,
-        unit: 'ratio', value: one(sum(stable, (t) => t.cost) / whole),
+        unit: 'ratio',
+        value: one(sum(stable, (t) => t.cost) / whole),
       });
     }
     result.figures.push(...figures);
     const stable = pick(budget, 'stable');
     const newest = pick(budget, 'newest-first');
-    const perReplay = stable.map((r) => r.tally.cost / pick(budget, 'whole', r.conversation).find((w) => w.summarizer === r.summarizer)!.tally.cost);
+    const perReplay = stable.map(
+      (r) => r.tally.cost / pick(budget, 'whole', r.conversation).find((w) => w.summarizer === r.summarizer)!.tally.cost,
+    );
     const headlines: Headline[] = [
-      { label: `P8 ${kib}: stable cost / whole history, cached (${reference})`, ratio: one(sum(pick(budget, 'stable', reference), (t) => t.cost) / sum(pick(budget, 'whole', reference), (t) => t.cost)), goal: { op: '<=', target: goals[budget]! } },
-      { label: `P8 ${kib}: stable cost / whole history, all replays`, ratio: one(sum(stable, (t) => t.cost) / sum(pick(budget, 'whole'), (t) => t.cost)), goal: null },
-      { label: `P8 ${kib}: worst replay, stable cost / whole history`, ratio: one(Math.max(...perReplay)), goal: { op: '<=', target: 1.0 } },
-      { label: `P8 ${kib}: today's newest-first cost / whole history (${reference})`, ratio: one(sum(pick(budget, 'newest-first', reference), (t) => t.cost) / sum(pick(budget, 'whole', reference), (t) => t.cost)), goal: null },
-      { label: `P8 ${kib}: stable cache-hit turns / turns, all replays`, ratio: one(sum(stable, (t) => t.hits) / sum(stable, (t) => t.turns - 1)), goal: { op: '>=', target: 0.85 } },
+      {
+        label: `P8 ${kib}: stable cost / whole history, cached (${reference})`,
+        ratio: one(sum(pick(budget, 'stable', reference), (t) => t.cost) / sum(pick(budget, 'whole', reference), (t) => t.cost)),
+        goal: { op: '<=', target: goals[budget]! },
+      },
+      {
+        label: `P8 ${kib}: stable cost / whole history, all replays`,
+        ratio: one(sum(stable, (t) => t.cost) / sum(pick(budget, 'whole'), (t) => t.cost)),
+        goal: null,
+      },
+      {
+        label: `P8 ${kib}: worst replay, stable cost / whole history`,
+        ratio: one(Math.max(...perReplay)),
+        goal: { op: '<=', target: 1.0 },
+      },
+      {
+        label: `P8 ${kib}: today's newest-first cost / whole history (${reference})`,
+        ratio: one(sum(pick(budget, 'newest-first', reference), (t) => t.cost) / sum(pick(budget, 'whole', reference), (t) => t.cost)),
+        goal: null,
+      },
+      {
+        label: `P8 ${kib}: stable cache-hit turns / turns, all replays`,
+        ratio: one(sum(stable, (t) => t.hits) / sum(stable, (t) => t.turns - 1)),
+        goal: { op: '>=', target: 0.85 },
+      },
       // Printed, no goal: it counted user messages only, blind to the replies and to recency; P12 measures what a
       // request carries (facts, by age) instead.
-      { label: `P8 ${kib}: verbatim user messages in the last request, stable / newest-first`, ratio: one(sum(stable, (t) => t.lastUserMessages) / sum(newest, (t) => t.lastUserMessages)), goal: null },
-      { label: `P8 ${kib}: verbatim user messages over all requests, stable / newest-first`, ratio: one(sum(stable, (t) => t.allUserMessages) / sum(newest, (t) => t.allUserMessages)), goal: null },
-      { label: `P8 ${kib}: summaries shown without a valid binding`, ratio: one(sum(stable, (t) => t.unbound) + sum(newest, (t) => t.unbound)), goal: { op: '<=', target: 0 } },
+      {
+        label: `P8 ${kib}: verbatim user messages in the last request, stable / newest-first`,
+        ratio: one(sum(stable, (t) => t.lastUserMessages) / sum(newest, (t) => t.lastUserMessages)),
+        goal: null,
+      },
+      {
+        label: `P8 ${kib}: verbatim user messages over all requests, stable / newest-first`,
+        ratio: one(sum(stable, (t) => t.allUserMessages) / sum(newest, (t) => t.allUserMessages)),
+        goal: null,
+      },
+      {
+        label: `P8 ${kib}: summaries shown without a valid binding`,
+        ratio: one(sum(stable, (t) => t.unbound) + sum(newest, (t) => t.unbound)),
+        goal: { op: '<=', target: 0 },
+      },
     ];
     result.headlines.push(...headlines);
     const over = sum([...stable, ...newest], (t) => t.overBudget);
@@ -178,7 +260,9 @@ export async function benchCache(ctx: BenchContext): Promise<BenchResult> {
 
 /** One conversation, turn by turn: per budget and strategy, what the requests cost. */
 async function replay(pool: import('pg').Pool, thread: Thread, turnMs: number): Promise<Map<number, Map<Strategy, Tally>>> {
-  const { rows: [c] } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('bench') returning id`);
+  const {
+    rows: [c],
+  } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('bench') returning id`);
   const conversationId = c!.id;
   const caches = new Map<string, PromptCache>();
   const tallies = new Map(BUDGETS.map((b) => [b, new Map(STRATEGIES.map((s) => [s, newTally()]))]));
@@ -197,19 +281,33 @@ async function replay(pool: import('pg').Pool, thread: Thread, turnMs: number): 
         if (!caches.has(key)) caches.set(key, new PromptCache());
         const priced = caches.get(key)!.price([...toAnthropicMessages(p), next]);
         account(tallies.get(budget)!.get(strategy)!, priced, userMessages(p), p, await unbound(pool, conversationId, p), budget);
-
       }
     }
     // The reply completes: the pair is stored as an app stores it.
     await writePair(pool, conversationId, thread.pairs[t]!);
-    wholeItems.push({ kind: 'pair', pairIndex: t, runId: '', userMessageId: '', assistantMessageId: '', userText: thread.pairs[t]!.user, assistantText: thread.pairs[t]!.assistant });
+    wholeItems.push({
+      kind: 'pair',
+      pairIndex: t,
+      runId: '',
+      userMessageId: '',
+      assistantMessageId: '',
+      userText: thread.pairs[t]!.user,
+      assistantText: thread.pairs[t]!.assistant,
+    });
     await new Promise((r) => setTimeout(r, turnMs));
   }
   for (const budget of BUDGETS) tallies.get(budget)!.set('whole', wholeTally);
   return tallies;
 }
 
-function account(tally: Tally, priced: ReturnType<PromptCache['price']>, users: number, p: ConversationProjection | null, unboundItems: number, budget: number): void {
+function account(
+  tally: Tally,
+  priced: ReturnType<PromptCache['price']>,
+  users: number,
+  p: ConversationProjection | null,
+  unboundItems: number,
+  budget: number,
+): void {
   tally.turns += 1;
   tally.hits += priced.extendsPrevious ? 1 : 0;
   tally.bytes += priced.bytes;
@@ -235,12 +333,19 @@ async function unbound(pool: import('pg').Pool, conversationId: string, p: Conve
        from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`,
       [conversationId, item.fromPair, item.toPair],
     );
-    const { rows: [record] } = await pool.query<{ ids: string[]; hash: string; status: string }>(
-      'select source_message_ids::text[] as ids, source_hash as hash, status from sourcebound.conversation_summaries where id = $1', [item.recordId],
+    const {
+      rows: [record],
+    } = await pool.query<{ ids: string[]; hash: string; status: string }>(
+      'select source_message_ids::text[] as ids, source_hash as hash, status from sourcebound.conversation_summaries where id = $1',
+      [item.recordId],
     );
-    const holds = record !== undefined && record.status === 'completed' && source.length === 10
-      && JSON.stringify(record.ids) === JSON.stringify(sourceMessageIds(source)) && record.hash === sourceHash(source)
-      && item.toPair < p.pairCount - 20;
+    const holds =
+      record !== undefined &&
+      record.status === 'completed' &&
+      source.length === 10 &&
+      JSON.stringify(record.ids) === JSON.stringify(sourceMessageIds(source)) &&
+      record.hash === sourceHash(source) &&
+      item.toPair < p.pairCount - 20;
     if (!holds) n += 1;
   }
   return n;
@@ -250,9 +355,20 @@ async function writePair(pool: import('pg').Pool, conversationId: string, pair: 
   const client = await pool.connect();
   try {
     await client.query('begin');
-    const { rows: [run] } = await client.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
-    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [conversationId, run!.id, pair.user]);
-    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, 'completed')`, [conversationId, run!.id, pair.assistant]);
+    const {
+      rows: [run],
+    } = await client.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [
+      conversationId,
+    ]);
+    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [
+      conversationId,
+      run!.id,
+      pair.user,
+    ]);
+    await client.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, 'completed')`,
+      [conversationId, run!.id, pair.assistant],
+    );
     await client.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run!.id]);
     await client.query('commit');
   } catch (error) {

@@ -42,7 +42,8 @@ if (values.candidate !== undefined) {
 const ranges = realRanges().map(({ items }) => ({ items, summary: offlineSummary(items) }));
 for (const [name, check] of checks.slice(1)) {
   const differ = ranges.filter((r) => !isDeepStrictEqual(check(r.summary, r.items), groundSummary(r.summary, r.items)));
-  if (differ.length > 0) throw new Error(`p9-cold: ${name} differs from src/grounding/index.ts on ${differ.length} of ${ranges.length} ranges`);
+  if (differ.length > 0)
+    throw new Error(`p9-cold: ${name} differs from src/grounding/index.ts on ${differ.length} of ${ranges.length} ranges`);
 }
 
 // Warm-up: every implementation optimized before anything is timed.
@@ -58,7 +59,9 @@ const states: [string, (r: (typeof ranges)[number]) => unknown][] = [
 const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const rounds = Number(values.rounds);
 process.stdout.write(`${ranges.length} ranges, ${rounds} rounds after a warm-up; p50 of each check in us\n\n`);
-process.stdout.write(`| just before the check | ${checks.map(([name]) => name).join(' | ')} |\n|---|${checks.map(() => '---:').join('|')}|\n`);
+process.stdout.write(
+  `| just before the check | ${checks.map(([name]) => name).join(' | ')} |\n|---|${checks.map(() => '---:').join('|')}|\n`,
+);
 for (const [state, before] of states) {
   const times = checks.map(() => [] as number[]);
   for (let round = 0; round <= rounds; round++) {
@@ -92,5 +95,6 @@ for (let i = 0; i < 40; i++) {
   extractFacts(tiny);
   afterGc.push((performance.now() - t0) * 1000);
 }
-process.stdout.write(`\nextractFacts(${JSON.stringify(tiny)}): ${p50(loop).toFixed(1)} us in a loop, ${p50(afterGc).toFixed(1)} us after a full GC\n`);
-
+process.stdout.write(
+  `\nextractFacts(${JSON.stringify(tiny)}): ${p50(loop).toFixed(1)} us in a loop, ${p50(afterGc).toFixed(1)} us after a full GC\n`,
+);

@@ -51,9 +51,14 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
   const { threads, source } = dataset();
   const ranges = realRanges();
   const result: BenchResult = {
-    id: 'P9', title: 'grounding check on real ranges', status: 'ok', seconds: 0,
+    id: 'P9',
+    title: 'grounding check on real ranges',
+    status: 'ok',
+    seconds: 0,
     params: { ranges: ranges.length, summarizer: `${OFFLINE_MODEL} and a reformatting / tampering stand-in`, summaryMaxChars: 6000 },
-    figures: [], headlines: [], notes: [`Data: ${source}.`],
+    figures: [],
+    headlines: [],
+    notes: [`Data: ${source}.`],
   };
 
   let offlineFlagged = 0;
@@ -90,7 +95,11 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     { label: 'facts checked in the offline summaries', unit: 'facts', value: one(checkedFacts) },
     { label: '(a) faithful, reformatted stand-in: summaries flagged (false flags)', unit: 'summaries', value: one(faithfulFlagged) },
     { label: '(b) one figure/date/identifier changed or invented: summaries flagged', unit: 'summaries', value: one(tamperedFlagged) },
-    { label: `(c) offline summarizer ${OFFLINE_MODEL.replace('sourcebound/', '')}: summaries flagged`, unit: 'summaries', value: one(offlineFlagged) },
+    {
+      label: `(c) offline summarizer ${OFFLINE_MODEL.replace('sourcebound/', '')}: summaries flagged`,
+      unit: 'summaries',
+      value: one(offlineFlagged),
+    },
   );
   result.headlines.push(
     { label: 'P9 (a) false flags / faithful reformatted summaries', ratio: one(faithfulFlagged / n), goal: { op: '<=', target: 0 } },
@@ -117,14 +126,25 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     let pickup = NaN;
     let completed = 0;
     runner = await run({
-      pgPool: pool, concurrency: 1, pollInterval: 60_000, noHandleSignals: true, logger: graphileLogger(silentLogger), crontab: '',
+      pgPool: pool,
+      concurrency: 1,
+      pollInterval: 60_000,
+      noHandleSignals: true,
+      logger: graphileLogger(silentLogger),
+      crontab: '',
       taskList: { p9_range: async () => task!() },
       // The settings startWorker uses (src/worker/supervisor.ts).
       preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
     });
-    runner.events.on('worker:getJob:start', () => { getJobAt = performance.now(); });
-    runner.events.on('job:start', () => { pickup = performance.now() - getJobAt; });
-    runner.events.on('job:complete', () => { completed++; });
+    runner.events.on('worker:getJob:start', () => {
+      getJobAt = performance.now();
+    });
+    runner.events.on('job:start', () => {
+      pickup = performance.now() - getJobAt;
+    });
+    runner.events.on('job:complete', () => {
+      completed++;
+    });
     const prepared = { prepared: true };
     type Times = { pickup: number[]; claim: number[]; check: number[]; commit: number[] };
     // Each range claimed, then its summary checked and committed, timed apart. Twice: the offline
@@ -140,10 +160,18 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
           task = async () => {
             try {
               const t0 = performance.now();
-              const claim = await claimRange(pool, {
-                conversationId, range: { fromPair: r.fromPair, toPair: r.fromPair + 9 }, model: `${model}@${rep}`,
-                promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'bench-p9', leaseMs: 60_000,
-              }, prepared);
+              const claim = await claimRange(
+                pool,
+                {
+                  conversationId,
+                  range: { fromPair: r.fromPair, toPair: r.fromPair + 9 },
+                  model: `${model}@${rep}`,
+                  promptVersion: CONVERSATION_PROMPT_VERSION,
+                  workerId: 'bench-p9',
+                  leaseMs: 60_000,
+                },
+                prepared,
+              );
               const t1 = performance.now();
               if (claim.kind !== 'claimed') throw new Error(`P9: range ${r.threadId}:${r.fromPair} not claimable (${claim.kind})`);
               const items = conversationMaterial(claim.replies, r.fromPair, CONVERSATION_PROMPT_VERSION);
@@ -151,7 +179,13 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
               const t2 = performance.now();
               const outcome = groundOutcome(answer, items, policy);
               const t3 = performance.now();
-              const committed = await commitOutcome(pool, { record: claim.record, attemptId: claim.attemptId, workerId: 'bench-p9' }, outcome, DEFAULT_RETRY_DELAYS, prepared);
+              const committed = await commitOutcome(
+                pool,
+                { record: claim.record, attemptId: claim.attemptId, workerId: 'bench-p9' },
+                outcome,
+                DEFAULT_RETRY_DELAYS,
+                prepared,
+              );
               const t4 = performance.now();
               if (committed.kind !== 'completed') throw new Error(`P9: commit ${committed.kind}`);
               t.pickup.push(pickup);
@@ -164,7 +198,7 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
           };
           const before = completed;
           await pool.query(`select graphile_worker.add_job('p9_range', '{}'::json)`);
-          await until(() => completed > before, 30_000, 'P9: the range\'s job to complete', 1);
+          await until(() => completed > before, 30_000, "P9: the range's job to complete", 1);
           if (failure !== undefined) throw failure;
         }
       }
@@ -179,17 +213,39 @@ export async function benchGrounding(ctx: BenchContext): Promise<BenchResult> {
     const parts = `pickup ${p50(o.pickup).toFixed(2)} + claim ${p50(o.claim).toFixed(2)} + commit ${p50(o.commit).toFixed(2)} ms (p50s); check ${p50(o.check).toFixed(3)} ms`;
     result.figures.push(
       { label: 'grounding check per range (groundOutcome), p50 over ranges', unit: 'ms', value: one(p50(o.check)) },
-      { label: 'pickup per range (graphile-worker get_job: worker:getJob:start to job:start), p50 over ranges', unit: 'ms', value: one(p50(o.pickup)) },
-      { label: 'claim per range (claimRange, prepared: locks, reads and hashes the ten pairs, inserts record and attempt), p50 over ranges', unit: 'ms', value: one(p50(o.claim)) },
-      { label: 'commit per range (commitOutcome, prepared: one statement that locks, re-reads, re-hashes and settles), p50 over ranges', unit: 'ms', value: one(p50(o.commit)) },
-      { label: 'the worker\'s database work per range, pickup + claim + commit, p50 over ranges', unit: 'ms', value: one(p50(database(o))) },
+      {
+        label: 'pickup per range (graphile-worker get_job: worker:getJob:start to job:start), p50 over ranges',
+        unit: 'ms',
+        value: one(p50(o.pickup)),
+      },
+      {
+        label: 'claim per range (claimRange, prepared: locks, reads and hashes the ten pairs, inserts record and attempt), p50 over ranges',
+        unit: 'ms',
+        value: one(p50(o.claim)),
+      },
+      {
+        label: 'commit per range (commitOutcome, prepared: one statement that locks, re-reads, re-hashes and settles), p50 over ranges',
+        unit: 'ms',
+        value: one(p50(o.commit)),
+      },
+      { label: "the worker's database work per range, pickup + claim + commit, p50 over ranges", unit: 'ms', value: one(p50(database(o))) },
       { label: 'check / commit, p50 (no goal; the goal of rounds 1-2, 0.05)', unit: 'ratio', value: one(p50(o.check) / p50(o.commit)) },
-      { label: 'grounding check of the reformatting stand-in\'s summaries (facts not as written in the replies), p50 over ranges', unit: 'ms', value: one(p50(modelLike.check)) },
-      { label: 'check / database work with the reformatting stand-in\'s summaries, p50 (no goal: what a model\'s summaries may cost)', unit: 'ratio', value: one(p50(modelLike.check) / p50(database(modelLike))) },
+      {
+        label: "grounding check of the reformatting stand-in's summaries (facts not as written in the replies), p50 over ranges",
+        unit: 'ms',
+        value: one(p50(modelLike.check)),
+      },
+      {
+        label: "check / database work with the reformatting stand-in's summaries, p50 (no goal: what a model's summaries may cost)",
+        unit: 'ratio',
+        value: one(p50(modelLike.check) / p50(database(modelLike))),
+      },
     );
     result.headlines.push({
-      label: 'P9 grounding check / the worker\'s database work for the range (pickup + claim + commit), p50',
-      ratio: one(p50(o.check) / p50(database(o))), goal: { op: '<=', target: 0.1 }, floor: parts,
+      label: "P9 grounding check / the worker's database work for the range (pickup + claim + commit), p50",
+      ratio: one(p50(o.check) / p50(database(o))),
+      goal: { op: '<=', target: 0.1 },
+      floor: parts,
     });
   } finally {
     await runner?.stop().catch(() => {});
@@ -203,8 +259,14 @@ export function realRanges(): { threadId: string; fromPair: number; items: Mater
   const ranges: { threadId: string; fromPair: number; items: MaterialItem[] }[] = [];
   for (const thread of dataset().threads) {
     for (const range of plannableRanges(thread.pairs.length)) {
-      const replies = thread.pairs.slice(range.fromPair, range.toPair + 1).map((p) => ({ assistantMessageId: '', assistantText: p.assistant }));
-      ranges.push({ threadId: thread.id, fromPair: range.fromPair, items: conversationMaterial(replies, range.fromPair, CONVERSATION_PROMPT_VERSION) });
+      const replies = thread.pairs
+        .slice(range.fromPair, range.toPair + 1)
+        .map((p) => ({ assistantMessageId: '', assistantText: p.assistant }));
+      ranges.push({
+        threadId: thread.id,
+        fromPair: range.fromPair,
+        items: conversationMaterial(replies, range.fromPair, CONVERSATION_PROMPT_VERSION),
+      });
     }
   }
   return ranges;
@@ -215,7 +277,20 @@ export function offlineSummary(items: readonly MaterialItem[]): string {
   return extractiveSummary(items, 6000, promptEntry(CONVERSATION_PROMPT_VERSION)!.itemKey)!;
 }
 
-const MONTH_NAMES = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December'];
+const MONTH_NAMES = [
+  'January',
+  'February',
+  'March',
+  'April',
+  'May',
+  'June',
+  'July',
+  'August',
+  'September',
+  'October',
+  'November',
+  'December',
+];
 
 /**
  * The summary with every fact rewritten in another faithful form. Starts from
@@ -243,7 +318,10 @@ function rewrite(fact: Fact): string {
     case 'number':
     case 'money': {
       // Separators in a whole part of four or more digits (never after a point, never with a leading zero).
-      const grouped = t.replace(/(?<![\d.,])[1-9]\d{3,}(?!\d)/, (d) => Number(d).toLocaleString('en-US')).replace(/(\d)%/, '$1 %').replace(/(\d)(kg|km|mb|gb|ms|cm|mm)\b/i, '$1 $2');
+      const grouped = t
+        .replace(/(?<![\d.,])[1-9]\d{3,}(?!\d)/, (d) => Number(d).toLocaleString('en-US'))
+        .replace(/(\d)%/, '$1 %')
+        .replace(/(\d)(kg|km|mb|gb|ms|cm|mm)\b/i, '$1 $2');
       // A currency symbol moved to the other side of its amount (`150$` -> `$150`, `€50` -> `50 €`).
       const after = /^([\d.,]+)\s?([$€£¥₹])$/.exec(grouped);
       if (after) return `${after[2]}${after[1]}`;

@@ -42,7 +42,7 @@ const original = pg.Client.prototype.query as (...args: unknown[]) => unknown;
 (pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown }).query = function timed(this: pg.Client, ...args: unknown[]) {
   const target = recording;
   if (!target) return original.apply(this, args);
-  const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text ?? '?';
+  const text = typeof args[0] === 'string' ? args[0] : ((args[0] as { text?: string } | undefined)?.text ?? '?');
   const t0 = performance.now();
   const done = () => {
     const key = text.replace(/\s+/g, ' ').trim().slice(0, 90);
@@ -66,12 +66,16 @@ const original = pg.Client.prototype.query as (...args: unknown[]) => unknown;
 };
 
 function report(title: string, timings: Timings, operations: number, totalMs: number): void {
-  const rows = [...timings.entries()].map(([sql, ms]) => {
-    const sorted = [...ms].sort((a, b) => a - b);
-    return { sql, calls: ms.length / operations, p50: percentile(sorted, 50), perOp: ms.reduce((a, b) => a + b, 0) / operations };
-  }).sort((a, b) => b.perOp - a.perOp);
+  const rows = [...timings.entries()]
+    .map(([sql, ms]) => {
+      const sorted = [...ms].sort((a, b) => a - b);
+      return { sql, calls: ms.length / operations, p50: percentile(sorted, 50), perOp: ms.reduce((a, b) => a + b, 0) / operations };
+    })
+    .sort((a, b) => b.perOp - a.perOp);
   const inSql = rows.reduce((s, r) => s + r.perOp, 0);
-  process.stdout.write(`\n## ${title}: ${(totalMs / operations).toFixed(2)} ms per operation, ${rows.reduce((s, r) => s + r.calls, 0).toFixed(1)} statements, ${inSql.toFixed(2)} ms in SQL round trips\n`);
+  process.stdout.write(
+    `\n## ${title}: ${(totalMs / operations).toFixed(2)} ms per operation, ${rows.reduce((s, r) => s + r.calls, 0).toFixed(1)} statements, ${inSql.toFixed(2)} ms in SQL round trips\n`,
+  );
   process.stdout.write('| ms/op | calls/op | p50 ms | statement |\n|---:|---:|---:|---|\n');
   for (const r of rows) process.stdout.write(`| ${r.perOp.toFixed(3)} | ${r.calls.toFixed(1)} | ${r.p50.toFixed(3)} | \`${r.sql}\` |\n`);
 }
@@ -88,7 +92,10 @@ async function measure(title: string, operations: number, op: (i: number) => Pro
 }
 
 async function profileWrites(url: string, urlOff: string): Promise<void> {
-  for (const [label, u] of [['triggers on', url], ['triggers off', urlOff]] as const) {
+  for (const [label, u] of [
+    ['triggers on', url],
+    ['triggers off', urlOff],
+  ] as const) {
     const c = await benchClient(u);
     if (u === urlOff) {
       await c.query('alter table sourcebound.runs disable trigger user');
@@ -119,8 +126,9 @@ async function profileTriggers(url: string, label: string): Promise<void> {
   const c = await benchClient(url);
   await c.query(`set track_functions = 'all'`).catch(() => {});
   const explain = async (sql: string, params: unknown[]) => {
-    const { rows } = await c.query<{ 'QUERY PLAN': [{ 'Execution Time': number; Triggers?: { 'Trigger Name': string; Time: number; Calls: number }[] }] }>(
-      `explain (analyze, format json) ${sql}`, params);
+    const { rows } = await c.query<{
+      'QUERY PLAN': [{ 'Execution Time': number; Triggers?: { 'Trigger Name': string; Time: number; Calls: number }[] }];
+    }>(`explain (analyze, format json) ${sql}`, params);
     const plan = rows[0]!['QUERY PLAN'][0];
     return { exec: plan['Execution Time'], triggers: plan.Triggers ?? [] };
   };
@@ -130,21 +138,44 @@ async function profileTriggers(url: string, label: string): Promise<void> {
     const t = textAt(i);
     await c.query('begin');
     const out = [
-      ['insert run (running)', await explain(`insert into sourcebound.runs (id, conversation_id, status) values ($1, $2, 'running')`, [runId, conversationId])],
-      ['insert user message', await explain(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [conversationId, runId, t.user])],
-      ['insert assistant (streaming)', await explain(`insert into sourcebound.messages (id, conversation_id, run_id, role, content, status) values ($1, $2, $3, 'assistant', '', 'streaming')`, [assistantId, conversationId, runId])],
-      ['assistant completed', await explain(`update sourcebound.messages set content = $2, status = 'completed' where id = $1`, [assistantId, t.assistant])],
+      [
+        'insert run (running)',
+        await explain(`insert into sourcebound.runs (id, conversation_id, status) values ($1, $2, 'running')`, [runId, conversationId]),
+      ],
+      [
+        'insert user message',
+        await explain(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [
+          conversationId,
+          runId,
+          t.user,
+        ]),
+      ],
+      [
+        'insert assistant (streaming)',
+        await explain(
+          `insert into sourcebound.messages (id, conversation_id, run_id, role, content, status) values ($1, $2, $3, 'assistant', '', 'streaming')`,
+          [assistantId, conversationId, runId],
+        ),
+      ],
+      [
+        'assistant completed',
+        await explain(`update sourcebound.messages set content = $2, status = 'completed' where id = $1`, [assistantId, t.assistant]),
+      ],
       ['run completed', await explain(`update sourcebound.runs set status = 'completed' where id = $1`, [runId])],
     ] as const;
     await c.query('commit');
     return out;
   };
-  for (const [title, pairsBefore, count] of [['below the threshold (pairs 0..19)', 0, 20], ['the crossing pair (the 30th)', 29, 100]] as const) {
+  for (const [title, pairsBefore, count] of [
+    ['below the threshold (pairs 0..19)', 0, 20],
+    ['the crossing pair (the 30th)', 29, 100],
+  ] as const) {
     const ids = await createConversations(c, count);
     if (pairsBefore > 0) await bulkPairs(c, ids, pairsBefore);
     const sum = new Map<string, { exec: number[]; triggers: Map<string, number[]> }>();
     let ops = 0;
-    for (let k = 0; k < 5; k++) { // 5 conversations x 20 pairs below; 100 crossing pairs
+    for (let k = 0; k < 5; k++) {
+      // 5 conversations x 20 pairs below; 100 crossing pairs
       for (let i = 0; i < (pairsBefore > 0 ? 1 : 20); i++) {
         for (const id of pairsBefore > 0 ? ids.slice(k * 20, k * 20 + 20) : [ids[k]!]) {
           const out = await run(id, ops);
@@ -164,9 +195,15 @@ async function profileTriggers(url: string, label: string): Promise<void> {
         }
       }
     }
-    const median = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);
+    const median = (xs: number[]) =>
+      percentile(
+        [...xs].sort((a, b) => a - b),
+        50,
+      );
     let total = 0;
-    process.stdout.write(`\n## EXPLAIN ANALYZE, ${label}, ${title}: median over ${ops} pairs\n| statement | execution ms | of which triggers (ms) |\n|---|---:|---|\n`);
+    process.stdout.write(
+      `\n## EXPLAIN ANALYZE, ${label}, ${title}: median over ${ops} pairs\n| statement | execution ms | of which triggers (ms) |\n|---|---:|---|\n`,
+    );
     for (const [name, e] of sum) {
       total += median(e.exec);
       const trig = [...e.triggers].map(([t, ms]) => `${t} ${median(ms).toFixed(3)}`).join(', ');
@@ -179,10 +216,16 @@ async function profileTriggers(url: string, label: string): Promise<void> {
   await sleepMs(50);
   const { rows } = await c.query<{ funcname: string; calls: string; total: number; self: number }>(
     `select funcname, calls, total_time as total, self_time as self from pg_stat_user_functions
-     where schemaname in ('sourcebound', 'graphile_worker') order by total_time desc`);
+     where schemaname in ('sourcebound', 'graphile_worker') order by total_time desc`,
+  );
   if (rows.length > 0) {
-    process.stdout.write(`\n## Functions, ${label} (pg_stat_user_functions, every pair above including warm-up)\n| function | calls | total ms | self ms | total us/call |\n|---|---:|---:|---:|---:|\n`);
-    for (const r of rows) process.stdout.write(`| ${r.funcname} | ${r.calls} | ${r.total.toFixed(1)} | ${r.self.toFixed(1)} | ${((r.total * 1000) / Number(r.calls)).toFixed(0)} |\n`);
+    process.stdout.write(
+      `\n## Functions, ${label} (pg_stat_user_functions, every pair above including warm-up)\n| function | calls | total ms | self ms | total us/call |\n|---|---:|---:|---:|---:|\n`,
+    );
+    for (const r of rows)
+      process.stdout.write(
+        `| ${r.funcname} | ${r.calls} | ${r.total.toFixed(1)} | ${r.self.toFixed(1)} | ${((r.total * 1000) / Number(r.calls)).toFixed(0)} |\n`,
+      );
   }
   await c.end();
 }
@@ -207,10 +250,14 @@ async function profileLatency(url: string): Promise<void> {
   const ids = await createConversations(writer, 120);
   await bulkPairs(writer, ids, 29);
   let called = false;
-  const side = await startSourceboundSide(url, settings, instantSummarizer(() => {
-    called = true;
-    recording = null;
-  }));
+  const side = await startSourceboundSide(
+    url,
+    settings,
+    instantSummarizer(() => {
+      called = true;
+      recording = null;
+    }),
+  );
   let n = 0;
   let window: Timings = new Map();
   const timings: Timings = new Map();
@@ -254,7 +301,10 @@ async function profileProjection(url: string): Promise<void> {
       const counting = k >= 0;
       if (counting) n++;
       const p = await projectConversationHistory({
-        pool, conversationId: ids[i]!, scope: 'bench', budgetBytes: BUDGET,
+        pool,
+        conversationId: ids[i]!,
+        scope: 'bench',
+        budgetBytes: BUDGET,
         onRead: (e) => {
           if (!counting) return;
           const r = reads.get(e.query) ?? { calls: 0, rows: 0, textRows: 0 };
@@ -264,9 +314,15 @@ async function profileProjection(url: string): Promise<void> {
           reads.set(e.query, r);
         },
       });
-      if (k === 0) process.stdout.write(`\n${size} pairs: ${p.items.length} items (${p.items.filter((x) => x.kind === 'summary').length} summaries), ${p.bytes} bytes\n`);
+      if (k === 0)
+        process.stdout.write(
+          `\n${size} pairs: ${p.items.length} items (${p.items.filter((x) => x.kind === 'summary').length} summaries), ${p.bytes} bytes\n`,
+        );
     });
-    for (const [q, r] of reads) process.stdout.write(`- ${q}: ${(r.calls / n).toFixed(1)} calls, ${(r.rows / n).toFixed(0)} rows, ${(r.textRows / n).toFixed(0)} with texts, per projection\n`);
+    for (const [q, r] of reads)
+      process.stdout.write(
+        `- ${q}: ${(r.calls / n).toFixed(1)} calls, ${(r.rows / n).toFixed(0)} rows, ${(r.textRows / n).toFixed(0)} with texts, per projection\n`,
+      );
   }
   await pool.end();
 }

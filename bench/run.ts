@@ -56,13 +56,21 @@ const WATCHDOG_MS = { quick: 15 * 60_000, full: 120 * 60_000 };
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
-    options: { full: { type: 'boolean', default: false }, check: { type: 'boolean', default: false }, only: { type: 'string' }, help: { type: 'boolean', default: false } },
+    options: {
+      full: { type: 'boolean', default: false },
+      check: { type: 'boolean', default: false },
+      only: { type: 'string' },
+      help: { type: 'boolean', default: false },
+    },
   });
   if (values.help) {
     process.stdout.write('usage: npm run bench [-- --full] [--check] [--only P1,P2,...]\n');
     return 0;
   }
-  const only = values.only?.split(',').map((s) => s.trim().toUpperCase()).filter(Boolean);
+  const only = values.only
+    ?.split(',')
+    .map((s) => s.trim().toUpperCase())
+    .filter(Boolean);
   // Ids are matched without case (P2b).
   const unknown = only?.filter((id) => !BENCHMARKS.some((b) => b.id.toUpperCase() === id)) ?? [];
   if (unknown.length > 0) {
@@ -78,7 +86,8 @@ async function main(): Promise<number> {
   watchdog.unref();
 
   const started = performance.now();
-  const log = (message: string) => process.stderr.write(`[${((performance.now() - started) / 1000).toFixed(1).padStart(6)} s] ${message}\n`);
+  const log = (message: string) =>
+    process.stderr.write(`[${((performance.now() - started) / 1000).toFixed(1).padStart(6)} s] ${message}\n`);
   log(`mode ${mode}; ${selected.map((b) => b.id).join(', ')}; starting PostgreSQL`);
   const server = await startBenchServer(process.env.DATABASE_URL || undefined);
   log(`PostgreSQL ${server.version} (${server.kind})`);
@@ -94,7 +103,17 @@ async function main(): Promise<number> {
         results.push(result);
       } catch (error) {
         log(`${bench.id} failed: ${(error as Error).stack ?? String(error)}`);
-        results.push({ id: bench.id, title: bench.title, status: 'error', reason: (error as Error).message, seconds: (performance.now() - t0) / 1000, params: {}, figures: [], headlines: [], notes: [] });
+        results.push({
+          id: bench.id,
+          title: bench.title,
+          status: 'error',
+          reason: (error as Error).message,
+          seconds: (performance.now() - t0) / 1000,
+          params: {},
+          figures: [],
+          headlines: [],
+          notes: [],
+        });
       }
     }
   } finally {
@@ -114,18 +133,32 @@ async function main(): Promise<number> {
       graphileWorker: packageField('../node_modules/graphile-worker/package.json', 'version'),
       pg: packageField('../node_modules/pg/package.json', 'version'),
     },
-    machine: { cores: cpus().length, cpu: cpus()[0]?.model.trim() ?? 'unknown', memoryMiB: Math.round(totalmem() / 2 ** 20), platform: `${platform()} ${release()}` },
+    machine: {
+      cores: cpus().length,
+      cpu: cpus()[0]?.model.trim() ?? 'unknown',
+      memoryMiB: Math.round(totalmem() / 2 ** 20),
+      platform: `${platform()} ${release()}`,
+    },
     dataset: dataset().source,
     seconds: (performance.now() - started) / 1000,
   };
   for (const r of results) r.measuredAt = info.date;
   // A run of some benchmarks (--only) keeps the others' last results beside its own.
-  const written = only ? await withEarlierResults(RESULTS_DIR, results, BENCHMARKS.map((b) => b.id)) : results;
+  const written = only
+    ? await withEarlierResults(
+        RESULTS_DIR,
+        results,
+        BENCHMARKS.map((b) => b.id),
+      )
+    : results;
   await writeResults(RESULTS_DIR, info, written);
   process.stdout.write(`\n${textTable(results)}\n\nwritten: ${RESULTS_DIR}/latest.json, latest.md (${info.seconds.toFixed(0)} s)\n`);
 
   const misses = missed(results);
-  for (const m of misses) process.stdout.write(`goal missed: ${m.id} ${m.headline.label} = ${m.headline.ratio.median.toFixed(3)} (goal ${m.headline.goal!.op} ${m.headline.goal!.target})\n`);
+  for (const m of misses)
+    process.stdout.write(
+      `goal missed: ${m.id} ${m.headline.label} = ${m.headline.ratio.median.toFixed(3)} (goal ${m.headline.goal!.op} ${m.headline.goal!.target})\n`,
+    );
   const errors = results.filter((r) => r.status === 'error');
   if (errors.length > 0) return 2;
   if (values.check && misses.length > 0) return 1;
@@ -137,7 +170,10 @@ function packageField(relative: string, field: string): string {
   return String(json[field]);
 }
 
-main().then((code) => process.exit(code), (error: unknown) => {
-  process.stderr.write(`bench: ${(error as Error).stack ?? String(error)}\n`);
-  process.exit(2);
-});
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`bench: ${(error as Error).stack ?? String(error)}\n`);
+    process.exit(2);
+  },
+);

@@ -99,9 +99,13 @@ function untagged(summary: string): string {
   return summary.replace(/^\[[^\]\n]*\] /gm, '');
 }
 
-const STOP = new Set(('a an and are as at be been but by can could did do does for from had has have he her his i if in into is it its ' +
-  'me my no not of on or our she so than that the their them then there these they this those to was we were what when ' +
-  'which who will with would you your how why where about should some any more most also just like get make one all').split(' '));
+const STOP = new Set(
+  (
+    'a an and are as at be been but by can could did do does for from had has have he her his i if in into is it its ' +
+    'me my no not of on or our she so than that the their them then there these they this those to was we were what when ' +
+    'which who will with would you your how why where about should some any more most also just like get make one all'
+  ).split(' '),
+);
 function contentWords(text: string): Set<string> {
   const set = new Set<string>();
   for (const m of text.toLowerCase().matchAll(/[\p{L}\p{N}]+/gu)) if (m[0].length > 2 && !STOP.has(m[0])) set.add(m[0]);
@@ -116,13 +120,42 @@ function answerSentence(question: string, reply: string): string | null {
   for (const s of splitSentences(reply)) {
     let shared = 0;
     for (const w of contentWords(s.text)) if (asked.has(w)) shared++;
-    if (shared > most) { best = s.text; most = shared; }
+    if (shared > most) {
+      best = s.text;
+      most = shared;
+    }
   }
   return best;
 }
 
-interface Tally { facts: number; kept: number; names: number; namesKept: number; figures: number; figuresKept: number; inputBytes: number; summaryBytes: number; answers: number; answersKept: number; flagged: number; ms: number }
-const tally = (): Tally => ({ facts: 0, kept: 0, names: 0, namesKept: 0, figures: 0, figuresKept: 0, inputBytes: 0, summaryBytes: 0, answers: 0, answersKept: 0, flagged: 0, ms: 0 });
+interface Tally {
+  facts: number;
+  kept: number;
+  names: number;
+  namesKept: number;
+  figures: number;
+  figuresKept: number;
+  inputBytes: number;
+  summaryBytes: number;
+  answers: number;
+  answersKept: number;
+  flagged: number;
+  ms: number;
+}
+const tally = (): Tally => ({
+  facts: 0,
+  kept: 0,
+  names: 0,
+  namesKept: 0,
+  figures: 0,
+  figuresKept: 0,
+  inputBytes: 0,
+  summaryBytes: 0,
+  answers: 0,
+  answersKept: 0,
+  flagged: 0,
+  ms: 0,
+});
 
 function measure(t: Tally, pairs: Thread['pairs'], summary: string, material: { id: string; text: string }[], ms: number): void {
   const all = new Set<string>();
@@ -131,10 +164,12 @@ function measure(t: Tally, pairs: Thread['pairs'], summary: string, material: { 
   for (const k of all) {
     const isName = k.startsWith('name:');
     t.facts++;
-    if (isName) t.names++; else t.figures++;
+    if (isName) t.names++;
+    else t.figures++;
     if (kept.has(k)) {
       t.kept++;
-      if (isName) t.namesKept++; else t.figuresKept++;
+      if (isName) t.namesKept++;
+      else t.figuresKept++;
     }
   }
   t.inputBytes += pairs.reduce((n, p) => n + Buffer.byteLength(p.assistant), 0);
@@ -168,23 +203,30 @@ function main(): void {
       const oldItems = pairs.map((p, i) => ({ id: messageIdFor(thread.id, from + i), text: p.assistant }));
       const [a, ta] = timed(() => extractiveSummaryAt2(oldItems, SUMMARY_MAX_CHARS)!);
       measure(old, pairs, a, oldItems, ta);
-      const items = conversationMaterial(pairs.map((p) => ({ assistantMessageId: '', assistantText: p.assistant })), from, CONVERSATION_PROMPT_VERSION);
+      const items = conversationMaterial(
+        pairs.map((p) => ({ assistantMessageId: '', assistantText: p.assistant })),
+        from,
+        CONVERSATION_PROMPT_VERSION,
+      );
       const [b, tb] = timed(() => extractiveSummary(items, SUMMARY_MAX_CHARS, label)!);
       measure(current, pairs, b, items, tb);
       ranges++;
     }
   }
   const pct = (a: number, b: number) => `${((100 * a) / b).toFixed(1)}%`;
-  const row = (name: string, t: Tally) => `| ${name} | ${pct(t.kept, t.facts)} | ${pct(t.figuresKept, t.figures)} | ${pct(t.namesKept, t.names)} | ${pct(t.summaryBytes, t.inputBytes)} | ${pct(t.answersKept, t.answers)} | ${t.flagged} | ${t.ms.toFixed(0)} |`;
-  process.stdout.write([
-    `${path}: ${threads.length} threads, ${ranges} aligned ranges of ${RANGE_SIZE} pairs, ${old.facts} facts (${old.figures} checkable figures/identifiers, ${old.names} names), ${old.answers} answer-like sentences.`,
-    '',
-    '| summarizer | facts kept | figures etc. kept | names kept | summary / input bytes | answer-like sentences kept | summaries flagged by grounding | ms total |',
-    '|---|---|---|---|---|---|---|---|',
-    row('sourcebound/extractive@2 (message-id tags)', old),
-    row(`${OFFLINE_MODEL} (${CONVERSATION_PROMPT_VERSION} material)`, current),
-    '',
-  ].join('\n'));
+  const row = (name: string, t: Tally) =>
+    `| ${name} | ${pct(t.kept, t.facts)} | ${pct(t.figuresKept, t.figures)} | ${pct(t.namesKept, t.names)} | ${pct(t.summaryBytes, t.inputBytes)} | ${pct(t.answersKept, t.answers)} | ${t.flagged} | ${t.ms.toFixed(0)} |`;
+  process.stdout.write(
+    [
+      `${path}: ${threads.length} threads, ${ranges} aligned ranges of ${RANGE_SIZE} pairs, ${old.facts} facts (${old.figures} checkable figures/identifiers, ${old.names} names), ${old.answers} answer-like sentences.`,
+      '',
+      '| summarizer | facts kept | figures etc. kept | names kept | summary / input bytes | answer-like sentences kept | summaries flagged by grounding | ms total |',
+      '|---|---|---|---|---|---|---|---|',
+      row('sourcebound/extractive@2 (message-id tags)', old),
+      row(`${OFFLINE_MODEL} (${CONVERSATION_PROMPT_VERSION} material)`, current),
+      '',
+    ].join('\n'),
+  );
 }
 
 main();

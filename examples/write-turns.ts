@@ -9,7 +9,10 @@ import type pg from 'pg';
 import { appendReply, beginTurn, completeTurn, failTurn, finishReply, startReply } from '../src/index.ts';
 
 export async function answer(
-  pool: pg.Pool, scope: string, conversationId: string | undefined, question: string,
+  pool: pg.Pool,
+  scope: string,
+  conversationId: string | undefined,
+  question: string,
   callYourModel: (question: string) => Promise<string>,
 ): Promise<{ conversationId: string; runId: string }> {
   // No conversationId: a new conversation in the scope.
@@ -25,7 +28,10 @@ export async function answer(
 }
 
 export async function answerStreamed(
-  pool: pg.Pool, scope: string, conversationId: string | undefined, question: string,
+  pool: pg.Pool,
+  scope: string,
+  conversationId: string | undefined,
+  question: string,
   streamYourModel: (question: string) => AsyncIterable<string>,
 ): Promise<{ conversationId: string; runId: string }> {
   const turn = await beginTurn({ pool, scope, conversationId, userText: question });

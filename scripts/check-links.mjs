@@ -7,9 +7,15 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const files = process.argv.length > 2
-  ? process.argv.slice(2).map((f) => resolve(f))
-  : [join(root, 'README.md'), ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).map((f) => join(root, 'docs', f))];
+const files =
+  process.argv.length > 2
+    ? process.argv.slice(2).map((f) => resolve(f))
+    : [
+        join(root, 'README.md'),
+        ...readdirSync(join(root, 'docs'))
+          .filter((f) => f.endsWith('.md'))
+          .map((f) => join(root, 'docs', f)),
+      ];
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens, repeats numbered. */
 function anchors(markdown) {
@@ -18,7 +24,10 @@ function anchors(markdown) {
   for (const line of stripCode(markdown).split('\n')) {
     const m = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
     if (!m) continue;
-    const base = m[1].toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
+    const base = m[1]
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .replace(/\s/g, '-');
     const n = seen.get(base) ?? 0;
     seen.set(base, n + 1);
     out.add(n === 0 ? base : `${base}-${n}`);
@@ -40,9 +49,13 @@ for (const file of files) {
     const [path, fragment] = link.split('#', 2);
     const target = path === '' ? file : resolve(dirname(file), decodeURIComponent(path));
     const where = relative(root, file);
-    if (!existsSync(target)) { problems.push(`${where}: ${link}: no such file`); continue; }
+    if (!existsSync(target)) {
+      problems.push(`${where}: ${link}: no such file`);
+      continue;
+    }
     if (fragment !== undefined && statSync(target).isFile() && target.endsWith('.md')) {
-      if (!anchors(readFileSync(target, 'utf8')).has(fragment)) problems.push(`${where}: ${link}: no heading #${fragment} in ${relative(root, target)}`);
+      if (!anchors(readFileSync(target, 'utf8')).has(fragment))
+        problems.push(`${where}: ${link}: no heading #${fragment} in ${relative(root, target)}`);
     }
   }
 }

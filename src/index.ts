@@ -24,20 +24,62 @@ export { inspectConversation, type Inspection, type InspectionProblem } from './
 export { repairConversation, type RepairReport } from './conversation/repair.ts';
 export { plannableRanges, type PairRange } from './conversation/plan.ts';
 export { sourceHash, SOURCE_HASH_VERSION } from './conversation/source-hash.ts';
-export { groundSummary, groundOutcome, groundOutcomeAsync, extractFacts, DEFAULT_GROUNDING_POLICY, type Grounding, type GroundingPolicy, type Fact, type FactKind } from './grounding/index.ts';
+export {
+  groundSummary,
+  groundOutcome,
+  groundOutcomeAsync,
+  extractFacts,
+  DEFAULT_GROUNDING_POLICY,
+  type Grounding,
+  type GroundingPolicy,
+  type Fact,
+  type FactKind,
+} from './grounding/index.ts';
 
-export { createGateway, createAnthropicSummarizer, createOpenAISummarizer, createOfflineSummarizer, createAdmission } from './gateway/index.ts';
+export {
+  createGateway,
+  createAnthropicSummarizer,
+  createOpenAISummarizer,
+  createOfflineSummarizer,
+  createAdmission,
+} from './gateway/index.ts';
 export type { Outcome, Summarizer, SummaryRequest, MaterialItem, Usage } from './support/summary-contract.ts';
 // The summary contract for a summarizer of your own (README, "A summarizer of your own").
 export {
-  prepareSummary, outcomeFromAnswer, outcomeFromError, renderMaterial, freshNonce, promptText, CONVERSATION_PROMPT_VERSION,
-  type Answer, type PreparedSummary,
+  prepareSummary,
+  outcomeFromAnswer,
+  outcomeFromError,
+  renderMaterial,
+  freshNonce,
+  promptText,
+  CONVERSATION_PROMPT_VERSION,
+  type Answer,
+  type PreparedSummary,
 } from './gateway/index.ts';
 
 export {
-  startRun, recordCorrection, recordModelTurn, recordModelRequest, recordToolCall, recordToolResult, readRunBudget,
-  storeResult, readResult, prepareRunRequest, recoverRunContext, toAnthropicRequest, turnOfMessage, READ_RESULT_TOOL, readResultTool,
-  DEFAULT_RUN_POLICY, RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError,
+  startRun,
+  recordCorrection,
+  recordModelTurn,
+  recordModelRequest,
+  recordToolCall,
+  recordToolResult,
+  readRunBudget,
+  storeResult,
+  readResult,
+  prepareRunRequest,
+  recoverRunContext,
+  toAnthropicRequest,
+  turnOfMessage,
+  READ_RESULT_TOOL,
+  readResultTool,
+  DEFAULT_RUN_POLICY,
+  RunCompactionError,
+  RunNotFoundError,
+  RunHistoryError,
+  BlankTextError,
+  ResultNotFoundError,
+  RunPolicyError,
 } from './run/index.ts';
 export type { PreparedRunRequest, PrepareRunRequestOptions, RecoveryReport, CannotFit, ModelTurn } from './run/index.ts';
 

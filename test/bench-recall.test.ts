@@ -5,13 +5,24 @@ import { toAnthropicMessages, type MessageParam, type PairItem, type SummaryItem
 
 /** P12's fact counting (bench/lib/facts.ts) and the prompt-cache model's lifetime (bench/lib/prompt-cache.ts). */
 
-const pair = (pairIndex: number, userText: string, assistantText: string): PairItem =>
-  ({ kind: 'pair', pairIndex, runId: '', userMessageId: '', assistantMessageId: '', userText, assistantText });
+const pair = (pairIndex: number, userText: string, assistantText: string): PairItem => ({
+  kind: 'pair',
+  pairIndex,
+  runId: '',
+  userMessageId: '',
+  assistantMessageId: '',
+  userText,
+  assistantText,
+});
 
 describe('proper names', () => {
-  it('takes capitalized words and runs of them, not a sentence\'s first word', () => {
-    expect(properNames('We met Ada Lovelace in London. Then Paris: Rome was next.\n- Python is nice, unlike Java.'))
-      .toEqual(['Ada Lovelace', 'London', 'Paris', 'Java']);
+  it("takes capitalized words and runs of them, not a sentence's first word", () => {
+    expect(properNames('We met Ada Lovelace in London. Then Paris: Rome was next.\n- Python is nice, unlike Java.')).toEqual([
+      'Ada Lovelace',
+      'London',
+      'Paris',
+      'Java',
+    ]);
   });
 
   it('drops only the first word of a run that starts a sentence', () => {
@@ -19,7 +30,12 @@ describe('proper names', () => {
   });
 
   it('keeps inner hyphens and an apostrophe before a capital, not a possessive or a pronoun', () => {
-    expect(properNames("ask O'Brien about Jean-Luc and Fermat's Last Theorem, I said")).toEqual(["O'Brien", 'Jean-Luc', 'Fermat', 'Last Theorem']);
+    expect(properNames("ask O'Brien about Jean-Luc and Fermat's Last Theorem, I said")).toEqual([
+      "O'Brien",
+      'Jean-Luc',
+      'Fermat',
+      'Last Theorem',
+    ]);
   });
 
   it('does not take a capital inside a word, and starts a sentence after a line, a list mark or a table cell', () => {
@@ -39,7 +55,10 @@ describe('occurrence at word boundaries', () => {
 
 describe('pair facts', () => {
   it('normalizes, counts each fact once per pair, and keeps only what its own text carries', () => {
-    const { facts, uncheckable } = pairFacts({ user: 'What did Ada Lovelace pay in 1843?', assistant: 'Ada Lovelace paid 1,250 pounds in 1843, said Babbage.' });
+    const { facts, uncheckable } = pairFacts({
+      user: 'What did Ada Lovelace pay in 1843?',
+      assistant: 'Ada Lovelace paid 1,250 pounds in 1843, said Babbage.',
+    });
     // The reply's "Ada Lovelace" starts a sentence: its run gives "Lovelace", a fact of its own.
     expect(facts.sort()).toEqual(['1250 pounds', '1843', 'Ada Lovelace', 'Babbage', 'Lovelace'].sort());
     expect(uncheckable).toBe(0);
@@ -50,8 +69,16 @@ describe('recall', () => {
   it('counts a fact carried by a raw pair, a summary or a user message beside it, by quartile of its pair', () => {
     const facts = [['Alpha'], ['Bravo'], ['Charlie'], ['Delta', 'Echo']];
     const summary: SummaryItem = {
-      kind: 'summary', fromPair: 0, toPair: 1, recordId: '', promptVersion: '', model: '', ungrounded: [], label: 'Summary of pairs 0-1',
-      userMessages: [{ pairIndex: 0, messageId: '', text: 'about Alpha' }], summary: 'it said Bravo',
+      kind: 'summary',
+      fromPair: 0,
+      toPair: 1,
+      recordId: '',
+      promptVersion: '',
+      model: '',
+      ungrounded: [],
+      label: 'Summary of pairs 0-1',
+      userMessages: [{ pairIndex: 0, messageId: '', text: 'about Alpha' }],
+      summary: 'it said Bravo',
     };
     const r = recallOf(facts, [summary, pair(3, 'and Delta', 'no')]);
     expect(r.total).toEqual([1, 1, 1, 2]);
@@ -62,7 +89,16 @@ describe('recall', () => {
 
   it('does not read labels: only what the history says of the conversation', () => {
     const summary: SummaryItem = {
-      kind: 'summary', fromPair: 0, toPair: 1, recordId: '', promptVersion: '', model: '', ungrounded: [], label: 'Summary of Golf', userMessages: [], summary: 'x',
+      kind: 'summary',
+      fromPair: 0,
+      toPair: 1,
+      recordId: '',
+      promptVersion: '',
+      model: '',
+      ungrounded: [],
+      label: 'Summary of Golf',
+      userMessages: [],
+      summary: 'x',
     };
     expect(carriedText([summary])).toBe('x');
     expect(share(recallOf([['Golf']], [summary]))).toBe(0);
@@ -75,7 +111,10 @@ describe('recall', () => {
 
 describe('prompt cache lifetime', () => {
   const history = [pair(0, 'hello', 'hi there'), pair(1, 'more', 'sure')];
-  const request = (items: PairItem[]): MessageParam[] => [...toAnthropicMessages({ items, omitted: [] }), { role: 'user', content: 'next' }];
+  const request = (items: PairItem[]): MessageParam[] => [
+    ...toAnthropicMessages({ items, omitted: [] }),
+    { role: 'user', content: 'next' },
+  ];
 
   it('never expires without a clock', () => {
     const cache = new PromptCache();

@@ -17,10 +17,16 @@ async function closedPort(): Promise<number> {
 
 describe('sourcebound CLI', () => {
   it('redact() masks the userinfo password and every query parameter naming a password, secret or key', () => {
-    expect(redact('postgres://postgres:S3cretPW@127.0.0.1:5999/db?password=Other'))
-      .toBe('postgres://postgres:***@127.0.0.1:5999/db?password=***');
-    expect(redact('postgres://app@db/app?sslmode=require&sslpassword=x%20y&application_name=a%20b&PassWord=1&client_secret=2&sslkey=/k&api%5Fkey=3&flag'))
-      .toBe('postgres://app@db/app?sslmode=require&sslpassword=***&application_name=a%20b&PassWord=***&client_secret=***&sslkey=***&api%5Fkey=***&flag');
+    expect(redact('postgres://postgres:S3cretPW@127.0.0.1:5999/db?password=Other')).toBe(
+      'postgres://postgres:***@127.0.0.1:5999/db?password=***',
+    );
+    expect(
+      redact(
+        'postgres://app@db/app?sslmode=require&sslpassword=x%20y&application_name=a%20b&PassWord=1&client_secret=2&sslkey=/k&api%5Fkey=3&flag',
+      ),
+    ).toBe(
+      'postgres://app@db/app?sslmode=require&sslpassword=***&application_name=a%20b&PassWord=***&client_secret=***&sslkey=***&api%5Fkey=***&flag',
+    );
     expect(redact('socket:/var/run/postgresql?db=app&password=p')).toBe('socket:/var/run/postgresql?db=app&password=***');
     expect(redact('postgres://app@db:5432/app')).toBe('postgres://app@db:5432/app');
   });
@@ -31,7 +37,9 @@ describe('sourcebound CLI', () => {
     const migrate = spawnSourcebound(['migrate'], { DATABASE_URL: url });
     expect(await migrate.exited).toBe(1);
     // Before: `cannot reach PostgreSQL at postgres://postgres:***@127.0.0.1:<port>/db?password=Other&sslpassword=Third...`
-    expect(migrate.stderr).toBe(`sourcebound migrate: cannot reach PostgreSQL at postgres://postgres:***@127.0.0.1:${port}/db?password=***&sslpassword=***&application_name=shown: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+    expect(migrate.stderr).toBe(
+      `sourcebound migrate: cannot reach PostgreSQL at postgres://postgres:***@127.0.0.1:${port}/db?password=***&sslpassword=***&application_name=shown: connect ECONNREFUSED 127.0.0.1:${port}\n`,
+    );
     for (const secret of ['S3cretPW', 'Other', 'Third']) expect(JSON.stringify(migrate.logs) + migrate.stderr).not.toContain(secret);
   });
 
@@ -40,13 +48,17 @@ describe('sourcebound CLI', () => {
     // Reaching the database comes after the logger: before, pino threw `default level:'' must be included in custom levels`.
     const demo = spawnSourcebound(['demo'], { DATABASE_URL: `postgres://postgres@127.0.0.1:${port}/db`, LOG_LEVEL: '' });
     expect(await demo.exited).toBe(1);
-    expect(demo.stderr).toBe(`sourcebound demo: cannot reach PostgreSQL at postgres://postgres@127.0.0.1:${port}/db: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+    expect(demo.stderr).toBe(
+      `sourcebound demo: cannot reach PostgreSQL at postgres://postgres@127.0.0.1:${port}/db: connect ECONNREFUSED 127.0.0.1:${port}\n`,
+    );
   });
 
   it('a numeric setting that is not plain decimal digits stops a command with a message naming it', async () => {
     const cli = spawnSourcebound(['migrate'], { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/db', SOURCEBOUND_FLEET_CONCURRENCY: ' ' });
     expect(await cli.exited).toBe(1);
-    expect(cli.stderr).toMatch(/^sourcebound migrate: invalid configuration; fix these environment variables:\n {2}SOURCEBOUND_FLEET_CONCURRENCY: must be a whole number, got ' ' \(plain decimal digits 0-9 only/);
+    expect(cli.stderr).toMatch(
+      /^sourcebound migrate: invalid configuration; fix these environment variables:\n {2}SOURCEBOUND_FLEET_CONCURRENCY: must be a whole number, got ' ' \(plain decimal digits 0-9 only/,
+    );
   });
 
   it('sourcebound --version prints the package version', async () => {

@@ -89,7 +89,9 @@ describe('sourcebound dev-db', () => {
     const migrate = cli(['migrate'], { ...env, SOURCEBOUND_EMBEDDED_PORT: String(otherPort) });
     expect(await migrate.exited).toBe(1);
     expect(migrate.stderr).toContain(`sourcebound migrate: ${inUse} (server pid `);
-    expect(migrate.stderr).toContain(`port ${port}, not ${otherPort} as SOURCEBOUND_EMBEDDED_PORT says). Use that server: DATABASE_URL=${url}`);
+    expect(migrate.stderr).toContain(
+      `port ${port}, not ${otherPort} as SOURCEBOUND_EMBEDDED_PORT says). Use that server: DATABASE_URL=${url}`,
+    );
     expect(migrate.stderr).not.toContain('free port');
     expect(await answers(url)).toBe(true);
 
@@ -100,7 +102,7 @@ describe('sourcebound dev-db', () => {
     expect(existsSync(join(dataDir, 'postmaster.pid'))).toBe(false);
   }, 240_000);
 
-  it('two dev-db at once on a new folder: one runs it, the other names its URL (it got initdb\'s or the port\'s error)', async () => {
+  it("two dev-db at once on a new folder: one runs it, the other names its URL (it got initdb's or the port's error)", async () => {
     const dataDir = await dataFolder();
     const port = await freePort();
     const env = { SOURCEBOUND_DATA_DIR: dataDir, SOURCEBOUND_EMBEDDED_PORT: String(port) };
@@ -116,7 +118,7 @@ describe('sourcebound dev-db', () => {
     expect(existsSync(join(dataDir, '..', '.pgdata.starting'))).toBe(false);
   }, 240_000);
 
-  it('two workers starting it at once on a new folder: one waits and uses the other\'s server (one failed on initdb or the lock file, advised to change the port)', async () => {
+  it("two workers starting it at once on a new folder: one waits and uses the other's server (one failed on initdb or the lock file, advised to change the port)", async () => {
     const dataDir = await dataFolder();
     const env = { SOURCEBOUND_DATA_DIR: dataDir, SOURCEBOUND_EMBEDDED_PORT: String(await freePort()) };
     const both = [cli(['worker'], env), cli(['worker'], env)];

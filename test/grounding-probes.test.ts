@@ -13,9 +13,11 @@ const verdict = (p: (typeof PROBES)[number]) => groundSummary(p.summary, [{ id: 
 
 describe('grounding probes', () => {
   it.each(PROBES.filter((p) => p.left === undefined).map((p) => [p.grounded ? 'grounds' : 'flags', p.summary, p.material, p] as const))(
-    '%s %j against %j', (_what, _summary, _material, p) => {
+    '%s %j against %j',
+    (_what, _summary, _material, p) => {
       expect(verdict(p)).toBe(p.grounded);
-    });
+    },
+  );
 
   it('still gets the cases it leaves by rule wrong (a fixed one moves out of `left`)', () => {
     const left = PROBES.filter((p) => p.left !== undefined);

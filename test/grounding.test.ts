@@ -6,12 +6,16 @@ import { summaryLabel } from '../src/projection/wording.ts';
 const material = [
   {
     id: '3f2a1b4c-9d8e-4f00-a1b2-c3d4e5f6a7b8',
-    text: 'The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30. Order INV-2231 ships in 3 days. '
-      + 'Docs at https://Example.com/fees/ and src/billing/fees.ts; mail billing@example.com. '
-      + 'Upgrade to v2.3.1 and run `npm ci --no-audit`. It weighs 12kg and costs $1,250.00. '
-      + 'Latency fell 40 percent in March 2024.',
+    text:
+      'The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30. Order INV-2231 ships in 3 days. ' +
+      'Docs at https://Example.com/fees/ and src/billing/fees.ts; mail billing@example.com. ' +
+      'Upgrade to v2.3.1 and run `npm ci --no-audit`. It weighs 12kg and costs $1,250.00. ' +
+      'Latency fell 40 percent in March 2024.',
   },
-  { id: 'msg_02', text: 'Le taux est 3,5 % depuis le 1er mars; total 2\u202f500\u202f000 unités (avec\u00a0espaces) et 1\u00a0000\u00a0€.' },
+  {
+    id: 'msg_02',
+    text: 'Le taux est 3,5 % depuis le 1er mars; total 2\u202f500\u202f000 unités (avec\u00a0espaces) et 1\u00a0000\u00a0€.',
+  },
 ];
 
 const facts = (text: string) => extractFacts(text).map((f) => `${f.kind}:${f.text}`);
@@ -19,17 +23,30 @@ const ungrounded = (summary: string) => groundSummary(summary, material).ungroun
 
 describe('fact extraction', () => {
   it('finds each kind of checkable fact', () => {
-    const text = 'See https://a.example/x, write to ops@example.org, open /etc/nginx/nginx.conf and src/app.ts; '
-      + 'on 5 March 2024 at 2:30 pm it cost $12.50 and weighed 3.5 kg (50 %), v1.2.3, ticket ABC-123, `make test`.';
+    const text =
+      'See https://a.example/x, write to ops@example.org, open /etc/nginx/nginx.conf and src/app.ts; ' +
+      'on 5 March 2024 at 2:30 pm it cost $12.50 and weighed 3.5 kg (50 %), v1.2.3, ticket ABC-123, `make test`.';
     expect(facts(text)).toEqual([
-      'url:https://a.example/x', 'email:ops@example.org', 'path:/etc/nginx/nginx.conf', 'path:src/app.ts',
-      'date:5 March 2024', 'time:2:30 pm', 'money:$12.50', 'number:3.5 kg', 'number:50 %', 'version:v1.2.3',
-      'identifier:ABC-123', 'code:`make test`',
+      'url:https://a.example/x',
+      'email:ops@example.org',
+      'path:/etc/nginx/nginx.conf',
+      'path:src/app.ts',
+      'date:5 March 2024',
+      'time:2:30 pm',
+      'money:$12.50',
+      'number:3.5 kg',
+      'number:50 %',
+      'version:v1.2.3',
+      'identifier:ABC-123',
+      'code:`make test`',
     ]);
   });
 
   it('does not check small bare integers, ordinals, words or unit ratios', () => {
-    expect(facts('Step 3 of 10: the 2nd reply, in 5 steps, at 60 km/h and 10 MB/s, and/or 24/7.')).toEqual(['number:60 km/h', 'number:10 MB']);
+    expect(facts('Step 3 of 10: the 2nd reply, in 5 steps, at 60 km/h and 10 MB/s, and/or 24/7.')).toEqual([
+      'number:60 km/h',
+      'number:10 MB',
+    ]);
     expect(facts('No figures here, only words and names like Alice.')).toEqual([]);
   });
 
@@ -43,7 +60,12 @@ describe('other scripts, digits and scales', () => {
 
   it('letters of scripts written without spaces bound a figure or code glued to them, on both sides', () => {
     expect(facts('这个基金共有999个投资者，净值为103.25元，增长了12%。')).toEqual(['number:999', 'money:103.25元', 'number:12%']);
-    expect(facts('工单INV-2203已关闭。価格は1200円です。가격은 1200원입니다. ราคา1200บาท')).toEqual(['identifier:INV-2203', 'money:1200円', 'money:1200원', 'number:1200']);
+    expect(facts('工单INV-2203已关闭。価格は1200円です。가격은 1200원입니다. ราคา1200บาท')).toEqual([
+      'identifier:INV-2203',
+      'money:1200円',
+      'money:1200원',
+      'number:1200',
+    ]);
     const zh = '这个基金共有999个投资者，净值为103.25元，增长了12%。工单INV-2203已关闭。';
     // The same figures reworded in Chinese, in English, or spaced: all grounded.
     expect(against(zh, '基金有999个投资者，净值103.25元，增长12%。工单 INV-2203 被关闭。')).toEqual([]);
@@ -56,8 +78,12 @@ describe('other scripts, digits and scales', () => {
   });
 
   it('reads 年月日 dates (Chinese, Japanese, Korean) as dates', () => {
-    expect(extractFacts('2024年3月5日发布，3月5日，2024년 3월 5일，2024年12月').map((f) => `${f.text}=${f.key}`))
-      .toEqual(['2024年3月5日=2024-03-05', '3月5日=--03-05', '2024년 3월 5일=2024-03-05', '2024年12月=2024-12']);
+    expect(extractFacts('2024年3月5日发布，3月5日，2024년 3월 5일，2024年12月').map((f) => `${f.text}=${f.key}`)).toEqual([
+      '2024年3月5日=2024-03-05',
+      '3月5日=--03-05',
+      '2024년 3월 5일=2024-03-05',
+      '2024年12月=2024-12',
+    ]);
     expect(against('我们在2024年3月5日发布了v2.3.1版本。', 'Released v2.3.1 on March 5, 2024 (2024-03-05).')).toEqual([]);
     expect(against('我们在2024年3月5日发布了。', 'Released on 2024-03-06.')).toEqual(['date:2024-03-06']);
   });
@@ -88,13 +114,21 @@ describe('other scripts, digits and scales', () => {
   });
 
   it('multiplies out scale words: $1.25M = $1.25 million = $1,250,000, and 1.5 thousand = 1,500', () => {
-    expect(against('Revenue was $1,250,000 from about 1,500 users.', 'Revenue was $1.25M ($1.25 million) from 1.5 thousand users.')).toEqual([]);
+    expect(
+      against('Revenue was $1,250,000 from about 1,500 users.', 'Revenue was $1.25M ($1.25 million) from 1.5 thousand users.'),
+    ).toEqual([]);
     expect(against('Revenue was $1.25 million.', 'Revenue was $1,250,000.')).toEqual([]);
     expect(against('Revenue was $1.25 million.', 'Revenue was $1.3M.')).toEqual(['money:$1.3M']);
     expect(extractFacts('$0.5bn, 2 trillion, USD 3k').map((f) => f.key)).toEqual(['USD:500000000', '2000000000000', 'USD:3000']);
     // Every common spelling of a scale; a scale it does not know never cuts an amount to its whole part.
-    expect(extractFacts('$1.25mn, $2.5MM, $3mln, $9.9T, $4tn, USD 7.5M').map((f) => f.key))
-      .toEqual(['USD:1250000', 'USD:2500000', 'USD:3000000', 'USD:9900000000000', 'USD:4000000000000', 'USD:7500000']);
+    expect(extractFacts('$1.25mn, $2.5MM, $3mln, $9.9T, $4tn, USD 7.5M').map((f) => f.key)).toEqual([
+      'USD:1250000',
+      'USD:2500000',
+      'USD:3000000',
+      'USD:9900000000000',
+      'USD:4000000000000',
+      'USD:7500000',
+    ]);
     expect(against('Budget $1.25mn.', 'Budget $1.99mn.')).toEqual(['money:$1.99mn']);
     // `$9.9xy` was `$9`, grounded by a fee of $9; it is no amount now, and its token is checked.
     expect(against('Fee $9.', 'Debt $9.9xy.')).toEqual(['identifier:9.9xy']);
@@ -103,8 +137,11 @@ describe('other scripts, digits and scales', () => {
   });
 
   it('reads a scale word followed by a unit as one figure: 225 million km = 225,000,000 km', () => {
-    expect(extractFacts('225 million km, 4.5 billion years, 3 million people').map((f) => `${f.text}=${f.key}`))
-      .toEqual(['225 million km=225000000km', '4.5 billion years=4500000000year', '3 million=3000000']);
+    expect(extractFacts('225 million km, 4.5 billion years, 3 million people').map((f) => `${f.text}=${f.key}`)).toEqual([
+      '225 million km=225000000km',
+      '4.5 billion years=4500000000year',
+      '3 million=3000000',
+    ]);
     expect(against('Mars is 225 million km away.', 'Mars is 225,000,000 km away.')).toEqual([]);
     expect(against('The Earth is 4,500,000,000 years old.', 'The Earth is 4.5 billion years old.')).toEqual([]);
     expect(against('Mars is 225 million km away.', 'Mars is 225 million miles away.')).toEqual(['number:225 million miles']);
@@ -128,7 +165,13 @@ describe('reformattings a model makes of dates, times and money', () => {
   const keys = (text: string) => extractFacts(text).map((f) => `${f.kind}:${f.key}`);
 
   it('reads an ISO 8601 date-time as its date and its time (zero seconds are no part of the key)', () => {
-    expect(keys('Deployed at 2023-12-25T10:00:00Z and 2024-03-05T09:30, logged 12:00:00.')).toEqual(['date:2023-12-25', 'time:10:00', 'date:2024-03-05', 'time:09:30', 'time:12:00']);
+    expect(keys('Deployed at 2023-12-25T10:00:00Z and 2024-03-05T09:30, logged 12:00:00.')).toEqual([
+      'date:2023-12-25',
+      'time:10:00',
+      'date:2024-03-05',
+      'time:09:30',
+      'time:12:00',
+    ]);
     expect(against('Deployed at 2023-12-25T10:00:00Z.', 'Deployed on December 25, 2023 at 10:00.')).toEqual([]);
     expect(against('Deployed on 2023-12-25 at 10:00.', 'Deployed at 2023-12-25T10:00:00Z.')).toEqual([]);
     expect(against('Deployed at 2023-12-25T10:00:00Z.', 'Deployed on 2023-12-26 at 10:30.')).toEqual(['date:2023-12-26', 'time:10:30']);
@@ -262,7 +305,10 @@ describe('reformattings a model makes of dates, times and money', () => {
   });
 
   it('reads Unicode hyphens and the minus sign as -, so a date or identifier written with them is checked', () => {
-    expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201106, order INV\u20102232.')).toEqual(['date:2024-03-06', 'identifier:INV-2232']);
+    expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201106, order INV\u20102232.')).toEqual([
+      'date:2024-03-06',
+      'identifier:INV-2232',
+    ]);
     expect(against('Due 2024-03-05, order INV-2231.', 'Due 2024\u201103\u201105, order INV\u20102231.')).toEqual([]);
     // En and em dashes are no hyphens: Q1–Q3 is Q1 and Q3.
     expect(facts('From Q1\u2013Q3 \u2014 2024.')).toEqual(['identifier:Q1', 'identifier:Q3', 'number:2024']);
@@ -283,7 +329,7 @@ describe('reformattings a model makes of dates, times and money', () => {
     expect(against('Needs Node 18.17.1.', 'Needs Node 18.17.')).toEqual(['number:18.17']);
   });
 
-  it('grounds a figure whose unit or currency structured data names apart (a Run\'s tool results)', () => {
+  it("grounds a figure whose unit or currency structured data names apart (a Run's tool results)", () => {
     expect(against('{"amount": 1250.5, "currency": "USD"}', 'The amount is $1,250.50 (1,250.50 USD).')).toEqual([]);
     expect(against('{"size_bytes": 1048576, "percent": 12.5}', 'Size 1,048,576 bytes, 12.5%.')).toEqual([]);
     expect(against('{"path": "C:\\\\Users\\\\me\\\\file.txt"}', 'File C:\\Users\\me\\file.txt.')).toEqual([]);
@@ -322,8 +368,9 @@ describe('reformattings a model makes of dates, times and money', () => {
 
 describe('grounding against the material', () => {
   it('grounds every fact copied as written', () => {
-    const summary = '[3f2a1b4c] The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30 for INV-2231; '
-      + 'docs https://Example.com/fees/, src/billing/fees.ts, billing@example.com, v2.3.1, `npm ci --no-audit`, 12kg, $1,250.00.';
+    const summary =
+      '[3f2a1b4c] The fee is 0.5% of 1,234,567 EUR, billed on 2024-03-05 at 14:30 for INV-2231; ' +
+      'docs https://Example.com/fees/, src/billing/fees.ts, billing@example.com, v2.3.1, `npm ci --no-audit`, 12kg, $1,250.00.';
     expect(groundSummary(summary, material)).toEqual({ checked: expect.any(Array), ungrounded: [] });
     expect(groundSummary(summary, material).checked.length).toBeGreaterThanOrEqual(12);
   });
@@ -437,7 +484,8 @@ describe('hostile text', () => {
   const run = (c: string) => c.repeat(400_000);
   // Compared without printing 400,000 characters when they differ.
   const keys = (text: string) => extractFacts(text).map((f) => `${f.kind}:${f.key}`);
-  const same = (actual: string[], expected: string[]) => expect(JSON.stringify(actual) === JSON.stringify(expected), 'facts differ').toBe(true);
+  const same = (actual: string[], expected: string[]) =>
+    expect(JSON.stringify(actual) === JSON.stringify(expected), 'facts differ').toBe(true);
 
   it('a URL or a path followed by a long run of trailing punctuation that does not end it', () => {
     same(keys(`see http://x.example/a${run('.')}b now`), [`url:x.example/a${run('.')}b`]);
@@ -489,8 +537,16 @@ describe('groundOutcome', () => {
 
   it('reject (default): an ungrounded fact makes the answer invalid, with the check attached', () => {
     const outcome = groundOutcome(ok('The fee is 0.9% for INV-2231.'), material);
-    expect(outcome).toMatchObject({ kind: 'invalid', reason: 'ungrounded: 1 fact(s) not in the material: number:0.9%', model: 'm', requestId: 'r' });
-    expect(outcome.kind === 'invalid' && outcome.grounding).toEqual({ checked: ['number:0.9%', 'identifier:INV-2231'], ungrounded: ['number:0.9%'] });
+    expect(outcome).toMatchObject({
+      kind: 'invalid',
+      reason: 'ungrounded: 1 fact(s) not in the material: number:0.9%',
+      model: 'm',
+      requestId: 'r',
+    });
+    expect(outcome.kind === 'invalid' && outcome.grounding).toEqual({
+      checked: ['number:0.9%', 'identifier:INV-2231'],
+      ungrounded: ['number:0.9%'],
+    });
   });
 
   it('flag: the answer stays ok and carries the ungrounded facts', () => {
@@ -500,7 +556,10 @@ describe('groundOutcome', () => {
 
   it('a grounded answer stays ok under either policy; other outcomes pass unchanged', () => {
     for (const policy of ['reject', 'flag'] as const) {
-      expect(groundOutcome(ok('The fee is 0.5%.'), material, policy)).toMatchObject({ kind: 'ok', grounding: { checked: ['number:0.5%'], ungrounded: [] } });
+      expect(groundOutcome(ok('The fee is 0.5%.'), material, policy)).toMatchObject({
+        kind: 'ok',
+        grounding: { checked: ['number:0.5%'], ungrounded: [] },
+      });
     }
     const unknown: Outcome = { kind: 'unknown', reason: 'timeout', requestId: null };
     expect(groundOutcome(unknown, material)).toBe(unknown);
@@ -509,7 +568,15 @@ describe('groundOutcome', () => {
 
 describe('the label of a flagged summary', () => {
   it('names at most five ungrounded facts, each cut to 80 characters, and counts the rest', () => {
-    const facts = ['number:0.9%', `code:\`${'x'.repeat(200)}\``, 'date:2024-03-06', 'identifier:INV-1', 'url:https://a.example', 'email:a@b.example', 'version:v9.9.9'];
+    const facts = [
+      'number:0.9%',
+      `code:\`${'x'.repeat(200)}\``,
+      'date:2024-03-06',
+      'identifier:INV-1',
+      'url:https://a.example',
+      'email:a@b.example',
+      'version:v9.9.9',
+    ];
     const label = summaryLabel(0, 9, facts);
     expect(label).toContain('Warning: these figures are not in the replies it summarizes and may be wrong: 0.9%; `xxx');
     expect(label).toContain('…; 2024-03-06; INV-1; https://a.example and 2 more.]');

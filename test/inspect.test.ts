@@ -18,7 +18,14 @@ describe('sourcebound inspect', () => {
   it('shows pairs, planned ranges, records with every attempt and whether each binding holds', async () => {
     const c = await createConversation(db.pool);
     const written = await addPairs(db.pool, c, 40);
-    const ctx = { pool: db.pool, summarizer: gatewayFor(server), logger: silentLogger, workerId: 'w1', leaseMs: 60_000, retryDelays: { deferMs: 0, afterSpentMs: 0 } };
+    const ctx = {
+      pool: db.pool,
+      summarizer: gatewayFor(server),
+      logger: silentLogger,
+      workerId: 'w1',
+      leaseMs: 60_000,
+      retryDelays: { deferMs: 0, afterSpentMs: 0 },
+    };
     server.enqueue(behaviours.refusal());
     await compactConversation(ctx, c); // 0-9 spends an attempt, 10-19 completes
     await compactConversation(ctx, c); // 0-9 completes on its second attempt
@@ -26,10 +33,16 @@ describe('sourcebound inspect', () => {
 
     const inspection = await inspectConversation(db.pool, c, 'tenant-a');
     expect(inspection.pairCount).toBe(40);
-    expect(inspection.plannedRanges).toEqual([{ fromPair: 0, toPair: 9 }, { fromPair: 10, toPair: 19 }]);
+    expect(inspection.plannedRanges).toEqual([
+      { fromPair: 0, toPair: 9 },
+      { fromPair: 10, toPair: 19 },
+    ]);
     const [first, second] = inspection.records;
     expect(first).toMatchObject({ fromPair: 0, status: 'completed', attemptsSpent: 2, bindingHolds: true, projectableVersion: true });
-    expect(first!.attempts.map((a) => [a.outcome, a.spent])).toEqual([['invalid', true], ['ok', true]]);
+    expect(first!.attempts.map((a) => [a.outcome, a.spent])).toEqual([
+      ['invalid', true],
+      ['ok', true],
+    ]);
     expect(first!.attempts[0]!.reason).toMatch(/refusal/);
     expect(second).toMatchObject({ fromPair: 10, status: 'completed', bindingHolds: false });
 

@@ -11,8 +11,20 @@ describe('planning', () => {
     [30, [[0, 9]]],
     [31, [[0, 9]]],
     [39, [[0, 9]]],
-    [40, [[0, 9], [10, 19]]],
-    [41, [[0, 9], [10, 19]]],
+    [
+      40,
+      [
+        [0, 9],
+        [10, 19],
+      ],
+    ],
+    [
+      41,
+      [
+        [0, 9],
+        [10, 19],
+      ],
+    ],
   ])('%i pairs -> %j', (count, ranges) => {
     expect(plannableRanges(count).map((r) => [r.fromPair, r.toPair])).toEqual(ranges);
   });
@@ -33,7 +45,8 @@ describe('planning', () => {
 
   it('the SQL twin used by the triggers agrees for every count up to 2,000', async () => {
     const { rows } = await db.pool.query<{ n: number; ranges: number }>(
-      'select n, sourcebound.plannable_range_count(n) as ranges from generate_series(0, 2000) n');
+      'select n, sourcebound.plannable_range_count(n) as ranges from generate_series(0, 2000) n',
+    );
     for (const { n, ranges } of rows) expect(ranges, `count ${n}`).toBe(plannableRangeCount(n));
   });
 

@@ -69,11 +69,16 @@ describe('the schema', () => {
       const b = dump.split('\n');
       let i = 0;
       while (i < a.length && a[i] === b[i]) i++;
-      const context = (lines: string[]) => lines.slice(Math.max(0, i - 3), i + 6).map((l) => `    ${l}`).join('\n');
+      const context = (lines: string[]) =>
+        lines
+          .slice(Math.max(0, i - 3), i + 6)
+          .map((l) => `    ${l}`)
+          .join('\n');
       expect.fail(
         `the migrated schema differs from test/schema.sql from line ${i + 1} on.\n` +
-        `  committed:\n${context(a)}\n  migrated:\n${context(b)}\n` +
-        'If the migrations changed on purpose, run `npm run db:dump` and commit test/schema.sql with them.');
+          `  committed:\n${context(a)}\n  migrated:\n${context(b)}\n` +
+          'If the migrations changed on purpose, run `npm run db:dump` and commit test/schema.sql with them.',
+      );
     }
   });
 
@@ -87,7 +92,10 @@ describe('the schema', () => {
     const raised = [...dump.matchAll(/RAISE EXCEPTION 'sourcebound: (?:[^']|'')*'[^;]*;/g)].map((m) => m[0]);
     expect(raised.length).toBeGreaterThan(40);
     const codes: Record<string, string> = {
-      integrity_constraint_violation: '23000', no_data_found: 'P0002', feature_not_supported: '0A000', program_limit_exceeded: '54000',
+      integrity_constraint_violation: '23000',
+      no_data_found: 'P0002',
+      feature_not_supported: '0A000',
+      program_limit_exceeded: '54000',
     };
     const seen = new Set<string>();
     for (const statement of raised) {
@@ -103,7 +111,11 @@ describe('the schema', () => {
 
   it('reports a condition to node-postgres as (code, constraint)', async () => {
     const error = await withClient(url, (client) =>
-      client.query('select sourcebound.enqueue_compaction(gen_random_uuid())').then(() => null, (e: unknown) => e));
+      client.query('select sourcebound.enqueue_compaction(gen_random_uuid())').then(
+        () => null,
+        (e: unknown) => e,
+      ),
+    );
     expect(error).toMatchObject({ code: 'P0002', constraint: 'conversation_missing' });
   });
 });
@@ -123,7 +135,10 @@ describe('migrate on a database made by the pre-0.1.0 migration chain', () => {
     });
     const before = await withClient(url, (client) => dumpSchema(client));
 
-    const error = await migrateDatabase(url, silentLogger).then(() => null, (e: unknown) => e);
+    const error = await migrateDatabase(url, silentLogger).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(error).toBeInstanceOf(SquashedMigrationsError);
     const message = (error as Error).message;
     expect(message).toMatch(/migrated by sourcebound before 0\.1\.0/);

@@ -7,36 +7,67 @@ const db = await createTestDatabase();
 
 describe('the conversation store', () => {
   it('accepts a plain INSERT of the required columns', async () => {
-    const { rows: [c] } = await db.pool.query(`insert into sourcebound.conversations (scope) values ('s') returning *`);
+    const {
+      rows: [c],
+    } = await db.pool.query(`insert into sourcebound.conversations (scope) values ('s') returning *`);
     expect(c.id).toMatch(/^[0-9a-f-]{36}$/);
     expect(c.created_at).toBeInstanceOf(Date);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'queued') returning *`, [c.id]);
-    const { rows: [m] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'hi') returning *`, [c.id, r.id]);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'queued') returning *`, [c.id]);
+    const {
+      rows: [m],
+    } = await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'hi') returning *`,
+      [c.id, r.id],
+    );
     expect(m.status).toBe('completed');
   });
 
   it('refuses unknown run statuses, roles and message statuses', async () => {
     const c = await createConversation(db.pool);
-    await expect(db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'done')`, [c])).rejects.toThrow(/runs_status_known/);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
-    await expect(db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'tool', 'x')`, [c, r.id])).rejects.toThrow(/messages_role_known/);
-    await expect(db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', 'x', 'done')`, [c, r.id])).rejects.toThrow(/messages_status_known/);
+    await expect(db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'done')`, [c])).rejects.toThrow(
+      /runs_status_known/,
+    );
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
+    await expect(
+      db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'tool', 'x')`, [c, r.id]),
+    ).rejects.toThrow(/messages_role_known/);
+    await expect(
+      db.pool.query(
+        `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', 'x', 'done')`,
+        [c, r.id],
+      ),
+    ).rejects.toThrow(/messages_status_known/);
   });
 
   it('allows at most one user and one assistant message per run', async () => {
     const c = await createConversation(db.pool);
     const [p] = await addPairs(db.pool, c, 1);
-    await expect(db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'again')`, [c, p!.runId])).rejects.toThrow(/messages_run_role_key/);
+    await expect(
+      db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'again')`, [
+        c,
+        p!.runId,
+      ]),
+    ).rejects.toThrow(/messages_run_role_key/);
   });
 
   it('refuses a message whose run belongs to another conversation', async () => {
     const a = await createConversation(db.pool);
     const b = await createConversation(db.pool);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [a]);
-    await expect(db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'x')`, [b, r.id])).rejects.toThrow(/messages_run_same_conversation_fk/);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [a]);
+    await expect(
+      db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'x')`, [b, r.id]),
+    ).rejects.toThrow(/messages_run_same_conversation_fk/);
     // Nor can a message move to another conversation while keeping its run.
     const [p] = await addPairs(db.pool, a, 1);
-    await expect(db.pool.query(`update sourcebound.messages set conversation_id = $1 where id = $2`, [b, p!.userMessageId])).rejects.toThrow(/messages_run_same_conversation_fk/);
+    await expect(
+      db.pool.query(`update sourcebound.messages set conversation_id = $1 where id = $2`, [b, p!.userMessageId]),
+    ).rejects.toThrow(/messages_run_same_conversation_fk/);
   });
 
   it('refuses TRUNCATE of the tables that keep immutable records', async () => {
@@ -59,10 +90,23 @@ describe('the conversation store', () => {
 describe('edits (messages.edited_at, 0037)', () => {
   it('records when the content of a completed message changes, and only then', async () => {
     const c = await createConversation(db.pool);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
-    const { rows: [u] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q') returning id`, [c, r.id]);
-    const { rows: [a] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`, [c, r.id]);
-    const editedAt = async (id: string) => (await db.pool.query(`select edited_at from sourcebound.messages where id = $1`, [id])).rows[0].edited_at as Date | null;
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
+    const {
+      rows: [u],
+    } = await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q') returning id`,
+      [c, r.id],
+    );
+    const {
+      rows: [a],
+    } = await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`,
+      [c, r.id],
+    );
+    const editedAt = async (id: string) =>
+      (await db.pool.query(`select edited_at from sourcebound.messages where id = $1`, [id])).rows[0].edited_at as Date | null;
     // Streaming, then completing: no edit.
     await db.pool.query(`update sourcebound.messages set content = 'ans' where id = $1`, [a.id]);
     await db.pool.query(`update sourcebound.messages set content = 'answer', status = 'completed' where id = $1`, [a.id]);
@@ -81,9 +125,18 @@ describe('edits (messages.edited_at, 0037)', () => {
 
 describe('eligibility', () => {
   async function singleRun(c: string, runStatus: string, user: string, assistant: string, assistantStatus: string) {
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, $2) returning id`, [c, runStatus]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [c, r.id, user]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, $4)`, [c, r.id, assistant, assistantStatus]);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, $2) returning id`, [c, runStatus]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [
+      c,
+      r.id,
+      user,
+    ]);
+    await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, $4)`,
+      [c, r.id, assistant, assistantStatus],
+    );
     return r.id as string;
   }
 
@@ -113,8 +166,13 @@ describe('eligibility', () => {
 
   it('a run with only a user message is not a pair', async () => {
     const c = await createConversation(db.pool);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [c]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, r.id]);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [c]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [
+      c,
+      r.id,
+    ]);
     expect(await pairCount(db.pool, c)).toBe(0);
   });
 
@@ -122,8 +180,12 @@ describe('eligibility', () => {
     const c = await createConversation(db.pool);
     const written = await addPairs(db.pool, c, 5, undefined, { runStatus: 'running' });
     // Complete them out of order: 3, 0, 4, 1, 2.
-    for (const i of [3, 0, 4, 1, 2]) await db.pool.query(`update sourcebound.runs set status = 'completed' where id = $1`, [written[i]!.runId]);
-    const order = async () => (await db.pool.query(`select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index`, [c])).rows.map((r) => r.run_id);
+    for (const i of [3, 0, 4, 1, 2])
+      await db.pool.query(`update sourcebound.runs set status = 'completed' where id = $1`, [written[i]!.runId]);
+    const order = async () =>
+      (await db.pool.query(`select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index`, [c])).rows.map(
+        (r) => r.run_id,
+      );
     expect(await order()).toEqual(written.map((w) => w.runId));
     await db.pool.query(`update sourcebound.messages set content = '' where id = $1`, [written[1]!.assistantMessageId]);
     expect(await order()).toEqual([0, 2, 3, 4].map((i) => written[i]!.runId));
@@ -172,10 +234,21 @@ describe('enqueue triggers', () => {
   it('an assistant message going streaming -> completed crosses the threshold; streaming updates add nothing', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 29);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [c]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q29')`, [c, r.id]);
-    const { rows: [a] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`, [c, r.id]);
-    for (const partial of ['a', 'an', 'ans']) await db.pool.query(`update sourcebound.messages set content = $2 where id = $1`, [a.id, partial]);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [c]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q29')`, [
+      c,
+      r.id,
+    ]);
+    const {
+      rows: [a],
+    } = await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`,
+      [c, r.id],
+    );
+    for (const partial of ['a', 'an', 'ans'])
+      await db.pool.query(`update sourcebound.messages set content = $2 where id = $1`, [a.id, partial]);
     expect(await compactionJobs(db.pool, c)).toBe(0);
     await db.pool.query(`update sourcebound.messages set content = 'answer', status = 'completed' where id = $1`, [a.id]);
     expect(await compactionJobs(db.pool, c)).toBe(1);
@@ -213,12 +286,24 @@ describe('enqueue triggers', () => {
   it('two transactions each completing half of the 30th pair still make it a pair and enqueue', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 29);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, r.id]);
-    const { rows: [m] } = await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', 'a', 'streaming') returning id`, [c, r.id]);
-    await inTwoTransactions(db.url,
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [
+      c,
+      r.id,
+    ]);
+    const {
+      rows: [m],
+    } = await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', 'a', 'streaming') returning id`,
+      [c, r.id],
+    );
+    await inTwoTransactions(
+      db.url,
       [`update sourcebound.messages set status = 'completed' where id = $1`, [m.id]],
-      [`update sourcebound.runs set status = 'completed' where id = $1`, [r.id]]);
+      [`update sourcebound.runs set status = 'completed' where id = $1`, [r.id]],
+    );
     expect(await pairCount(db.pool, c)).toBe(30);
     expect(await compactionJobs(db.pool, c)).toBe(1);
   });

@@ -51,13 +51,17 @@ describe('the sweep', () => {
     expect(await compactionJobs(db.pool, c)).toBe(1);
     await compactionSweepRun(db.pool);
     expect(await compactionJobs(db.pool, c)).toBe(1);
-    const revision = async () => (await db.pool.query(`select revision from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`])).rows[0]?.revision;
+    const revision = async () =>
+      (await db.pool.query(`select revision from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`])).rows[0]
+        ?.revision;
     const before = await revision();
     await compactionSweepRun(db.pool);
     expect(await revision()).toBe(before);
     // Its worker was SIGKILLed mid-job: the job stays locked for hours. The
     // sweep enqueues again (graphile-worker adds a new job beside the locked one).
-    await db.pool.query(`update graphile_worker._private_jobs set locked_at = now(), locked_by = 'killed', attempts = 1 where key = $1`, [`sourcebound:compact:${c}`]);
+    await db.pool.query(`update graphile_worker._private_jobs set locked_at = now(), locked_by = 'killed', attempts = 1 where key = $1`, [
+      `sourcebound:compact:${c}`,
+    ]);
     await compactionSweepRun(db.pool);
     expect(await compactionJobs(db.pool, c)).toBe(2);
     await db.pool.query('delete from graphile_worker._private_jobs');
@@ -77,13 +81,27 @@ describe('the sweep', () => {
     await compactionSweepRun(db.pool);
     expect(await compactionJobs(db.pool, c)).toBe(1);
     // The job failed once (a 401) and waits out its retry backoff: the sweep resets it to run now.
-    await db.pool.query(`update graphile_worker._private_jobs set attempts = 1, last_error = '401', run_at = now() + interval '1 hour' where key = $1`, [`sourcebound:compact:${c}`]);
+    await db.pool.query(
+      `update graphile_worker._private_jobs set attempts = 1, last_error = '401', run_at = now() + interval '1 hour' where key = $1`,
+      [`sourcebound:compact:${c}`],
+    );
     await compactionSweepRun(db.pool);
-    expect((await db.pool.query(`select attempts, run_at <= now() as due from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`])).rows).toEqual([{ attempts: 0, due: true }]);
+    expect(
+      (
+        await db.pool.query(`select attempts, run_at <= now() as due from graphile_worker._private_jobs where key = $1`, [
+          `sourcebound:compact:${c}`,
+        ])
+      ).rows,
+    ).toEqual([{ attempts: 0, due: true }]);
     // The job fails for good (a 401 all the way through its retries): it still counts as lost.
-    await db.pool.query(`update graphile_worker._private_jobs set attempts = max_attempts, last_error = '401', run_at = now() + interval '1 day' where key = $1`, [`sourcebound:compact:${c}`]);
+    await db.pool.query(
+      `update graphile_worker._private_jobs set attempts = max_attempts, last_error = '401', run_at = now() + interval '1 day' where key = $1`,
+      [`sourcebound:compact:${c}`],
+    );
     await compactionSweepRun(db.pool);
-    const { rows } = await db.pool.query(`select attempts, run_at <= now() as due from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`]);
+    const { rows } = await db.pool.query(`select attempts, run_at <= now() as due from graphile_worker._private_jobs where key = $1`, [
+      `sourcebound:compact:${c}`,
+    ]);
     expect(rows).toEqual([{ attempts: 0, due: true }]);
     // The repaired job summarizes the new source; then nothing needs work and nothing is marked.
     await compactConversation(ctx(), c);
@@ -99,7 +117,9 @@ describe('the sweep', () => {
       lost.push(c);
     }
     // Other tests' conversations are marked too: all of them share the pages.
-    const marked = (await db.pool.query<{ c: string }>('select distinct conversation_id as c from sourcebound.compaction_marks')).rows.map((r) => r.c);
+    const marked = (await db.pool.query<{ c: string }>('select distinct conversation_id as c from sourcebound.compaction_marks')).rows.map(
+      (r) => r.c,
+    );
     expect(marked).toEqual(expect.arrayContaining(lost));
     const reached: string[] = [];
     for (let run = 0; run < Math.ceil(marked.length / 3); run++) {

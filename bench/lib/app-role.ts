@@ -59,10 +59,15 @@ export async function appRole(ownerUrl: string, scope: string, tables: readonly 
     }
   };
   try {
-    const { rows: [who] } = await owner.query<{ exists: boolean; member: boolean | null }>(
+    const {
+      rows: [who],
+    } = await owner.query<{ exists: boolean; member: boolean | null }>(
       `select to_regrole($1) is not null as exists,
-              case when to_regrole($1) is not null then pg_has_role(current_user, $1, 'MEMBER') end as member`, [ROLE]);
-    if (!who!.exists) throw new Error(`${ROLE} does not exist: the migrating role could not create it (needs CREATEROLE); see docs/trust-boundaries.md`);
+              case when to_regrole($1) is not null then pg_has_role(current_user, $1, 'MEMBER') end as member`,
+      [ROLE],
+    );
+    if (!who!.exists)
+      throw new Error(`${ROLE} does not exist: the migrating role could not create it (needs CREATEROLE); see docs/trust-boundaries.md`);
     // A superuser may become any role; an owner that is not one needs the membership (undone by close()).
     if (!who!.member) {
       await owner.query(`grant ${ROLE} to current_user`);

@@ -54,9 +54,11 @@ export function extractiveSummaryAt2(items: readonly { id: string; text: string 
   const chosen: Sentence[][] = parts.map(() => []);
   const seen = new Set<string>(); // a repeated sentence says nothing new
   let used = 0;
-  const cost = (r: Ranked) => r.sentence.bytes + (chosen[r.part]!.length === 0
-    ? bytes(parts[r.part]!.tag) + (used === 0 ? 0 : 1) // a new part: its tag, and a newline before it
-    : 1); // a space before it
+  const cost = (r: Ranked) =>
+    r.sentence.bytes +
+    (chosen[r.part]!.length === 0
+      ? bytes(parts[r.part]!.tag) + (used === 0 ? 0 : 1) // a new part: its tag, and a newline before it
+      : 1); // a space before it
   const take = (r: Ranked) => {
     if (seen.has(r.sentence.text) || used + cost(r) > budget) return;
     used += cost(r);

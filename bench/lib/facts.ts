@@ -30,9 +30,36 @@ export const normalize = (text: string): string => normalizeText(text);
 const WORDISH = /[\p{L}\p{M}\p{N}]/u;
 
 /** A capitalized word: an uppercase letter not after a letter, mark or digit, then letters, marks, digits, inner hyphens, an apostrophe before a capital (`O'Brien`, not `Python's`). */
-const CAP_WORD = /(?<![\p{L}\p{M}\p{N}])\p{Lu}[\p{L}\p{M}\p{N}]*(?:-[\p{L}\p{N}][\p{L}\p{M}\p{N}]*|['\u2019]\p{Lu}[\p{L}\p{M}\p{N}]*)*(?![\p{L}\p{M}\p{N}])/gu;
+const CAP_WORD =
+  /(?<![\p{L}\p{M}\p{N}])\p{Lu}[\p{L}\p{M}\p{N}]*(?:-[\p{L}\p{N}][\p{L}\p{M}\p{N}]*|['\u2019]\p{Lu}[\p{L}\p{M}\p{N}]*)*(?![\p{L}\p{M}\p{N}])/gu;
 /** Characters skipped looking back from a word for what came before it: space, quotes, brackets, Markdown marks. */
-const SKIPPED = new Set([' ', '\t', '\r', '\u00a0', '"', "'", '\u201c', '\u201d', '\u2018', '\u2019', '\u00ab', '\u00bb', '(', '[', '{', '*', '_', '#', '>', '`', '~', '-', '\u2013', '\u2014', '\u2022']);
+const SKIPPED = new Set([
+  ' ',
+  '\t',
+  '\r',
+  '\u00a0',
+  '"',
+  "'",
+  '\u201c',
+  '\u201d',
+  '\u2018',
+  '\u2019',
+  '\u00ab',
+  '\u00bb',
+  '(',
+  '[',
+  '{',
+  '*',
+  '_',
+  '#',
+  '>',
+  '`',
+  '~',
+  '-',
+  '\u2013',
+  '\u2014',
+  '\u2022',
+]);
 /** What ends a sentence, a line or a cell before a word: the word then starts a sentence. */
 const STARTS = new Set(['.', '!', '?', ':', ';', '\u2026', '\n', '|']);
 
@@ -104,7 +131,9 @@ export function pairFacts(pair: { user: string; assistant: string }): { facts: s
 
 /** The texts a history carries of the conversation, normalized, joined by a separator no fact contains. */
 export function carriedText(items: readonly ProjectionItem[]): string {
-  const texts = items.flatMap((it) => (it.kind === 'pair' ? [it.userText, it.assistantText] : [...it.userMessages.map((m) => m.text), it.summary]));
+  const texts = items.flatMap((it) =>
+    it.kind === 'pair' ? [it.userText, it.assistantText] : [...it.userMessages.map((m) => m.text), it.summary],
+  );
   return texts.map(normalize).join('\u0000');
 }
 
@@ -148,7 +177,7 @@ export function recallOf(facts: readonly (readonly string[])[], items: readonly 
     const q = quartile(pair, facts.length);
     for (const fact of list) {
       let hit = seen.get(fact);
-      if (hit === undefined) seen.set(fact, hit = occurs(hay, fact));
+      if (hit === undefined) seen.set(fact, (hit = occurs(hay, fact)));
       r.total[q]! += 1;
       if (hit) r.carried[q]! += 1;
     }

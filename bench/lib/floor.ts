@@ -40,10 +40,20 @@ export async function startClaimFloor(server: BenchServer, label: string, sample
       if (conversationId === undefined) throw new Error(`${label}: more floor samples taken than the ${samples} ranges seeded`);
       await client.query('begin');
       const t0 = performance.now();
-      const claim = await claimNextRange(client, {
-        conversationId, after: -1, wrap: false, skip: new Map(),
-        model: INSTANT_MODEL, promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'bench-floor', leaseMs: 60_000,
-      }, { prepared: true });
+      const claim = await claimNextRange(
+        client,
+        {
+          conversationId,
+          after: -1,
+          wrap: false,
+          skip: new Map(),
+          model: INSTANT_MODEL,
+          promptVersion: CONVERSATION_PROMPT_VERSION,
+          workerId: 'bench-floor',
+          leaseMs: 60_000,
+        },
+        { prepared: true },
+      );
       const t1 = performance.now();
       await client.query('commit');
       const t2 = performance.now();

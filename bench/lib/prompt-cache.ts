@@ -47,7 +47,7 @@ export class PromptCache {
 
   constructor(options: { now?: () => number; ttlMs?: number } = {}) {
     this.now = options.now ?? (() => 0);
-    this.ttlMs = options.now === undefined ? Infinity : options.ttlMs ?? CACHE_TTL_MS;
+    this.ttlMs = options.now === undefined ? Infinity : (options.ttlMs ?? CACHE_TTL_MS);
   }
 
   private alive(hash: string, now: number): boolean {
@@ -68,10 +68,10 @@ export class PromptCache {
       let marked = false;
       const content = Array.isArray(m.content)
         ? m.content.map((b) => {
-          if ('cache_control' in b && b.cache_control) marked = true;
-          const { cache_control: _, ...rest } = b as typeof b & { cache_control?: unknown };
-          return rest;
-        })
+            if ('cache_control' in b && b.cache_control) marked = true;
+            const { cache_control: _, ...rest } = b as typeof b & { cache_control?: unknown };
+            return rest;
+          })
         : m.content;
       if (marked) breakpoints.push(i);
       const json = JSON.stringify({ role: m.role, content });

@@ -1,8 +1,15 @@
 import type pg from 'pg';
 import type { Thread } from '../../src/cli/demo-threads.ts';
 import {
-  BREAKPOINT_BYTES, itemBytes, messagesBytes, projectConversationHistory, toAnthropicMessages,
-  type MessageParam, type OmittedSpan, type PairItem, type ProjectionItem,
+  BREAKPOINT_BYTES,
+  itemBytes,
+  messagesBytes,
+  projectConversationHistory,
+  toAnthropicMessages,
+  type MessageParam,
+  type OmittedSpan,
+  type PairItem,
+  type ProjectionItem,
 } from '../../src/projection/index.ts';
 import { addRecall, emptyRecall, pairFacts, recallOf, type Recall } from './facts.ts';
 import { PromptCache } from './prompt-cache.ts';
@@ -67,7 +74,17 @@ export interface RecallReplay {
   tallies: Map<string, Tally>;
 }
 
-const newTally = (): Tally => ({ final: emptyRecall(), finalOver: false, sampled: emptyRecall(), fills: [], cost: 0, hits: 0, hitTurns: 0, finalUserMessages: 0, overBudget: 0 });
+const newTally = (): Tally => ({
+  final: emptyRecall(),
+  finalOver: false,
+  sampled: emptyRecall(),
+  fills: [],
+  cost: 0,
+  hits: 0,
+  hitTurns: 0,
+  finalUserMessages: 0,
+  overBudget: 0,
+});
 
 /** Simulated time starts here (any fixed instant: the replay must not depend on the wall clock). */
 const EPOCH_MS = Date.UTC(2025, 0, 1);
@@ -76,7 +93,9 @@ export async function replayForRecall(pool: pg.Pool, thread: Thread, scope: stri
   const n = thread.pairs.length;
   const factsByPair = thread.pairs.map(pairFacts);
   const facts = factsByPair.map((f) => f.facts);
-  const { rows: [conversation] } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ($1) returning id`, [scope]);
+  const {
+    rows: [conversation],
+  } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ($1) returning id`, [scope]);
   const conversationId = conversation!.id;
 
   let clock = EPOCH_MS;
@@ -143,17 +162,28 @@ export async function replayForRecall(pool: pg.Pool, thread: Thread, scope: stri
     if (last) break;
 
     await writePair(pool, conversationId, thread.pairs[t]!);
-    const item: PairItem = { kind: 'pair', pairIndex: t, runId: '', userMessageId: '', assistantMessageId: '', userText: thread.pairs[t]!.user, assistantText: thread.pairs[t]!.assistant };
+    const item: PairItem = {
+      kind: 'pair',
+      pairIndex: t,
+      runId: '',
+      userMessageId: '',
+      assistantMessageId: '',
+      userText: thread.pairs[t]!.user,
+      assistantText: thread.pairs[t]!.assistant,
+    };
     wholeItems.push(item);
     wholeSizes.push(itemBytes(item));
-    while (summarized * 10 + 9 < t + 1 - 20) await writeOfflineSummary(pool, conversationId, scope, (summarized++) * 10);
+    while (summarized * 10 + 9 < t + 1 - 20) await writeOfflineSummary(pool, conversationId, scope, summarized++ * 10);
   }
   // The byte arithmetic above is the adapter's (anthropic.ts): checked once on the whole conversation.
   const measured = messagesBytes(toAnthropicMessages({ items: wholeItems, omitted: [] }));
-  if (measured !== historyBytes(wholeSizes)) throw new Error(`P12: whole history measured ${measured} bytes, computed ${historyBytes(wholeSizes)}`);
+  if (measured !== historyBytes(wholeSizes))
+    throw new Error(`P12: whole history measured ${measured} bytes, computed ${historyBytes(wholeSizes)}`);
   return {
-    conversation: thread.id, pairs: n,
-    facts: facts.reduce((k, f) => k + f.length, 0), uncheckable: factsByPair.reduce((k, f) => k + f.uncheckable, 0),
+    conversation: thread.id,
+    pairs: n,
+    facts: facts.reduce((k, f) => k + f.length, 0),
+    uncheckable: factsByPair.reduce((k, f) => k + f.uncheckable, 0),
     tallies,
   };
 }

@@ -27,10 +27,19 @@ export type ReplayLayout = 'stable' | 'newest-first';
  * `${budget} ${layout}`, the replay's cost over the whole history's.
  */
 export async function replayThread(
-  pool: pg.Pool, thread: Thread,
-  args: { budgets: readonly number[]; layouts: readonly ReplayLayout[]; lag: number; moving?: boolean; edits?: readonly { turn: number; pair: number }[] },
+  pool: pg.Pool,
+  thread: Thread,
+  args: {
+    budgets: readonly number[];
+    layouts: readonly ReplayLayout[];
+    lag: number;
+    moving?: boolean;
+    edits?: readonly { turn: number; pair: number }[];
+  },
 ): Promise<Map<string, number>> {
-  const { rows: [conversation] } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('p8') returning id`);
+  const {
+    rows: [conversation],
+  } = await pool.query<{ id: string }>(`insert into sourcebound.conversations (scope) values ('p8') returning id`);
   const id = conversation!.id;
   const caches = new Map<string, { cache: PromptCache; cost: number }>();
   const whole = new PromptCache();
@@ -41,7 +50,9 @@ export async function replayThread(
     for (const { pair } of (args.edits ?? []).filter((e) => e.turn === t && e.pair < t)) {
       await pool.query(
         `update sourcebound.messages set content = content || ' (edited)'
-         where id = (select user_message_id from sourcebound.pairs where conversation_id = $1 and pair_index = $2)`, [id, pair]);
+         where id = (select user_message_id from sourcebound.pairs where conversation_id = $1 and pair_index = $2)`,
+        [id, pair],
+      );
       wholeItems[pair] = { ...wholeItems[pair]!, userText: `${wholeItems[pair]!.userText} (edited)` };
     }
     const next: MessageParam = { role: 'user', content: thread.pairs[t]!.user };
@@ -58,8 +69,16 @@ export async function replayThread(
       }
     }
     await writePair(pool, id, thread.pairs[t]!);
-    wholeItems.push({ kind: 'pair', pairIndex: t, runId: '', userMessageId: '', assistantMessageId: '', userText: thread.pairs[t]!.user, assistantText: thread.pairs[t]!.assistant });
-    while (summarized * 10 + 9 < t + 1 - 20 - args.lag) await writeOfflineSummary(pool, id, 'p8', (summarized++) * 10);
+    wholeItems.push({
+      kind: 'pair',
+      pairIndex: t,
+      runId: '',
+      userMessageId: '',
+      assistantMessageId: '',
+      userText: thread.pairs[t]!.user,
+      assistantText: thread.pairs[t]!.assistant,
+    });
+    while (summarized * 10 + 9 < t + 1 - 20 - args.lag) await writeOfflineSummary(pool, id, 'p8', summarized++ * 10);
   }
   return new Map([...caches].map(([key, { cost }]) => [key, cost / wholeCost]));
 }
@@ -69,9 +88,19 @@ export async function writePair(pool: pg.Pool, conversationId: string, pair: { u
   const client = await pool.connect();
   try {
     await client.query('begin');
-    const { rows: [run] } = await client.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
-    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', $3, 'completed')`, [conversationId, run!.id, pair.user]);
-    await client.query(`insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, 'completed')`, [conversationId, run!.id, pair.assistant]);
+    const {
+      rows: [run],
+    } = await client.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [
+      conversationId,
+    ]);
+    await client.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', $3, 'completed')`,
+      [conversationId, run!.id, pair.user],
+    );
+    await client.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', $3, 'completed')`,
+      [conversationId, run!.id, pair.assistant],
+    );
     await client.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run!.id]);
     await client.query('commit');
   } catch (error) {
@@ -92,13 +121,28 @@ const offline = createOfflineSummarizer({ maxChars: SUMMARY_CHAR_CEILING });
 export async function writeOfflineSummary(pool: pg.Pool, conversationId: string, scope: string, fromPair: number): Promise<void> {
   const { rows: source } = await pool.query<SourcePair>(
     `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
-     from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`, [conversationId, fromPair, fromPair + 9]);
+     from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $3 order by pair_index`,
+    [conversationId, fromPair, fromPair + 9],
+  );
   // The material as the worker sends it (replies named by pair number under the current prompt).
   const items = conversationMaterial(source, fromPair, CONVERSATION_PROMPT_VERSION);
   const outcome = await offline.summarize({ promptVersion: CONVERSATION_PROMPT_VERSION, items });
-  if (outcome.kind !== 'ok') throw new Error(`offline summary of pairs ${fromPair}-${fromPair + 9}: ${outcome.kind} ${'reason' in outcome ? outcome.reason : ''}`);
+  if (outcome.kind !== 'ok')
+    throw new Error(`offline summary of pairs ${fromPair}-${fromPair + 9}: ${outcome.kind} ${'reason' in outcome ? outcome.reason : ''}`);
   await pool.query(
     `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status, summary, completed_at)
      values ($1, $2, $3, $4, $5::uuid[], $6, $7, $8, $9, 'completed', $10, now())`,
-    [conversationId, scope, fromPair, fromPair + 9, sourceMessageIds(source), sourceHash(source), SOURCE_HASH_VERSION, OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION, outcome.text]);
+    [
+      conversationId,
+      scope,
+      fromPair,
+      fromPair + 9,
+      sourceMessageIds(source),
+      sourceHash(source),
+      SOURCE_HASH_VERSION,
+      OFFLINE_MODEL,
+      CONVERSATION_PROMPT_VERSION,
+      outcome.text,
+    ],
+  );
 }

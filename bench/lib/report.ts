@@ -95,7 +95,17 @@ export function rows(results: readonly BenchResult[]): string[][] {
       out.push([r.id, `${f.label} (${f.unit})`, fmt(f.value.median), fmt(f.value.min), fmt(f.value.max), String(f.value.n), '', '', '']);
     }
     for (const h of r.headlines) {
-      out.push([r.id, `**${h.label}** (ratio)`, `${fmt(h.ratio.median)}x`, `${fmt(h.ratio.min)}x`, `${fmt(h.ratio.max)}x`, String(h.ratio.n), goalText(h.goal), metText(met(h)), h.floor ?? '']);
+      out.push([
+        r.id,
+        `**${h.label}** (ratio)`,
+        `${fmt(h.ratio.median)}x`,
+        `${fmt(h.ratio.min)}x`,
+        `${fmt(h.ratio.max)}x`,
+        String(h.ratio.n),
+        goalText(h.goal),
+        metText(met(h)),
+        h.floor ?? '',
+      ]);
     }
   }
   return out;
@@ -107,7 +117,11 @@ const HEADER = ['bench', 'measure', 'median', 'min', 'max', 'n', 'goal', 'status
 export function textTable(results: readonly BenchResult[]): string {
   const all = [HEADER, ...rows(results).map((r) => r.map((c) => c.replace(/\*\*/g, '')))];
   const widths = HEADER.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const line = (r: string[]) => r.map((c, i) => (i >= 2 && i <= 5 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  const line = (r: string[]) =>
+    r
+      .map((c, i) => (i >= 2 && i <= 5 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return [line(all[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...all.slice(1).map(line)].join('\n');
 }
 
@@ -123,7 +137,9 @@ export function markdownTable(results: readonly BenchResult[]): string {
 
 /** The whole report as Markdown: run information, table, notes per benchmark. */
 export function markdownReport(info: RunInfo, results: readonly BenchResult[]): string {
-  const settings = Object.entries(info.postgresSettings).map(([k, v]) => `${k}=${v}`).join(', ');
+  const settings = Object.entries(info.postgresSettings)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(', ');
   const lines = [
     `# sourcebound benchmarks (${info.mode} mode)`,
     '',
@@ -142,9 +158,12 @@ export function markdownReport(info: RunInfo, results: readonly BenchResult[]): 
   for (const r of results) {
     lines.push(`## ${r.id}: ${r.title}`, '');
     if (r.status !== 'ok') lines.push(`${r.status}: ${r.reason ?? ''}`, '');
-    const params = Object.entries(r.params).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : String(v)}`).join(', ');
+    const params = Object.entries(r.params)
+      .map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
+      .join(', ');
     if (params) lines.push(`Parameters: ${params}. Took ${r.seconds.toFixed(1)} s.`, '');
-    if (r.measuredAt !== undefined && r.measuredAt !== info.date) lines.push(`Measured in an earlier run (${r.measuredAt}); this run did not include it.`, '');
+    if (r.measuredAt !== undefined && r.measuredAt !== info.date)
+      lines.push(`Measured in an earlier run (${r.measuredAt}); this run did not include it.`, '');
     for (const n of r.notes) lines.push(`- ${n}`);
     if (r.notes.length > 0) lines.push('');
   }
@@ -158,8 +177,15 @@ export function markdownReport(info: RunInfo, results: readonly BenchResult[]): 
 export async function withEarlierResults(dir: string, run: readonly BenchResult[], order: readonly string[]): Promise<BenchResult[]> {
   let earlier: BenchResult[] = [];
   try {
-    const json = JSON.parse(await readFile(`${dir}/latest.json`, 'utf8')) as { info: RunInfo; results: (BenchResult & { headlines: (Headline & { met?: unknown })[] })[] };
-    earlier = json.results.map((r) => ({ ...r, measuredAt: r.measuredAt ?? json.info.date, headlines: r.headlines.map(({ label, ratio, goal, floor }) => ({ label, ratio, goal, ...(floor === undefined ? {} : { floor }) })) }));
+    const json = JSON.parse(await readFile(`${dir}/latest.json`, 'utf8')) as {
+      info: RunInfo;
+      results: (BenchResult & { headlines: (Headline & { met?: unknown })[] })[];
+    };
+    earlier = json.results.map((r) => ({
+      ...r,
+      measuredAt: r.measuredAt ?? json.info.date,
+      headlines: r.headlines.map(({ label, ratio, goal, floor }) => ({ label, ratio, goal, ...(floor === undefined ? {} : { floor }) })),
+    }));
   } catch {
     // No earlier results (or unreadable): this run's alone.
   }

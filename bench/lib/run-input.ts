@@ -5,9 +5,21 @@ export const RUN_INPUT = {
   model: 'claude-sonnet-4-5',
   system: `You are a research agent. Work step by step, cite what you read, and reread stored results by id and range. ${'Be precise. '.repeat(150)}`,
   tools: [
-    { name: 'fetch_document', description: 'Fetch a document by URL', input_schema: { type: 'object', properties: { url: { type: 'string' }, page: { type: 'integer' } }, required: ['url'] } },
-    { name: 'search', description: 'Search the web', input_schema: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] } },
-    { name: 'read_result', description: 'Reread a stored result by id, version and range', input_schema: { type: 'object', properties: { resultId: { type: 'string' }, version: { type: 'integer' } } } },
+    {
+      name: 'fetch_document',
+      description: 'Fetch a document by URL',
+      input_schema: { type: 'object', properties: { url: { type: 'string' }, page: { type: 'integer' } }, required: ['url'] },
+    },
+    {
+      name: 'search',
+      description: 'Search the web',
+      input_schema: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] },
+    },
+    {
+      name: 'read_result',
+      description: 'Reread a stored result by id, version and range',
+      input_schema: { type: 'object', properties: { resultId: { type: 'string' }, version: { type: 'integer' } } },
+    },
   ],
 };
 

@@ -22,13 +22,20 @@ export type Db = Pick<pg.ClientBase, 'query'>;
  * (cycling through the shared data) or, for states where no text is read,
  * short ones of the same shape.
  */
-export async function seedConversations(db: Db, count: number, pairsEach: number, options: { realTexts: boolean; scope?: string }): Promise<string[]> {
+export async function seedConversations(
+  db: Db,
+  count: number,
+  pairsEach: number,
+  options: { realTexts: boolean; scope?: string },
+): Promise<string[]> {
   const pool = options.realTexts ? 400 : 1;
   const texts = Array.from({ length: pool }, (_, i) => (options.realTexts ? textAt(i) : { user: 'a question', assistant: 'an answer' }));
   await db.query('set session_replication_role = replica');
   try {
     const { rows } = await db.query<{ id: string }>(
-      'insert into sourcebound.conversations (scope) select $1 from generate_series(1, $2::int) returning id', [options.scope ?? 'bench', count]);
+      'insert into sourcebound.conversations (scope) select $1 from generate_series(1, $2::int) returning id',
+      [options.scope ?? 'bench', count],
+    );
     const ids = rows.map((r) => r.id);
     for (let i = 0; i < ids.length; i += 2000) {
       const chunk = ids.slice(i, i + 2000);
@@ -86,7 +93,10 @@ export async function seedSettle(db: Db, sample: readonly string[]): Promise<voi
     const { rowCount } = await db.query('select 1 from sourcebound.pairs_drift($1)', [id]);
     if (rowCount !== 0) throw new Error(`seeded conversation ${id} drifts from the pair definition`);
     const { rows } = await db.query<{ n: number }>('select count(*)::int as n from sourcebound.ranges_needing_work($1)', [id]);
-    if (rows[0]!.n !== 0 && (await db.query('select 1 from sourcebound.compaction_marks where conversation_id = $1', [id])).rowCount === 0) {
+    if (
+      rows[0]!.n !== 0 &&
+      (await db.query('select 1 from sourcebound.compaction_marks where conversation_id = $1', [id])).rowCount === 0
+    ) {
       throw new Error(`seeded conversation ${id} needs work but has no mark`);
     }
   }

@@ -39,7 +39,12 @@ export async function startBenchServer(databaseUrl: string | undefined): Promise
     dataDir = mkdtempSync(join(tmpdir(), 'sourcebound-bench-'));
     // As root the server runs as 'postgres', which must be able to enter the folder.
     chmodSync(dataDir, 0o755);
-    const embedded = await startEmbeddedPostgres({ dataDir: join(dataDir, 'pgdata'), port: await freePort(), logger: silentLogger, settings: EMBEDDED_SETTINGS });
+    const embedded = await startEmbeddedPostgres({
+      dataDir: join(dataDir, 'pgdata'),
+      port: await freePort(),
+      logger: silentLogger,
+      settings: EMBEDDED_SETTINGS,
+    });
     adminUrl = embedded.connectionString;
     stop = embedded.stop;
   }
@@ -57,8 +62,16 @@ export async function startBenchServer(databaseUrl: string | undefined): Promise
   };
   const { version, settings } = await admin(async (c) => {
     const v = (await c.query<{ server_version: string }>('show server_version')).rows[0]!.server_version;
-    const s = await c.query<{ name: string; setting: string; unit: string | null }>('select name, setting, unit from pg_settings where name = any($1)', [SHOWN_SETTINGS]);
-    return { version: v, settings: Object.fromEntries(s.rows.map((r) => [r.name, r.unit && r.unit !== '' ? `${r.setting}${r.unit === '8kB' ? 'x8kB' : r.unit}` : r.setting])) };
+    const s = await c.query<{ name: string; setting: string; unit: string | null }>(
+      'select name, setting, unit from pg_settings where name = any($1)',
+      [SHOWN_SETTINGS],
+    );
+    return {
+      version: v,
+      settings: Object.fromEntries(
+        s.rows.map((r) => [r.name, r.unit && r.unit !== '' ? `${r.setting}${r.unit === '8kB' ? 'x8kB' : r.unit}` : r.setting]),
+      ),
+    };
   });
 
   return {
@@ -96,5 +109,3 @@ export async function benchClient(url: string): Promise<pg.Client> {
   await client.connect();
   return client;
 }
-
-

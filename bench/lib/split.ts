@@ -19,10 +19,19 @@ export interface SplitCall {
 }
 
 export async function requestSplit(
-  pool: pg.Pool, label: string, calls: readonly SplitCall[], plain: { text: string; values: readonly unknown[] },
+  pool: pg.Pool,
+  label: string,
+  calls: readonly SplitCall[],
+  plain: { text: string; values: readonly unknown[] },
 ): Promise<{ note: string; short: string; figures: Figure[] }> {
-  const p50 = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);
-  const main = calls.map((c) => c.statements.reduce((best, s) => (best === null || s.ms > best.ms ? s : best), null as TimedStatement | null));
+  const p50 = (xs: number[]) =>
+    percentile(
+      [...xs].sort((a, b) => a - b),
+      50,
+    );
+  const main = calls.map((c) =>
+    c.statements.reduce((best, s) => (best === null || s.ms > best.ms ? s : best), null as TimedStatement | null),
+  );
   const sent = main.find((s) => s !== null) ?? null;
   const roundTrip: number[] = [];
   const server: number[] = [];
@@ -41,10 +50,11 @@ export async function requestSplit(
   const srv = p50(server);
   const plainSrv = p50(plainServer);
   const rest = Math.max(0, statement - rt - srv);
-  const note = `${label}, the split (p50 of ${calls.length} calls): ${total.toFixed(2)} ms a call = round trip ${rt.toFixed(3)} ms (select 1) `
-    + `+ ${sent?.kind ?? 'its statement'} on the server ${srv.toFixed(3)} ms (EXPLAIN ANALYZE; the plain read's: ${plainSrv.toFixed(3)} ms) `
-    + `+ sending and parsing the rows ${rest.toFixed(3)} ms + JavaScript and pool ${js.toFixed(3)} ms`
-    + `${calls[0]!.statements.length > 1 ? ` (and ${calls[0]!.statements.length - 1} more statements)` : ''}.`;
+  const note =
+    `${label}, the split (p50 of ${calls.length} calls): ${total.toFixed(2)} ms a call = round trip ${rt.toFixed(3)} ms (select 1) ` +
+    `+ ${sent?.kind ?? 'its statement'} on the server ${srv.toFixed(3)} ms (EXPLAIN ANALYZE; the plain read's: ${plainSrv.toFixed(3)} ms) ` +
+    `+ sending and parsing the rows ${rest.toFixed(3)} ms + JavaScript and pool ${js.toFixed(3)} ms` +
+    `${calls[0]!.statements.length > 1 ? ` (and ${calls[0]!.statements.length - 1} more statements)` : ''}.`;
   return {
     note,
     short: `split: round trip ${rt.toFixed(2)}, server ${srv.toFixed(2)} (plain ${plainSrv.toFixed(2)}), rows ${rest.toFixed(2)}, JS ${js.toFixed(2)} ms`,
@@ -52,7 +62,11 @@ export async function requestSplit(
       { label: `${label}: round trip (select 1), p50`, unit: 'ms', value: spread([rt]) },
       { label: `${label}: projection statement, server execution (EXPLAIN ANALYZE), p50`, unit: 'ms', value: spread([srv]) },
       { label: `${label}: plain read, server execution (EXPLAIN ANALYZE), p50`, unit: 'ms', value: spread([plainSrv]) },
-      { label: `${label}: projection statement, sending and parsing its rows (client time less round trip and server), p50`, unit: 'ms', value: spread([rest]) },
+      {
+        label: `${label}: projection statement, sending and parsing its rows (client time less round trip and server), p50`,
+        unit: 'ms',
+        value: spread([rest]),
+      },
     ],
   };
 }
@@ -60,7 +74,9 @@ export async function requestSplit(
 /** Execution and planning time of a statement as the server reports it (EXPLAIN ANALYZE, timing off). */
 async function executionMs(pool: pg.Pool, text: string, values: readonly unknown[]): Promise<number> {
   const { rows } = await pool.query<{ 'QUERY PLAN': [{ 'Execution Time': number; 'Planning Time': number }] }>(
-    `explain (analyze, timing off, format json) ${text}`, values as unknown[]);
+    `explain (analyze, timing off, format json) ${text}`,
+    values as unknown[],
+  );
   const plan = rows[0]!['QUERY PLAN'][0];
   return plan['Execution Time'] + plan['Planning Time'];
 }

@@ -35,7 +35,7 @@ export function timeStatements(pool: pg.Pool): StatementTimer {
       const into = recording;
       if (into === null) return original.apply(this, args);
       const first = args[0] as string | { text?: string } | undefined;
-      const text = typeof first === 'string' ? first : first?.text ?? '';
+      const text = typeof first === 'string' ? first : (first?.text ?? '');
       const values = (Array.isArray(args[1]) ? args[1] : (first as { values?: unknown[] } | undefined)?.values) ?? [];
       const t0 = performance.now();
       const done = (result: { rowCount?: number | null; rows?: unknown[] } | undefined) => {

@@ -61,7 +61,11 @@ export interface RunningSide {
 }
 
 /** sourcebound's worker on `url` (already migrated), summarizing with `summarizer`. */
-export async function startSourceboundSide(url: string, settings: WorkerSettings, summarizer: Summarizer): Promise<RunningSide & { handle: WorkerHandle }> {
+export async function startSourceboundSide(
+  url: string,
+  settings: WorkerSettings,
+  summarizer: Summarizer,
+): Promise<RunningSide & { handle: WorkerHandle }> {
   const pool = benchPool(url, settings.poolSize);
   const database: Database = { connectionString: url, directConnectionString: url, pooled: false, pool, close: () => pool.end() };
   const config = loadConfig({

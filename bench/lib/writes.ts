@@ -21,19 +21,30 @@ export type Db = Pick<pg.ClientBase, 'query'>;
  * not what is measured).
  */
 export async function pairTransaction(
-  db: Db, conversationId: string, text: { user: string; assistant: string },
+  db: Db,
+  conversationId: string,
+  text: { user: string; assistant: string },
   options: { beforeCommit?: () => void; asynchronousCommit?: boolean } = {},
 ): Promise<void> {
   await db.query('begin');
   try {
     if (options.asynchronousCommit) await db.query('set local synchronous_commit = off');
-    const { rows: [run] } = await db.query<{ id: string }>(
-      `insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
-    await db.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`,
-      [conversationId, run!.id, text.user]);
-    const { rows: [assistant] } = await db.query<{ id: string }>(
+    const {
+      rows: [run],
+    } = await db.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [
+      conversationId,
+    ]);
+    await db.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', $3)`, [
+      conversationId,
+      run!.id,
+      text.user,
+    ]);
+    const {
+      rows: [assistant],
+    } = await db.query<{ id: string }>(
       `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`,
-      [conversationId, run!.id]);
+      [conversationId, run!.id],
+    );
     await db.query(`update sourcebound.messages set content = $2, status = 'completed' where id = $1`, [assistant!.id, text.assistant]);
     await db.query(`update sourcebound.runs set status = 'completed' where id = $1`, [run!.id]);
     options.beforeCommit?.();
@@ -47,7 +58,9 @@ export async function pairTransaction(
 /** New empty conversations in a scope. */
 export async function createConversations(db: Db, count: number, scope = 'bench'): Promise<string[]> {
   const { rows } = await db.query<{ id: string }>(
-    'insert into sourcebound.conversations (scope) select $1 from generate_series(1, $2::int) returning id', [scope, count]);
+    'insert into sourcebound.conversations (scope) select $1 from generate_series(1, $2::int) returning id',
+    [scope, count],
+  );
   return rows.map((r) => r.id);
 }
 

@@ -12,21 +12,35 @@ import { openai } from '@ai-sdk/openai'; // OPENAI_API_KEY, OPENAI_BASE_URL
 import { beginTurn, completeTurn, failTurn, projectConversationHistory, toModelMessages } from 'sourcebound/app'; // sourcebound
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sourcebound
-const model = process.env.PROVIDER === 'openai' ? openai.chat(process.env.MODEL ?? 'gpt-4.1') : anthropic(process.env.MODEL ?? 'claude-sonnet-4-5');
+const model =
+  process.env.PROVIDER === 'openai' ? openai.chat(process.env.MODEL ?? 'gpt-4.1') : anthropic(process.env.MODEL ?? 'claude-sonnet-4-5');
 const system = process.env.SYSTEM_PROMPT ?? 'You are a helpful assistant. Answer the last message; earlier turns are context.';
 const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 100_000); // sourcebound: the whole request (system, history, new message)
 
 async function chat({ conversationId, scope, text }) {
   const turn = await beginTurn({ pool, scope, conversationId, userText: text }); // sourcebound
-  try { // sourcebound: a turn that fails is marked failed, never left running
+  try {
+    // sourcebound: a turn that fails is marked failed, never left running
     const newMessage = { role: 'user', content: text }; // sourcebound: reserved, so a variable
-    const history = await projectConversationHistory({ pool, scope, conversationId: turn.conversationId, budgetTokens, format: 'ai-sdk', // sourcebound
-      reserve: { system, newMessage, bytes: 300 } }); // sourcebound: 300 bytes for the request's own fields and the JSON around them
+    const history = await projectConversationHistory({
+      pool,
+      scope,
+      conversationId: turn.conversationId,
+      budgetTokens,
+      format: 'ai-sdk', // sourcebound
+      reserve: { system, newMessage, bytes: 300 },
+    }); // sourcebound: 300 bytes for the request's own fields and the JSON around them
     // Anthropic cache control rides in providerOptions where the Anthropic adapter puts its breakpoints; OpenAI ignores it.
-    const { text: reply } = await generateText({ model, maxOutputTokens: 1024, system, messages: [...toModelMessages(history), newMessage] }); // sourcebound
+    const { text: reply } = await generateText({
+      model,
+      maxOutputTokens: 1024,
+      system,
+      messages: [...toModelMessages(history), newMessage],
+    }); // sourcebound
     await completeTurn({ pool, scope, runId: turn.runId, assistantText: reply }); // sourcebound
     return { conversationId: turn.conversationId, runId: turn.runId, reply };
-  } catch (error) { // sourcebound
+  } catch (error) {
+    // sourcebound
     await failTurn({ pool, scope, runId: turn.runId, status: 'failed' }); // sourcebound
     throw Object.assign(error, { runId: turn.runId }); // sourcebound
   } // sourcebound

@@ -16,16 +16,31 @@ const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 150_000); // sourceboun
 
 async function chat({ conversationId, scope, text }) {
   const turn = await beginTurn({ pool, scope, conversationId, userText: text }); // sourcebound
-  try { // sourcebound: a turn that fails is marked failed, never left running
+  try {
+    // sourcebound: a turn that fails is marked failed, never left running
     const newMessage = { role: 'user', content: text }; // sourcebound: reserved, so a variable
-    const history = await projectConversationHistory({ pool, scope, conversationId: turn.conversationId, budgetTokens, // sourcebound
-      reserve: { system, newMessage, bytes: 200 } }); // sourcebound: 200 bytes for model, max_tokens and the JSON around them
+    const history = await projectConversationHistory({
+      pool,
+      scope,
+      conversationId: turn.conversationId,
+      budgetTokens, // sourcebound
+      reserve: { system, newMessage, bytes: 200 },
+    }); // sourcebound: 200 bytes for model, max_tokens and the JSON around them
     // The default shape carries cache_control breakpoints (at most three; a fourth is yours).
-    const response = await client.messages.create({ model, max_tokens: 1024, system, messages: [...toAnthropicMessages(history), newMessage] }); // sourcebound
-    const reply = response.content.filter((block) => block.type === 'text').map((block) => block.text).join('');
+    const response = await client.messages.create({
+      model,
+      max_tokens: 1024,
+      system,
+      messages: [...toAnthropicMessages(history), newMessage],
+    }); // sourcebound
+    const reply = response.content
+      .filter((block) => block.type === 'text')
+      .map((block) => block.text)
+      .join('');
     await completeTurn({ pool, scope, runId: turn.runId, assistantText: reply }); // sourcebound
     return { conversationId: turn.conversationId, runId: turn.runId, reply };
-  } catch (error) { // sourcebound
+  } catch (error) {
+    // sourcebound
     await failTurn({ pool, scope, runId: turn.runId, status: 'failed' }); // sourcebound
     throw Object.assign(error, { runId: turn.runId }); // sourcebound
   } // sourcebound

@@ -24,13 +24,21 @@ const FAIL_MARKER = '[stand-in: overloaded]';
 const SCOPE = `example-${label}`;
 const SUMMARY_WAIT_MS = 60_000;
 
-const thread = readFileSync(THREADS, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).find((t) => t.id === THREAD_ID);
+const thread = readFileSync(THREADS, 'utf8')
+  .trim()
+  .split('\n')
+  .map((l) => JSON.parse(l))
+  .find((t) => t.id === THREAD_ID);
 assert.ok(thread && thread.pairs.length >= TURNS, `thread ${THREAD_ID} with at least ${TURNS} pairs`);
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
 const started = Date.now();
 
 async function post(body) {
-  const res = await fetch(`${CHAT_URL}/chat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${CHAT_URL}/chat`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, body: await res.json() };
 }
 async function standInRequests() {
@@ -83,34 +91,65 @@ try {
   const inspection = await inspectConversation(pool, conversationId, SCOPE);
   assert.equal(inspection.pairCount, TURNS, 'one pair per completed turn, none for the failed one');
   assert.deepEqual(inspection.problems, []);
-  const whole = await projectConversationHistory({ pool, conversationId, scope: SCOPE, budgetBytes: 10_000_000, layout: 'newest-first', persistLayout: false });
-  assert.deepEqual(whole.items.map((p) => [p.kind, p.userText, p.assistantText]), thread.pairs.slice(0, TURNS).map((p) => ['pair', p.user, p.assistant]));
-  const { rows: runs } = await pool.query('select status, count(*)::int as n from sourcebound.runs where conversation_id = $1 group by status order by status', [conversationId]);
-  assert.deepEqual(runs, [{ status: 'completed', n: TURNS }, { status: 'failed', n: 1 }], 'every run settled: completed, and the one failed');
+  const whole = await projectConversationHistory({
+    pool,
+    conversationId,
+    scope: SCOPE,
+    budgetBytes: 10_000_000,
+    layout: 'newest-first',
+    persistLayout: false,
+  });
+  assert.deepEqual(
+    whole.items.map((p) => [p.kind, p.userText, p.assistantText]),
+    thread.pairs.slice(0, TURNS).map((p) => ['pair', p.user, p.assistant]),
+  );
+  const { rows: runs } = await pool.query(
+    'select status, count(*)::int as n from sourcebound.runs where conversation_id = $1 group by status order by status',
+    [conversationId],
+  );
+  assert.deepEqual(
+    runs,
+    [
+      { status: 'completed', n: TURNS },
+      { status: 'failed', n: 1 },
+    ],
+    'every run settled: completed, and the one failed',
+  );
 
   // What the stand-in received.
   const requests = await standInRequests();
   const ok = requests.filter((r) => r.status === 200);
   const failures = requests.filter((r) => r.status !== 200);
   assert.equal(ok.length, TURNS, 'one model request per completed turn');
-  assert.ok(failures.length >= 1 && failures.every((r) => r.userText.includes(FAIL_MARKER) && r.status >= 500),
-    `only the overloaded turn failed at the stand-in (the client retried it ${failures.length - 1} times): ${JSON.stringify(failures.map((r) => [r.status, r.problem]))}`);
+  assert.ok(
+    failures.length >= 1 && failures.every((r) => r.userText.includes(FAIL_MARKER) && r.status >= 500),
+    `only the overloaded turn failed at the stand-in (the client retried it ${failures.length - 1} times): ${JSON.stringify(failures.map((r) => [r.status, r.problem]))}`,
+  );
   for (const r of requests) {
-    assert.ok(r.bytes <= r.budgetBytes, `request ${r.n} (${r.userText?.slice(0, 40)}...) is ${r.bytes} bytes, over the budget of ${r.budgetBytes}`);
+    assert.ok(
+      r.bytes <= r.budgetBytes,
+      `request ${r.n} (${r.userText?.slice(0, 40)}...) is ${r.bytes} bytes, over the budget of ${r.budgetBytes}`,
+    );
     assert.ok(r.system, `request ${r.n} carries the whole system prompt`);
-    if (r.wire === 'anthropic' && r.messages > 1) assert.ok(r.cacheBreakpoints >= 1 && r.cacheBreakpoints <= 4, `request ${r.n}: ${r.cacheBreakpoints} cache breakpoints`);
+    if (r.wire === 'anthropic' && r.messages > 1)
+      assert.ok(r.cacheBreakpoints >= 1 && r.cacheBreakpoints <= 4, `request ${r.n}: ${r.cacheBreakpoints} cache breakpoints`);
   }
   const over = requests.filter((r) => r.bytes > r.budgetBytes / 2);
   assert.ok(over.length > 0, 'the conversation outgrew half the budget (else the budget was never tested)');
   const later = requests.slice(requestsAtSummary).filter((r) => r.status === 200);
   const withSummary = later.filter((r) => r.summary);
-  assert.ok(withSummary.length > 0, `a request after the worker summarized pairs 0..9 carries the summary (requests ${requestsAtSummary + 1}..${requests.length})`);
+  assert.ok(
+    withSummary.length > 0,
+    `a request after the worker summarized pairs 0..9 carries the summary (requests ${requestsAtSummary + 1}..${requests.length})`,
+  );
   const max = Math.max(...requests.map((r) => r.bytes));
   const breakpoints = [...new Set(requests.map((r) => r.cacheBreakpoints))].sort().join('/');
-  console.log(`${label}: ${TURNS} turns + 1 failed (${failures.length} attempts, ${failures[0].status}) in ${((Date.now() - started) / 1000).toFixed(1)} s; ` +
-    `summary of pairs 0..9 ready after turn 30; ` +
-    `largest request ${max} of ${requests[0].budgetBytes} bytes; ${withSummary.length} of the ${later.length} requests after it carry the summary; ` +
-    `cache breakpoints per request ${breakpoints}; request fields ${Math.max(...requests.map((r) => r.envelopeBytes))} bytes at most`);
+  console.log(
+    `${label}: ${TURNS} turns + 1 failed (${failures.length} attempts, ${failures[0].status}) in ${((Date.now() - started) / 1000).toFixed(1)} s; ` +
+      `summary of pairs 0..9 ready after turn 30; ` +
+      `largest request ${max} of ${requests[0].budgetBytes} bytes; ${withSummary.length} of the ${later.length} requests after it carry the summary; ` +
+      `cache breakpoints per request ${breakpoints}; request fields ${Math.max(...requests.map((r) => r.envelopeBytes))} bytes at most`,
+  );
 } finally {
   await pool.end();
 }

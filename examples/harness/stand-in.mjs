@@ -25,7 +25,10 @@ function lastUserText(messages) {
   const last = messages.at(-1);
   if (last?.role !== 'user') return undefined;
   if (typeof last.content === 'string') return last.content;
-  return last.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  return last.content
+    .filter((b) => b.type === 'text')
+    .map((b) => b.text)
+    .join('');
 }
 
 // The system prompt as sent: Anthropic `system` (a string or text blocks), OpenAI a first system message.
@@ -36,7 +39,11 @@ function systemText(wire, body) {
 
 function send(res, status, value) {
   const payload = JSON.stringify(value);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), 'request-id': `req_${sequence}` });
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(payload),
+    'request-id': `req_${sequence}`,
+  });
   res.end(payload);
 }
 
@@ -47,19 +54,29 @@ const server = createServer(async (req, res) => {
   const path = new URL(req.url, 'http://x').pathname;
   if (req.method === 'GET' && path === '/requests') return send(res, 200, requests);
   const wire = path === '/v1/messages' ? 'anthropic' : path === '/v1/chat/completions' ? 'openai' : null;
-  if (req.method !== 'POST' || wire === null) return send(res, 404, { error: { type: 'not_found_error', message: `no route ${req.method} ${path}` } });
+  if (req.method !== 'POST' || wire === null)
+    return send(res, 404, { error: { type: 'not_found_error', message: `no route ${req.method} ${path}` } });
   const body = JSON.parse(raw.toString('utf8'));
   const text = raw.toString('utf8');
   const user = lastUserText(body.messages ?? []);
   const record = {
-    n: ++sequence, wire, bytes: raw.length, budgetBytes, model: body.model,
-    userText: user, messages: body.messages.length,
+    n: ++sequence,
+    wire,
+    bytes: raw.length,
+    budgetBytes,
+    model: body.model,
+    userText: user,
+    messages: body.messages.length,
     summary: text.includes(SUMMARY_LABEL),
     cacheBreakpoints: text.split('"cache_control":').length - 1,
     system: systemText(wire, body) === expectedSystem,
     // What the request's own fields take (model, max_tokens, the JSON around them): the reserve's `bytes` must cover it.
-    envelopeBytes: raw.length - Buffer.byteLength(JSON.stringify(body.messages)) - (wire === 'anthropic' ? Buffer.byteLength(JSON.stringify(body.system ?? '')) : 0),
-    status: 200, problem: null,
+    envelopeBytes:
+      raw.length -
+      Buffer.byteLength(JSON.stringify(body.messages)) -
+      (wire === 'anthropic' ? Buffer.byteLength(JSON.stringify(body.system ?? '')) : 0),
+    status: 200,
+    problem: null,
   };
   requests.push(record);
   const reply = user === undefined ? undefined : replies.get(user);
@@ -72,20 +89,32 @@ const server = createServer(async (req, res) => {
   if (reply === undefined) {
     record.status = 400;
     record.problem = `no reply for the last user message: ${JSON.stringify(user)?.slice(0, 80)}`;
-    return send(res, 400, wire === 'anthropic'
-      ? { type: 'error', error: { type: 'invalid_request_error', message: record.problem } }
-      : { error: { message: record.problem, type: 'invalid_request_error', param: null, code: null } });
+    return send(
+      res,
+      400,
+      wire === 'anthropic'
+        ? { type: 'error', error: { type: 'invalid_request_error', message: record.problem } }
+        : { error: { message: record.problem, type: 'invalid_request_error', param: null, code: null } },
+    );
   }
   const usage = { input: Math.ceil(raw.length / 4), output: Math.ceil(Buffer.byteLength(reply) / 4) };
   if (wire === 'anthropic') {
     return send(res, 200, {
-      id: `msg_standin_${sequence}`, type: 'message', role: 'assistant', model: body.model,
-      content: [{ type: 'text', text: reply }], stop_reason: 'end_turn', stop_sequence: null,
+      id: `msg_standin_${sequence}`,
+      type: 'message',
+      role: 'assistant',
+      model: body.model,
+      content: [{ type: 'text', text: reply }],
+      stop_reason: 'end_turn',
+      stop_sequence: null,
       usage: { input_tokens: usage.input, output_tokens: usage.output, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
     });
   }
   return send(res, 200, {
-    id: `chatcmpl-standin-${sequence}`, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: body.model,
+    id: `chatcmpl-standin-${sequence}`,
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model: body.model,
     choices: [{ index: 0, message: { role: 'assistant', content: reply, refusal: null }, logprobs: null, finish_reason: 'stop' }],
     usage: { prompt_tokens: usage.input, completion_tokens: usage.output, total_tokens: usage.input + usage.output },
   });

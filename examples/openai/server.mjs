@@ -12,20 +12,35 @@ import { beginTurn, completeTurn, failTurn, projectConversationHistory, toOpenAI
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }); // sourcebound
 const client = new OpenAI(); // OPENAI_API_KEY, OPENAI_BASE_URL
 const model = process.env.MODEL ?? 'gpt-4.1';
-const system = { role: 'system', content: process.env.SYSTEM_PROMPT ?? 'You are a helpful assistant. Answer the last message; earlier turns are context.' };
+const system = {
+  role: 'system',
+  content: process.env.SYSTEM_PROMPT ?? 'You are a helpful assistant. Answer the last message; earlier turns are context.',
+};
 const budgetTokens = Number(process.env.BUDGET_TOKENS ?? 100_000); // sourcebound: the whole request (system, history, new message)
 
 async function chat({ conversationId, scope, text }) {
   const turn = await beginTurn({ pool, scope, conversationId, userText: text }); // sourcebound
-  try { // sourcebound: a turn that fails is marked failed, never left running
+  try {
+    // sourcebound: a turn that fails is marked failed, never left running
     const newMessage = { role: 'user', content: text }; // sourcebound: reserved, so a variable
-    const history = await projectConversationHistory({ pool, scope, conversationId: turn.conversationId, budgetTokens, format: 'openai', // sourcebound
-      reserve: { system, newMessage, bytes: 200 } }); // sourcebound: 200 bytes for model, max_completion_tokens and the JSON around them
-    const completion = await client.chat.completions.create({ model, max_completion_tokens: 1024, messages: [system, ...toOpenAIMessages(history), newMessage] }); // sourcebound
+    const history = await projectConversationHistory({
+      pool,
+      scope,
+      conversationId: turn.conversationId,
+      budgetTokens,
+      format: 'openai', // sourcebound
+      reserve: { system, newMessage, bytes: 200 },
+    }); // sourcebound: 200 bytes for model, max_completion_tokens and the JSON around them
+    const completion = await client.chat.completions.create({
+      model,
+      max_completion_tokens: 1024,
+      messages: [system, ...toOpenAIMessages(history), newMessage],
+    }); // sourcebound
     const reply = completion.choices[0].message.content ?? '';
     await completeTurn({ pool, scope, runId: turn.runId, assistantText: reply }); // sourcebound
     return { conversationId: turn.conversationId, runId: turn.runId, reply };
-  } catch (error) { // sourcebound
+  } catch (error) {
+    // sourcebound
     await failTurn({ pool, scope, runId: turn.runId, status: 'failed' }); // sourcebound
     throw Object.assign(error, { runId: turn.runId }); // sourcebound
   } // sourcebound

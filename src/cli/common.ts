@@ -29,7 +29,12 @@ export type ParsedCommandArgs<T extends Options> = ReturnType<
 /** Parses a command's arguments; unknown options or missing values are UsageErrors. */
 export function parseCommandArgs<T extends Options>(argv: string[], options: T, positionals = 0): ParsedCommandArgs<T> {
   try {
-    const parsed = parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: positionals > 0, strict: true });
+    const parsed = parseArgs({
+      args: argv,
+      options: { ...options, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: positionals > 0,
+      strict: true,
+    });
     if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument: ${parsed.positionals[positionals]}`);
     return parsed;
   } catch (error) {

@@ -15,11 +15,14 @@ export interface Thread {
 
 /** Reads a JSONL file of threads (`{ id, pairs: [{ user, assistant }] }` per line). */
 export function readThreads(path = DEMO_DATA): Thread[] {
-  return readFileSync(path, 'utf8').split('\n').filter((l) => l.trim() !== '').map((line, n) => {
-    const value = JSON.parse(line) as Thread;
-    if (typeof value.id !== 'string' || !Array.isArray(value.pairs)) throw new Error(`${path}:${n + 1}: not a thread`);
-    return { id: value.id, pairs: value.pairs.map((p) => ({ user: String(p.user), assistant: String(p.assistant) })) };
-  });
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((line, n) => {
+      const value = JSON.parse(line) as Thread;
+      if (typeof value.id !== 'string' || !Array.isArray(value.pairs)) throw new Error(`${path}:${n + 1}: not a thread`);
+      return { id: value.id, pairs: value.pairs.map((p) => ({ user: String(p.user), assistant: String(p.assistant) })) };
+    });
 }
 
 /** A stable conversation id for a thread, so running the demo twice reuses its data. */
@@ -34,7 +37,11 @@ export function conversationIdFor(threadId: string): string {
  * exchange as a run with its user message and completed assistant message,
  * run completed. Returns false when it already exists.
  */
-export async function writeThread(pool: pg.Pool, thread: Thread, scope = DEMO_SCOPE): Promise<{ conversationId: string; created: boolean }> {
+export async function writeThread(
+  pool: pg.Pool,
+  thread: Thread,
+  scope = DEMO_SCOPE,
+): Promise<{ conversationId: string; created: boolean }> {
   const conversationId = conversationIdFor(thread.id);
   const client = await pool.connect();
   try {

@@ -20,7 +20,7 @@ export const devDbCommand: Command = {
     'Starts the embedded PostgreSQL (data in SOURCEBOUND_DATA_DIR, port SOURCEBOUND_EMBEDDED_PORT; DATABASE_URL is',
     'not read), migrates it (unless --no-migrate), prints the line DATABASE_URL=... for apps, workers and tests,',
     'and keeps it running until SIGINT (Ctrl-C) or SIGTERM, whatever starts and stops meanwhile.',
-    'A data folder already in use by a server another process started: one line with that server\'s URL, exit 1.',
+    "A data folder already in use by a server another process started: one line with that server's URL, exit 1.",
     'Exits 1 if the server stops by itself.',
   ].join('\n'),
   async run(argv) {
@@ -31,7 +31,9 @@ export const devDbCommand: Command = {
 
     // Signals are taken from the start: one during start-up stops the server as soon as it is up.
     let stopAsked: NodeJS.Signals | undefined;
-    let onStop: (signal: NodeJS.Signals) => void = (signal) => { stopAsked = signal; };
+    let onStop: (signal: NodeJS.Signals) => void = (signal) => {
+      stopAsked = signal;
+    };
     const onSignal = (signal: NodeJS.Signals) => onStop(signal);
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
@@ -40,11 +42,16 @@ export const devDbCommand: Command = {
       try {
         if (values['no-migrate'] !== true && stopAsked === undefined) await migrateDatabase(server.connectionString, logger);
         if (stopAsked === undefined) {
-          say(`sourcebound dev-db: the embedded PostgreSQL is running (data folder ${config.dataDir}, port ${config.embeddedPort}` +
-            `${values['no-migrate'] === true ? '' : ', migrated'}); Ctrl-C or SIGTERM stops it. Apps, workers and tests use:`);
+          say(
+            `sourcebound dev-db: the embedded PostgreSQL is running (data folder ${config.dataDir}, port ${config.embeddedPort}` +
+              `${values['no-migrate'] === true ? '' : ', migrated'}); Ctrl-C or SIGTERM stops it. Apps, workers and tests use:`,
+          );
           say(`DATABASE_URL=${server.connectionString}`);
           const ended = await new Promise<'signal' | 'exited'>((resolve) => {
-            onStop = (signal) => { stopAsked = signal; resolve('signal'); };
+            onStop = (signal) => {
+              stopAsked = signal;
+              resolve('signal');
+            };
             void server.exited?.then(() => resolve('exited'));
           });
           if (ended === 'exited') {

@@ -22,7 +22,17 @@ function packageVersion(): string {
   return (JSON.parse(readFileSync(packageFile('package.json'), 'utf8')) as { version: string }).version;
 }
 
-const commands: Command[] = [migrateCommand, workerCommand, enqueueCommand, inspectCommand, repairCommand, retryCommand, projectCliCommand, demoCommand, devDbCommand];
+const commands: Command[] = [
+  migrateCommand,
+  workerCommand,
+  enqueueCommand,
+  inspectCommand,
+  repairCommand,
+  retryCommand,
+  projectCliCommand,
+  demoCommand,
+  devDbCommand,
+];
 
 function mainUsage(): string {
   const width = Math.max(...commands.map((c) => c.name.length));
@@ -32,7 +42,7 @@ function mainUsage(): string {
     'commands:',
     ...commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`),
     '',
-    'Run `sourcebound <command> --help` for a command\'s options, `sourcebound --version` for the version.',
+    "Run `sourcebound <command> --help` for a command's options, `sourcebound --version` for the version.",
     'Configuration comes from the environment (see README).',
   ].join('\n');
 }
@@ -63,8 +73,13 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`sourcebound ${command.name}: ${error.message}\n\n${command.usage}\n`);
       return 2;
     }
-    if (error instanceof ConfigError || error instanceof DatabaseUnreachableError || error instanceof SummarizerConfigError
-      || error instanceof SourceboundError || (error as { exitQuietly?: boolean }).exitQuietly) {
+    if (
+      error instanceof ConfigError ||
+      error instanceof DatabaseUnreachableError ||
+      error instanceof SummarizerConfigError ||
+      error instanceof SourceboundError ||
+      (error as { exitQuietly?: boolean }).exitQuietly
+    ) {
       process.stderr.write(`sourcebound ${command.name}: ${(error as Error).message}\n`);
       return 1;
     }
@@ -73,11 +88,17 @@ async function main(argv: string[]): Promise<number> {
       // The database refused (a state, a lock, a grant; not a bug here): PostgreSQL's own message and
       // SQLSTATE, found under any wrapper (drizzle's "Failed query: ..."), and what was being done.
       const condition = databaseCondition(within.error);
-      const hint = condition?.kind === 'not_migrated' ? '; is the database migrated? run `sourcebound migrate` first'
-        : condition?.kind === 'insufficient_privilege' ? '; does this role have the grants it needs? see docs/trust-boundaries.md' : '';
+      const hint =
+        condition?.kind === 'not_migrated'
+          ? '; is the database migrated? run `sourcebound migrate` first'
+          : condition?.kind === 'insufficient_privilege'
+            ? '; does this role have the grants it needs? see docs/trust-boundaries.md'
+            : '';
       const detail = (within.error as { detail?: unknown }).detail;
       const during = within.error === error ? '' : ` [while: ${firstLine((error as Error).message)}]`;
-      process.stderr.write(`sourcebound ${command.name}: the database refused: ${within.error.message}${typeof detail === 'string' ? ` (${detail})` : ''} (SQLSTATE ${within.fields.code})${hint}${during}\n`);
+      process.stderr.write(
+        `sourcebound ${command.name}: the database refused: ${within.error.message}${typeof detail === 'string' ? ` (${detail})` : ''} (SQLSTATE ${within.fields.code})${hint}${during}\n`,
+      );
       return 1;
     }
     process.stderr.write(`sourcebound ${command.name}: ${(error as Error).stack ?? String(error)}\n`);

@@ -3,7 +3,7 @@ import { parseCommandArgs, withSession, type Command } from './common.ts';
 
 export const migrateCommand: Command = {
   name: 'migrate',
-  summary: 'create or update the database schema (graphile-worker\'s, then sourcebound\'s)',
+  summary: "create or update the database schema (graphile-worker's, then sourcebound's)",
   usage: 'usage: sourcebound migrate\n\nApplies pending migrations; safe to run from several processes at once.',
   async run(argv) {
     parseCommandArgs(argv, {});

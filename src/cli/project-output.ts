@@ -64,20 +64,25 @@ export function projectionMap(p: ConversationProjection): string[] {
     else if (rawHere.length === to - from + 1) what = 'raw';
     else if (rawHere.length === 0) what = 'omitted (budget)';
     else what = `partial: ${span(rawHere[0]!, to)} raw, ${span(from, rawHere[0]! - 1)} omitted (budget)`;
-    const reason = why === undefined ? '' : `; summary not used: ${why.reason}${why.recordId === undefined ? '' : ` (record ${why.recordId})`}`;
+    const reason =
+      why === undefined ? '' : `; summary not used: ${why.reason}${why.recordId === undefined ? '' : ` (record ${why.recordId})`}`;
     lines.push(`${span(from, to)}  ${what}${reason}`);
   }
   flush();
   const rawCount = raw.size;
   const summarizedPairs = [...summarized.values()].reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
   const omittedCount = p.omitted.reduce((n, s) => n + (s.toPair - s.fromPair + 1), 0);
-  lines.push(`total: ${p.bytes}/${p.budgetBytes} bytes; ${rawCount} pairs raw, ${summarizedPairs} summarized in ${summarized.size} ranges, ${omittedCount} omitted`);
+  lines.push(
+    `total: ${p.bytes}/${p.budgetBytes} bytes; ${rawCount} pairs raw, ${summarizedPairs} summarized in ${summarized.size} ranges, ${omittedCount} omitted`,
+  );
   const c = p.cache;
-  lines.push(c.mode === 'newest-first'
-    ? 'cache: newest-first layout (filled anew on every call)'
-    : c.rewrite === null
-      ? `cache: stable layout kept; the history extends the previous request's (rewrite at ${p.budgetBytes} bytes, down to ${c.lowWaterBytes})`
-      : `cache: stable layout ${c.rewrite === 'first' ? 'made' : `rewritten (${c.rewrite})`}, down to ${c.lowWaterBytes} bytes when the history does not fit`);
+  lines.push(
+    c.mode === 'newest-first'
+      ? 'cache: newest-first layout (filled anew on every call)'
+      : c.rewrite === null
+        ? `cache: stable layout kept; the history extends the previous request's (rewrite at ${p.budgetBytes} bytes, down to ${c.lowWaterBytes})`
+        : `cache: stable layout ${c.rewrite === 'first' ? 'made' : `rewritten (${c.rewrite})`}, down to ${c.lowWaterBytes} bytes when the history does not fit`,
+  );
   for (const problem of p.problems) lines.push(`problem: ${problem.message}`);
   return lines;
 }

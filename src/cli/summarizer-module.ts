@@ -31,28 +31,36 @@ export async function loadSummarizerModule(path: string, context: SummarizerModu
   const url = pathToFileURL(resolve(path)).href;
   let module: Record<string, unknown>;
   try {
-    module = await import(url) as Record<string, unknown>;
+    module = (await import(url)) as Record<string, unknown>;
   } catch (error) {
     throw new SummarizerModuleError(`cannot load the summarizer module ${path}: ${describeError(error)}`, { cause: error });
   }
   const exported = module['default'] ?? module['summarizer'] ?? module['createSummarizer'];
   if (exported === undefined) {
-    throw new SummarizerModuleError(`the summarizer module ${path} exports no summarizer: export default (or export \`summarizer\` or \`createSummarizer\`) a summarizer or a function that returns one`);
+    throw new SummarizerModuleError(
+      `the summarizer module ${path} exports no summarizer: export default (or export \`summarizer\` or \`createSummarizer\`) a summarizer or a function that returns one`,
+    );
   }
   let value: unknown = exported;
   if (typeof exported === 'function') {
     try {
       value = await (exported as (c: SummarizerModuleContext) => unknown)(context);
     } catch (error) {
-      throw new SummarizerModuleError(`the summarizer module ${path} failed to create its summarizer: ${describeError(error)}`, { cause: error });
+      throw new SummarizerModuleError(`the summarizer module ${path} failed to create its summarizer: ${describeError(error)}`, {
+        cause: error,
+      });
     }
   }
   const s = value as Partial<Summarizer> | null;
   if (s === null || typeof s !== 'object' || typeof s.summarize !== 'function' || typeof s.model !== 'string' || s.model.trim() === '') {
-    throw new SummarizerModuleError(`the summarizer module ${path} gave no summarizer: it needs a non-empty \`model\` (the identity its summaries record, e.g. mistral/mistral-small-latest) and a \`summarize(request)\` function`);
+    throw new SummarizerModuleError(
+      `the summarizer module ${path} gave no summarizer: it needs a non-empty \`model\` (the identity its summaries record, e.g. mistral/mistral-small-latest) and a \`summarize(request)\` function`,
+    );
   }
   if (s.model.startsWith('sourcebound/')) {
-    throw new SummarizerModuleError(`the summarizer module ${path} names itself ${s.model}: identities under sourcebound/ are the offline summarizer's; choose another (e.g. <provider>/<model>)`);
+    throw new SummarizerModuleError(
+      `the summarizer module ${path} names itself ${s.model}: identities under sourcebound/ are the offline summarizer's; choose another (e.g. <provider>/<model>)`,
+    );
   }
   return s as Summarizer;
 }

@@ -16,8 +16,10 @@ function exitAfterGiveUp(shutdownTimeoutMs: number, logger: Logger): void {
   const afterMs = shutdownTimeoutMs + GIVE_UP_EXIT_MARGIN_MS;
   setTimeout(() => {
     // pino writes stdout through sonic-boom, flushed synchronously on process exit.
-    logger.error({ afterMs },
-      'the worker gave up and did not stop within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS (connections to its database hang): exiting 1 without a clean stop');
+    logger.error(
+      { afterMs },
+      'the worker gave up and did not stop within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS (connections to its database hang): exiting 1 without a clean stop',
+    );
     process.exit(1);
   }, afterMs).unref();
 }
@@ -45,37 +47,42 @@ export const workerCommand: Command = {
     // before startWorker returns) stops it as soon as it has started, instead of killing the process
     // with its jobs, slots and embedded server left behind.
     let received: NodeJS.Signals | null = null;
-    let onSignal = (signal: NodeJS.Signals) => { received ??= signal; };
+    let onSignal = (signal: NodeJS.Signals) => {
+      received ??= signal;
+    };
     const handler = (signal: NodeJS.Signals) => onSignal(signal);
     process.on('SIGTERM', handler);
     process.on('SIGINT', handler);
     try {
-      await withSession(async ({ config, logger, database }) => {
-        const summarizer = values.summarizer === undefined ? undefined : await loadSummarizerModule(values.summarizer, { config, logger });
-        const worker = await startWorker({ config, logger, database, summarizer, skipMigrations: values['no-migrate'] === true });
-        await new Promise<void>((resolve) => {
-          onSignal = (signal: NodeJS.Signals) => {
-            logger.info({ signal }, 'signal received');
-            // A second signal during the shutdown ends the process at once, as before.
-            process.off('SIGTERM', handler);
-            process.off('SIGINT', handler);
-            resolve();
-          };
-          if (received !== null) onSignal(received);
-          // A worker that gives up (its database did not come back in time) ends the process with exit 1.
-          worker.runner.promise.then(resolve, (error) => {
-            logger.error({ err: error }, 'worker runner failed');
-            process.exitCode = 1;
-            exitAfterGiveUp(config.shutdownTimeoutMs, logger);
-            resolve();
+      await withSession(
+        async ({ config, logger, database }) => {
+          const summarizer =
+            values.summarizer === undefined ? undefined : await loadSummarizerModule(values.summarizer, { config, logger });
+          const worker = await startWorker({ config, logger, database, summarizer, skipMigrations: values['no-migrate'] === true });
+          await new Promise<void>((resolve) => {
+            onSignal = (signal: NodeJS.Signals) => {
+              logger.info({ signal }, 'signal received');
+              // A second signal during the shutdown ends the process at once, as before.
+              process.off('SIGTERM', handler);
+              process.off('SIGINT', handler);
+              resolve();
+            };
+            if (received !== null) onSignal(received);
+            // A worker that gives up (its database did not come back in time) ends the process with exit 1.
+            worker.runner.promise.then(resolve, (error) => {
+              logger.error({ err: error }, 'worker runner failed');
+              process.exitCode = 1;
+              exitAfterGiveUp(config.shutdownTimeoutMs, logger);
+              resolve();
+            });
           });
-        });
-        await worker.stop();
-      }, { poolSize: (config) => config.workerConcurrency + 6 });
+          await worker.stop();
+        },
+        { poolSize: (config) => config.workerConcurrency + 6 },
+      );
     } finally {
       process.off('SIGTERM', handler);
       process.off('SIGINT', handler);
     }
   },
 };
-

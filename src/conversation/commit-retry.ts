@@ -56,17 +56,25 @@ export async function commitRetrying(
       const result = await commitOutcome(pool, claim, outcome, delays, options.send);
       if (result.kind === 'lease_lost' && cut > 0) {
         const landed = await landedCommitRead(pool, claim, outcome);
-        options.logger.info({ recordId: claim.record.id, tries: cut + 1, kind: landed.kind },
-          landed.kind === 'lease_lost' ? 'commit retried after a lost connection: the claim was taken over meanwhile' : 'the commit that lost its connection had landed');
+        options.logger.info(
+          { recordId: claim.record.id, tries: cut + 1, kind: landed.kind },
+          landed.kind === 'lease_lost'
+            ? 'commit retried after a lost connection: the claim was taken over meanwhile'
+            : 'the commit that lost its connection had landed',
+        );
         return landed;
       }
-      if (cut > 0) options.logger.info({ recordId: claim.record.id, tries: cut + 1, kind: result.kind }, 'commit settled on a new connection');
+      if (cut > 0)
+        options.logger.info({ recordId: claim.record.id, tries: cut + 1, kind: result.kind }, 'commit settled on a new connection');
       return result;
     } catch (error) {
       const wait = jitter(delay);
       if (!connectionLost(error) || options.signal?.aborted || Date.now() + wait > deadlineAt) throw error;
       cut++;
-      options.logger.warn({ err: error, recordId: claim.record.id, tries: cut, retryInMs: wait }, 'commit lost its connection; the answer is in hand, trying again');
+      options.logger.warn(
+        { err: error, recordId: claim.record.id, tries: cut, retryInMs: wait },
+        'commit lost its connection; the answer is in hand, trying again',
+      );
       await sleep(wait, options.signal);
     }
   }

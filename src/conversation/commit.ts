@@ -55,7 +55,13 @@ export async function commitOutcome(
       Object.assign(settle, { summary: outcome.text, requestId: outcome.requestId, usage: outcome.usage, grounding: outcome.grounding });
       break;
     case 'invalid':
-      Object.assign(settle, { reason: outcome.reason, requestId: outcome.requestId, usage: outcome.usage, grounding: outcome.grounding, notBeforeMs: delays.afterSpentMs });
+      Object.assign(settle, {
+        reason: outcome.reason,
+        requestId: outcome.requestId,
+        usage: outcome.usage,
+        grounding: outcome.grounding,
+        notBeforeMs: delays.afterSpentMs,
+      });
       break;
     case 'unknown':
       Object.assign(settle, { reason: outcome.reason, requestId: outcome.requestId, notBeforeMs: delays.afterSpentMs });

@@ -41,7 +41,7 @@ export interface CompactionContext {
 }
 
 export type RangeResult =
-  | 'completed' | 'already_completed' | 'stale' | 'attempt_spent' | 'failed' | 'busy' | 'deferred' | 'lease_lost' | 'gone';
+  'completed' | 'already_completed' | 'stale' | 'attempt_spent' | 'failed' | 'busy' | 'deferred' | 'lease_lost' | 'gone';
 
 export interface CompactionReport {
   conversationId: string;
@@ -81,10 +81,21 @@ const MAX_PASSES = 100;
  * job that found a range busy exits, and this one, the holder, carries on).
  * @throws SummarizerConfigError after recording a `config` outcome.
  */
-export async function compactConversation(ctx: CompactionContext, conversationId: string, signal?: AbortSignal, knownPairCount?: number): Promise<CompactionReport> {
+export async function compactConversation(
+  ctx: CompactionContext,
+  conversationId: string,
+  signal?: AbortSignal,
+  knownPairCount?: number,
+): Promise<CompactionReport> {
   const promptVersion = ctx.promptVersion ?? CONVERSATION_PROMPT_VERSION;
   const send = { prepared: ctx.preparedStatements ?? false };
-  const report: CompactionReport = { conversationId, pairCount: knownPairCount ?? null, ranges: [], rescheduleAt: null, leaseWatchAt: null };
+  const report: CompactionReport = {
+    conversationId,
+    pairCount: knownPairCount ?? null,
+    ranges: [],
+    rescheduleAt: null,
+    leaseWatchAt: null,
+  };
   const later = (at: Date | null) => {
     if (at !== null && (report.rescheduleAt === null || at < report.rescheduleAt)) report.rescheduleAt = at;
   };
@@ -99,10 +110,20 @@ export async function compactConversation(ctx: CompactionContext, conversationId
   let after = -1;
   let pass = 0;
   for (;;) {
-    const claim = await claimNextRange(ctx.pool, {
-      conversationId, after, wrap: pass + 1 < MAX_PASSES, skip: leftInPlace,
-      model: ctx.summarizer.model, promptVersion, workerId: ctx.workerId, leaseMs: ctx.leaseMs,
-    }, send);
+    const claim = await claimNextRange(
+      ctx.pool,
+      {
+        conversationId,
+        after,
+        wrap: pass + 1 < MAX_PASSES,
+        skip: leftInPlace,
+        model: ctx.summarizer.model,
+        promptVersion,
+        workerId: ctx.workerId,
+        leaseMs: ctx.leaseMs,
+      },
+      send,
+    );
     if (claim.kind === 'none') break;
     const range = claim.range;
     if (range.fromPair <= after) pass++;
@@ -112,11 +133,30 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     const log = ctx.logger.child({ fromPair: range.fromPair, toPair: range.toPair });
     const add = (result: RangeResult, recordId?: string) => report.ranges.push({ ...range, result, recordId });
 
-    if (claim.kind === 'done') { cleared(); add('already_completed', claim.record.id); continue; }
-    if (claim.kind === 'failed') { cleared(); add('failed', claim.record.id); continue; }
-    if (claim.kind === 'gone') { add('gone'); continue; }
-    if (claim.kind === 'busy') { add('busy'); if (claim.until) watch(claim.until); continue; }
-    if (claim.kind === 'deferred') { add('deferred'); later(claim.until); return report; }
+    if (claim.kind === 'done') {
+      cleared();
+      add('already_completed', claim.record.id);
+      continue;
+    }
+    if (claim.kind === 'failed') {
+      cleared();
+      add('failed', claim.record.id);
+      continue;
+    }
+    if (claim.kind === 'gone') {
+      add('gone');
+      continue;
+    }
+    if (claim.kind === 'busy') {
+      add('busy');
+      if (claim.until) watch(claim.until);
+      continue;
+    }
+    if (claim.kind === 'deferred') {
+      add('deferred');
+      later(claim.until);
+      return report;
+    }
 
     log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'summarizing range');
     // No transaction is open here: the call may take minutes.
@@ -125,21 +165,30 @@ export async function compactConversation(ctx: CompactionContext, conversationId
     // Over its scope's hourly call limit (SOURCEBOUND_SCOPE_CALLS_PER_HOUR): deferred to the next hour, no attempt spent, no call.
     const limitedUntil = ctx.scopeCallsPerHour ? await q.scopeCallAdmit(ctx.pool, claim.record.scope, ctx.scopeCallsPerHour) : null;
     // The lease is renewed while the call runs; a claim lost meanwhile abandons the call.
-    const lease = holdLease(ctx.pool, { summaryId: claim.record.id, attemptId: claim.attemptId, workerId: ctx.workerId, leaseMs: ctx.leaseMs },
-      { renewEveryMs: leaseRenewMs(ctx), logger: log, signal });
+    const lease = holdLease(
+      ctx.pool,
+      { summaryId: claim.record.id, attemptId: claim.attemptId, workerId: ctx.workerId, leaseMs: ctx.leaseMs },
+      { renewEveryMs: leaseRenewMs(ctx), logger: log, signal },
+    );
     let outcome: Outcome;
     try {
-      const answer: Outcome = limitedUntil !== null
-        ? { kind: 'deferred', reason: 'scope_call_limit', retryAfterMs: Math.max(0, limitedUntil.getTime() - Date.now()) }
-        : await ctx.summarizer.summarize({ promptVersion, items, signal: lease.signal });
+      const answer: Outcome =
+        limitedUntil !== null
+          ? { kind: 'deferred', reason: 'scope_call_limit', retryAfterMs: Math.max(0, limitedUntil.getTime() - Date.now()) }
+          : await ctx.summarizer.summarize({ promptVersion, items, signal: lease.signal });
       // Every figure, date and identifier must be in the replies it summarizes (src/grounding/index.ts).
       outcome = await groundOutcomeAsync(answer, items, ctx.grounding ?? DEFAULT_GROUNDING_POLICY);
     } finally {
       lease.release();
     }
     // The answer is in hand: a commit whose connection is lost is tried again (commit-retry.ts).
-    const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
-      ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal, send });
+    const committed = await commitRetrying(
+      ctx.pool,
+      { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId },
+      outcome,
+      ctx.retryDelays ?? DEFAULT_RETRY_DELAYS,
+      { logger: log, signal, send },
+    );
     switch (committed.kind) {
       case 'completed':
         log.info({ recordId: committed.record.id, chars: outcome.kind === 'ok' ? outcome.text.length : 0 }, 'range summarized');
@@ -148,11 +197,22 @@ export async function compactConversation(ctx: CompactionContext, conversationId
         break;
       case 'stale':
         // The edit moved the range's mark: the next pass summarizes the new source.
-        log.warn({ recordId: committed.record.id, status: committed.record.status }, 'source changed while summarizing: recorded stale, attempt spent');
+        log.warn(
+          { recordId: committed.record.id, status: committed.record.status },
+          'source changed while summarizing: recorded stale, attempt spent',
+        );
         add('stale', committed.record.id);
         break;
       case 'spent':
-        log.warn({ recordId: committed.record.id, outcome: outcome.kind, reason: 'reason' in outcome ? outcome.reason : undefined, status: committed.record.status }, 'summary attempt spent');
+        log.warn(
+          {
+            recordId: committed.record.id,
+            outcome: outcome.kind,
+            reason: 'reason' in outcome ? outcome.reason : undefined,
+            status: committed.record.status,
+          },
+          'summary attempt spent',
+        );
         add(committed.record.status === 'failed' ? 'failed' : 'attempt_spent', committed.record.id);
         if (committed.record.status === 'pending') later(committed.record.notBefore);
         break;

@@ -26,7 +26,13 @@ export interface InspectedRecord {
   createdAt: Date;
   completedAt: Date | null;
   attempts: {
-    outcome: string | null; spent: boolean | null; reason: string | null; workerId: string; startedAt: Date; finishedAt: Date | null; requestId: string | null;
+    outcome: string | null;
+    spent: boolean | null;
+    reason: string | null;
+    workerId: string;
+    startedAt: Date;
+    finishedAt: Date | null;
+    requestId: string | null;
     /** The grounding check of the answer (src/grounding/index.ts): facts checked and those not in the sources (`kind:text`); null when no answer was checked. */
     grounding: { checked: string[]; ungrounded: string[] } | null;
   }[];
@@ -73,7 +79,10 @@ export async function inspectConversation(pool: pg.Pool, conversationId: string,
     }
     let bindingHolds = false;
     try {
-      bindingHolds = pairs.length === 10 && sourceMessageIds(pairs).join() === s.sourceMessageIds.join() && sourceHash(pairs, s.hashVersion) === s.sourceHash;
+      bindingHolds =
+        pairs.length === 10 &&
+        sourceMessageIds(pairs).join() === s.sourceMessageIds.join() &&
+        sourceHash(pairs, s.hashVersion) === s.sourceHash;
     } catch {
       bindingHolds = false; // a hash version this build cannot compute
     }
@@ -94,10 +103,18 @@ export async function inspectConversation(pool: pg.Pool, conversationId: string,
       summaryChars: s.summary === null ? null : s.summary.length,
       createdAt: s.createdAt,
       completedAt: s.completedAt,
-      attempts: attempts.filter((a) => a.summaryId === s.id).map((a) => ({
-        outcome: a.outcome, spent: a.spent, reason: a.reason, workerId: a.workerId, startedAt: a.startedAt, finishedAt: a.finishedAt, requestId: a.requestId,
-        grounding: a.groundingChecked === null ? null : { checked: a.groundingChecked, ungrounded: a.groundingUngrounded ?? [] },
-      })),
+      attempts: attempts
+        .filter((a) => a.summaryId === s.id)
+        .map((a) => ({
+          outcome: a.outcome,
+          spent: a.spent,
+          reason: a.reason,
+          workerId: a.workerId,
+          startedAt: a.startedAt,
+          finishedAt: a.finishedAt,
+          requestId: a.requestId,
+          grounding: a.groundingChecked === null ? null : { checked: a.groundingChecked, ungrounded: a.groundingUngrounded ?? [] },
+        })),
     });
   }
   const problems: InspectionProblem[] = [];
@@ -108,7 +125,8 @@ export async function inspectConversation(pool: pg.Pool, conversationId: string,
       kind: 'pair_index_drift',
       rows: drift,
       repair,
-      message: `the pair index differs from the definition of an eligible pair in ${drift.length} row(s) (${describeDrift(drift)}), ` +
+      message:
+        `the pair index differs from the definition of an eligible pair in ${drift.length} row(s) (${describeDrift(drift)}), ` +
         `from pair ${Math.min(...drift.map((d) => Math.min(d.expectedIndex ?? Infinity, d.actualIndex ?? Infinity)))} on; ` +
         'projection shows only what it can prove there and claims of those ranges stop. ' +
         `Rebuild the index from the definition with \`${repair}\``,

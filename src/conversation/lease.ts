@@ -27,7 +27,11 @@ export interface LeaseClaim {
   leaseMs: number;
 }
 
-export function holdLease(db: Queryable, claim: LeaseClaim, options: { renewEveryMs: number; logger: Logger; signal?: AbortSignal }): HeldLease {
+export function holdLease(
+  db: Queryable,
+  claim: LeaseClaim,
+  options: { renewEveryMs: number; logger: Logger; signal?: AbortSignal },
+): HeldLease {
   const lostController = new AbortController();
   const signal = options.signal ? AbortSignal.any([options.signal, lostController.signal]) : lostController.signal;
   let released = false;
@@ -45,7 +49,7 @@ export function holdLease(db: Queryable, claim: LeaseClaim, options: { renewEver
       }
     } catch (error) {
       if (released) return;
-      options.logger.warn({ err: error, recordId: claim.summaryId }, 'renewing the claim\'s lease failed; trying again at the next tick');
+      options.logger.warn({ err: error, recordId: claim.summaryId }, "renewing the claim's lease failed; trying again at the next tick");
     }
     schedule();
   };

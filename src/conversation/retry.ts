@@ -59,7 +59,13 @@ export interface RetryReport {
  *   or already failed for good under this same identity.
  * @throws SummarizerConfigError after recording a `config` outcome (no attempt spent).
  */
-export async function retryRange(ctx: CompactionContext, conversationId: string, scope: string, fromPair: number, signal?: AbortSignal): Promise<RetryReport> {
+export async function retryRange(
+  ctx: CompactionContext,
+  conversationId: string,
+  scope: string,
+  fromPair: number,
+  signal?: AbortSignal,
+): Promise<RetryReport> {
   const promptVersion = ctx.promptVersion ?? CONVERSATION_PROMPT_VERSION;
   const model = ctx.summarizer.model;
   const actualScope = await q.conversationScopeRead(ctx.pool, conversationId);
@@ -74,44 +80,69 @@ export async function retryRange(ctx: CompactionContext, conversationId: string,
   const pairs = await q.pairsRangeRead(ctx.pool, conversationId, range.fromPair, range.toPair);
   const ids = pairs.length === RANGE_SIZE ? sourceMessageIds(pairs).join() : null;
   const hash = pairs.length === RANGE_SIZE ? sourceHash(pairs) : null;
-  const records = (await q.summariesOfConversationRead(ctx.pool, conversationId))
-    .filter((r) => r.fromPair === range.fromPair && r.hashVersion === 1 && r.sourceHash === hash && r.sourceMessageIds.join() === ids);
+  const records = (await q.summariesOfConversationRead(ctx.pool, conversationId)).filter(
+    (r) => r.fromPair === range.fromPair && r.hashVersion === 1 && r.sourceHash === hash && r.sourceMessageIds.join() === ids,
+  );
   const completed = records.find((r) => r.status === 'completed');
   if (completed) {
     throw new RetryRefusedError(`${label} already has a completed summary (record ${completed.id}, ${completed.model}): nothing to retry`);
   }
   const failed = records.filter((r) => r.status === 'failed');
   if (failed.length === 0) {
-    throw new RetryRefusedError(`${label} has not failed for good${pairs.length < RANGE_SIZE ? ' (it does not hold ten pairs)' : ''}: `
-      + 'nothing to retry; `sourcebound inspect` shows its records, and the worker carries on with a range that still has attempts');
+    throw new RetryRefusedError(
+      `${label} has not failed for good${pairs.length < RANGE_SIZE ? ' (it does not hold ten pairs)' : ''}: ` +
+        'nothing to retry; `sourcebound inspect` shows its records, and the worker carries on with a range that still has attempts',
+    );
   }
   const same = failed.find((r) => r.model === model && r.promptVersion === promptVersion);
   if (same) throw sameIdentity(label, model, same.id);
 
   const report: RetryReport = {
-    conversationId, scope, range, model, promptVersion,
+    conversationId,
+    scope,
+    range,
+    model,
+    promptVersion,
     failed: failed.map((r) => ({ recordId: r.id, model: r.model, promptVersion: r.promptVersion, failureReason: r.failureReason })),
-    result: 'failed', recordId: null, until: null, reason: null, calls: 0,
+    result: 'failed',
+    recordId: null,
+    until: null,
+    reason: null,
+    calls: 0,
   };
   const send = { prepared: ctx.preparedStatements ?? false };
   for (let turn = 0; turn < MAX_ATTEMPTS + 1; turn++) {
-    const claim = await claimRange(ctx.pool, { conversationId, range, model, promptVersion, workerId: ctx.workerId, leaseMs: ctx.leaseMs }, send);
+    const claim = await claimRange(
+      ctx.pool,
+      { conversationId, range, model, promptVersion, workerId: ctx.workerId, leaseMs: ctx.leaseMs },
+      send,
+    );
     switch (claim.kind) {
-      case 'done': return { ...report, result: 'already_completed', recordId: claim.record.id };
+      case 'done':
+        return { ...report, result: 'already_completed', recordId: claim.record.id };
       case 'failed':
         if (report.calls === 0) throw sameIdentity(label, model, claim.record.id);
         return { ...report, result: 'failed', recordId: claim.record.id };
-      case 'busy': return { ...report, result: 'busy', until: claim.until };
-      case 'deferred': return { ...report, result: 'deferred', until: claim.until };
-      case 'gone': throw new RetryRefusedError(`${label} can no longer be summarized (the conversation changed: it is gone, or among the newest 20 pairs)`);
-      case 'claimed': break;
+      case 'busy':
+        return { ...report, result: 'busy', until: claim.until };
+      case 'deferred':
+        return { ...report, result: 'deferred', until: claim.until };
+      case 'gone':
+        throw new RetryRefusedError(
+          `${label} can no longer be summarized (the conversation changed: it is gone, or among the newest 20 pairs)`,
+        );
+      case 'claimed':
+        break;
     }
     const log = ctx.logger.child({ conversationId, fromPair: range.fromPair, toPair: range.toPair, model });
     log.info({ recordId: claim.record.id, attemptsSpent: claim.record.attemptsSpent }, 'retrying range under a new model identity');
     // No transaction is open here: the call may take minutes.
     const items = claim.replies.map((p) => ({ id: p.assistantMessageId, text: p.assistantText }));
-    const lease = holdLease(ctx.pool, { summaryId: claim.record.id, attemptId: claim.attemptId, workerId: ctx.workerId, leaseMs: ctx.leaseMs },
-      { renewEveryMs: leaseRenewMs(ctx), logger: log, signal });
+    const lease = holdLease(
+      ctx.pool,
+      { summaryId: claim.record.id, attemptId: claim.attemptId, workerId: ctx.workerId, leaseMs: ctx.leaseMs },
+      { renewEveryMs: leaseRenewMs(ctx), logger: log, signal },
+    );
     let outcome: Outcome;
     try {
       const answer = await ctx.summarizer.summarize({ promptVersion, items, signal: lease.signal });
@@ -120,15 +151,25 @@ export async function retryRange(ctx: CompactionContext, conversationId: string,
     } finally {
       lease.release();
     }
-    const committed = await commitRetrying(ctx.pool, { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId }, outcome,
-      ctx.retryDelays ?? DEFAULT_RETRY_DELAYS, { logger: log, signal, send });
+    const committed = await commitRetrying(
+      ctx.pool,
+      { record: claim.record, attemptId: claim.attemptId, workerId: ctx.workerId },
+      outcome,
+      ctx.retryDelays ?? DEFAULT_RETRY_DELAYS,
+      { logger: log, signal, send },
+    );
     const reason = outcome.kind === 'ok' ? null : outcome.reason;
     switch (committed.kind) {
-      case 'completed': return { ...report, result: 'completed', recordId: committed.record.id, reason: null };
-      case 'stale': return { ...report, result: 'stale', recordId: committed.record.id, reason };
-      case 'lease_lost': return { ...report, result: 'lease_lost', reason };
-      case 'deferred': return { ...report, result: 'deferred', recordId: committed.record.id, until: committed.until, reason };
-      case 'config': throw new SummarizerConfigError(`summarizer configuration error (no attempt spent): ${committed.reason}`);
+      case 'completed':
+        return { ...report, result: 'completed', recordId: committed.record.id, reason: null };
+      case 'stale':
+        return { ...report, result: 'stale', recordId: committed.record.id, reason };
+      case 'lease_lost':
+        return { ...report, result: 'lease_lost', reason };
+      case 'deferred':
+        return { ...report, result: 'deferred', recordId: committed.record.id, until: committed.until, reason };
+      case 'config':
+        throw new SummarizerConfigError(`summarizer configuration error (no attempt spent): ${committed.reason}`);
       case 'spent':
         report.recordId = committed.record.id;
         report.reason = reason;
@@ -143,6 +184,8 @@ export async function retryRange(ctx: CompactionContext, conversationId: string,
 }
 
 function sameIdentity(label: string, model: string, recordId: string): RetryRefusedError {
-  return new RetryRefusedError(`${label} already failed for good under ${model} (record ${recordId}): a third attempt of the same identity is never made. `
-    + 'Retry with another model: SOURCEBOUND_MODEL, SOURCEBOUND_SUMMARIZER, or --summarizer <module>');
+  return new RetryRefusedError(
+    `${label} already failed for good under ${model} (record ${recordId}): a third attempt of the same identity is never made. ` +
+      'Retry with another model: SOURCEBOUND_MODEL, SOURCEBOUND_SUMMARIZER, or --summarizer <module>',
+  );
 }

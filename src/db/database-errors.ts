@@ -82,17 +82,27 @@ export function databaseCondition(error: unknown): DatabaseCondition | undefined
   if (!fields) return undefined;
   const { code, constraint } = fields;
   switch (code) {
-    case '23505': return { kind: 'unique_violation', constraint };
-    case '23514': return { kind: 'check_violation', constraint };
-    case '23503': return { kind: 'foreign_key_violation', constraint };
-    case '23502': return { kind: 'not_null_violation', constraint };
-    case '23000': return { kind: 'guard', constraint };
-    case '25P02': return { kind: 'in_failed_transaction' };
-    case 'P0002': return { kind: 'not_found' };
+    case '23505':
+      return { kind: 'unique_violation', constraint };
+    case '23514':
+      return { kind: 'check_violation', constraint };
+    case '23503':
+      return { kind: 'foreign_key_violation', constraint };
+    case '23502':
+      return { kind: 'not_null_violation', constraint };
+    case '23000':
+      return { kind: 'guard', constraint };
+    case '25P02':
+      return { kind: 'in_failed_transaction' };
+    case 'P0002':
+      return { kind: 'not_found' };
     case '42P01':
-    case '3F000': return { kind: 'not_migrated', code };
-    case '42501': return { kind: 'insufficient_privilege' };
-    case '54000': return { kind: 'limit_exceeded', constraint };
+    case '3F000':
+      return { kind: 'not_migrated', code };
+    case '42501':
+      return { kind: 'insufficient_privilege' };
+    case '54000':
+      return { kind: 'limit_exceeded', constraint };
   }
   if (INVALID_VALUE.has(code)) return { kind: 'invalid_value', code };
   if (isConnectionSqlstate(code)) return { kind: 'connection_lost', code };

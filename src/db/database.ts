@@ -59,7 +59,11 @@ export async function openDatabase(
     const cause = error instanceof DirectUnreachable ? error.cause : error;
     throw new DatabaseUnreachableError(`cannot reach PostgreSQL at ${which}: ${(cause as Error).message}`, { cause });
   }
-  if (pooled) logger.info({ pooled: redact(connectionString), direct: redact(directConnectionString) }, 'DATABASE_URL is treated as a transaction pooler; sessions use DATABASE_DIRECT_URL');
+  if (pooled)
+    logger.info(
+      { pooled: redact(connectionString), direct: redact(directConnectionString) },
+      'DATABASE_URL is treated as a transaction pooler; sessions use DATABASE_DIRECT_URL',
+    );
   return {
     connectionString,
     directConnectionString,
@@ -107,7 +111,7 @@ const openClients = new WeakMap<pg.Pool, Set<pg.PoolClient>>();
 /** Tracks the connections `pool` opens (for poolEnd); `as`: count them as another pool's (a pool inside a pool). */
 export function trackConnections(pool: pg.Pool, as: pg.Pool = pool): void {
   let open = openClients.get(as);
-  if (!open) openClients.set(as, open = new Set());
+  if (!open) openClients.set(as, (open = new Set()));
   pool.on('connect', (client) => {
     open!.add(client);
     client.once('end', () => open!.delete(client));
@@ -124,11 +128,21 @@ export async function poolEnd(pool: pg.Pool, timeoutMs = 5000): Promise<void> {
   await pool.end();
   if (!open || open.size === 0) return;
   let timer: NodeJS.Timeout | undefined;
-  const closed = Promise.all([...open].map((client) => new Promise<void>((resolve) => {
-    client.once('end', () => resolve());
-    if (!open.has(client)) resolve();
-  })));
-  await Promise.race([closed, new Promise<void>((resolve) => { timer = setTimeout(resolve, timeoutMs); })]);
+  const closed = Promise.all(
+    [...open].map(
+      (client) =>
+        new Promise<void>((resolve) => {
+          client.once('end', () => resolve());
+          if (!open.has(client)) resolve();
+        }),
+    ),
+  );
+  await Promise.race([
+    closed,
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+    }),
+  ]);
   clearTimeout(timer);
 }
 
@@ -151,17 +165,21 @@ export function redact(connectionString: string): string {
   if (url.password) url.password = '***';
   if (url.search.length > 1) {
     // Parameter by parameter on the raw text: the others are printed as written.
-    url.search = url.search.slice(1).split('&').map((part) => {
-      const eq = part.indexOf('=');
-      const rawName = eq < 0 ? part : part.slice(0, eq);
-      let name: string;
-      try {
-        name = decodeURIComponent(rawName.replace(/\+/g, ' '));
-      } catch {
-        name = rawName;
-      }
-      return SECRET_PARAMETER.test(name) ? `${rawName}=***` : part;
-    }).join('&');
+    url.search = url.search
+      .slice(1)
+      .split('&')
+      .map((part) => {
+        const eq = part.indexOf('=');
+        const rawName = eq < 0 ? part : part.slice(0, eq);
+        let name: string;
+        try {
+          name = decodeURIComponent(rawName.replace(/\+/g, ' '));
+        } catch {
+          name = rawName;
+        }
+        return SECRET_PARAMETER.test(name) ? `${rawName}=***` : part;
+      })
+      .join('&');
   }
   return url.toString();
 }

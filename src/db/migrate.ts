@@ -40,7 +40,10 @@ export async function migrateDatabase(connectionString: string, logger: Logger, 
     await client.query(`set lock_timeout = ${Math.max(1, Math.floor(lockTimeoutMs))}`);
     await client.query('select pg_advisory_lock($1, 0)', [LOCK_NS.migrate]).catch((error: unknown) => {
       if ((error as { code?: string }).code !== '55P03') throw error;
-      throw new Error(`another migration held the migration lock for more than ${lockTimeoutMs} ms (see pg_locks, objid 0, classid ${LOCK_NS.migrate})`, { cause: error });
+      throw new Error(
+        `another migration held the migration lock for more than ${lockTimeoutMs} ms (see pg_locks, objid 0, classid ${LOCK_NS.migrate})`,
+        { cause: error },
+      );
     });
     await client.query('set lock_timeout = 0');
     try {
@@ -72,7 +75,9 @@ export class SquashedMigrationsError extends SourceboundError {
  */
 async function refuseSquashedChain(client: pg.Client): Promise<void> {
   const table = `${MIGRATIONS_SCHEMA}.__drizzle_migrations`;
-  const { rows: [found] } = await client.query<{ ok: boolean }>('select to_regclass($1) is not null as ok', [table]);
+  const {
+    rows: [found],
+  } = await client.query<{ ok: boolean }>('select to_regclass($1) is not null as ok', [table]);
   if (!found?.ok) return;
   const journal = readMigrationFiles({ migrationsFolder: MIGRATIONS_FOLDER });
   const known = new Set(journal.map((m) => m.hash));
@@ -83,10 +88,11 @@ async function refuseSquashedChain(client: pg.Client): Promise<void> {
   const last = new Date(Math.max(...old.map((r) => Number(r.created_at)))).toISOString();
   throw new SquashedMigrationsError(
     `sourcebound: this database was migrated by sourcebound before 0.1.0 (${table} records ${old.length} migrations of that chain, the newest from ${last}). ` +
-    '0.1.0 squashed those migrations into one baseline, which cannot be applied on top of them, so nothing was migrated or changed. ' +
-    'To keep the data: pg_dump --data-only --disable-triggers --schema=sourcebound (as a superuser) to a file; ' +
-    'drop schema sourcebound cascade; drop schema sourcebound_migrations cascade; migrate again; then restore the file with psql (as a superuser). ' +
-    'Without data to keep, the two drop statements and a migrate are enough.');
+      '0.1.0 squashed those migrations into one baseline, which cannot be applied on top of them, so nothing was migrated or changed. ' +
+      'To keep the data: pg_dump --data-only --disable-triggers --schema=sourcebound (as a superuser) to a file; ' +
+      'drop schema sourcebound cascade; drop schema sourcebound_migrations cascade; migrate again; then restore the file with psql (as a superuser). ' +
+      'Without data to keep, the two drop statements and a migrate are enough.',
+  );
 }
 
 /** graphile-worker's logger, forwarding to pino with the same scope fields. */

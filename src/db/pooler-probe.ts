@@ -28,10 +28,14 @@ export async function sharesServerSessions(connectionString: string, rounds = 3)
     await b.connect();
     try {
       for (let round = 0; round < rounds; round++) {
-        const { rows: [first] } = await a.query<{ pid: number }>('select pg_backend_pid() as pid');
+        const {
+          rows: [first],
+        } = await a.query<{ pid: number }>('select pg_backend_pid() as pid');
         await b.query('begin');
         try {
-          const { rows: [second] } = await b.query<{ pid: number }>('select pg_backend_pid() as pid');
+          const {
+            rows: [second],
+          } = await b.query<{ pid: number }>('select pg_backend_pid() as pid');
           if (first!.pid === second!.pid) return true;
         } finally {
           await b.query('rollback');
@@ -51,9 +55,11 @@ export class SessionPoolerError extends SourceboundError {
   override name = 'SessionPoolerError';
 
   constructor() {
-    super('the URL for session work (DATABASE_DIRECT_URL, or DATABASE_URL when it is unset) leads to a transaction pooler: '
-      + 'two connections were given one server session, and LISTEN, session locks and migrations break there. '
-      + 'Set DATABASE_DIRECT_URL to a direct (or session-mode) URL of the same database');
+    super(
+      'the URL for session work (DATABASE_DIRECT_URL, or DATABASE_URL when it is unset) leads to a transaction pooler: ' +
+        'two connections were given one server session, and LISTEN, session locks and migrations break there. ' +
+        'Set DATABASE_DIRECT_URL to a direct (or session-mode) URL of the same database',
+    );
   }
 }
 

@@ -36,8 +36,10 @@ export function createWorkerPool(options: WorkerPoolOptions): pg.Pool {
   const { connectionString, directConnectionString, max, logger } = options;
   const directName = options.directApplicationName ?? options.applicationName;
   const base = { connectionTimeoutMillis: 10_000 };
-  const direct = directConnectionString === connectionString ? null
-    : new pg.Pool({ ...base, application_name: directName, connectionString: directConnectionString, max: 1 });
+  const direct =
+    directConnectionString === connectionString
+      ? null
+      : new pg.Pool({ ...base, application_name: directName, connectionString: directConnectionString, max: 1 });
   // One pool on the direct URL: every session of it is direct.
   const pool = new WorkerPool({ ...base, application_name: direct ? options.applicationName : directName, connectionString, max }, direct);
   watch(pool, logger);
@@ -67,7 +69,10 @@ type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefine
  * release is made idempotent here: a second call does nothing.
  */
 class WorkerPool extends pg.Pool {
-  constructor(config: pg.PoolConfig, readonly direct: pg.Pool | null) {
+  constructor(
+    config: pg.PoolConfig,
+    readonly direct: pg.Pool | null,
+  ) {
     super(config);
   }
 

@@ -55,20 +55,23 @@ export function createAnthropicSummarizer(options: AnthropicSummarizerOptions): 
   const model = `anthropic/${options.model}`;
   const logger = options.logger ?? silentGatewayLogger;
   const apiKey = options.apiKey ? options.apiKey : null;
-  const client = apiKey === null ? null : new Anthropic({
-    apiKey,
-    // null, not undefined: the SDK would otherwise read ANTHROPIC_BASE_URL behind the configuration's back.
-    baseURL: options.baseURL ?? null,
-    maxRetries: 0,
-    timeout: options.timeoutMs + SDK_TIMEOUT_SLACK_MS,
-    logLevel: 'warn',
-    logger: {
-      error: (msg: string, ...rest: unknown[]) => logger.error({ sdk: rest }, msg),
-      warn: (msg: string, ...rest: unknown[]) => logger.warn({ sdk: rest }, msg),
-      info: () => {},
-      debug: () => {},
-    },
-  });
+  const client =
+    apiKey === null
+      ? null
+      : new Anthropic({
+          apiKey,
+          // null, not undefined: the SDK would otherwise read ANTHROPIC_BASE_URL behind the configuration's back.
+          baseURL: options.baseURL ?? null,
+          maxRetries: 0,
+          timeout: options.timeoutMs + SDK_TIMEOUT_SLACK_MS,
+          logLevel: 'warn',
+          logger: {
+            error: (msg: string, ...rest: unknown[]) => logger.error({ sdk: rest }, msg),
+            warn: (msg: string, ...rest: unknown[]) => logger.warn({ sdk: rest }, msg),
+            info: () => {},
+            debug: () => {},
+          },
+        });
 
   async function summarize(request: SummaryRequest): Promise<Outcome> {
     const deadlineMs = request.deadlineMs ?? options.timeoutMs;
@@ -84,20 +87,24 @@ export function createAnthropicSummarizer(options: AnthropicSummarizerOptions): 
 
     let result: CallResult;
     try {
-      const { data, request_id } = await client.messages.create(
-        { model: options.model, max_tokens: maxTokensFor(maxChars), system, messages: [{ role: 'user', content }] },
-        {
-          signal,
-          maxRetries: 0,
-          timeout: deadlineMs + SDK_TIMEOUT_SLACK_MS,
-          middleware: [async (req, next) => {
-            wire.sent = true;
-            const response = await next(req);
-            wire.requestId = response.headers.get('request-id');
-            return response;
-          }],
-        },
-      ).withResponse();
+      const { data, request_id } = await client.messages
+        .create(
+          { model: options.model, max_tokens: maxTokensFor(maxChars), system, messages: [{ role: 'user', content }] },
+          {
+            signal,
+            maxRetries: 0,
+            timeout: deadlineMs + SDK_TIMEOUT_SLACK_MS,
+            middleware: [
+              async (req, next) => {
+                wire.sent = true;
+                const response = await next(req);
+                wire.requestId = response.headers.get('request-id');
+                return response;
+              },
+            ],
+          },
+        )
+        .withResponse();
       result = { kind: 'response', message: data, requestId: request_id ?? null };
     } catch (error) {
       // AbortSignal.any takes the reason of the signal that fired first: that tells deadline from caller.

@@ -11,30 +11,30 @@ import { codePointLength, isBlank, providerText, toWellFormed } from './text.ts'
  */
 export type CallResult =
   | {
-    kind: 'response';
-    /** The parsed body, unchecked: a server can send anything with a 200. */
-    message: unknown;
-    requestId: string | null;
-  }
+      kind: 'response';
+      /** The parsed body, unchecked: a server can send anything with a 200. */
+      message: unknown;
+      requestId: string | null;
+    }
   | {
-    kind: 'chat_response';
-    /** The parsed Chat Completions body, unchecked. */
-    completion: unknown;
-    requestId: string | null;
-  }
+      kind: 'chat_response';
+      /** The parsed Chat Completions body, unchecked. */
+      completion: unknown;
+      requestId: string | null;
+    }
   | {
-    kind: 'error';
-    error: unknown;
-    /**
-     * Whether the request was handed to the transport. Until then nothing can
-     * have reached the provider, so an abort is a deferral, not an attempt.
-     */
-    requestSent: boolean;
-    /** Which of our own signals fired, if one did (the SDK reports both as a plain abort). */
-    abortedBy: 'deadline' | 'caller' | null;
-    /** The `request-id` header, when response headers arrived before the failure. */
-    requestId: string | null;
-  };
+      kind: 'error';
+      error: unknown;
+      /**
+       * Whether the request was handed to the transport. Until then nothing can
+       * have reached the provider, so an abort is a deferral, not an attempt.
+       */
+      requestSent: boolean;
+      /** Which of our own signals fired, if one did (the SDK reports both as a plain abort). */
+      abortedBy: 'deadline' | 'caller' | null;
+      /** The `request-id` header, when response headers arrived before the failure. */
+      requestId: string | null;
+    };
 
 export interface ClassifyOptions {
   /** Maximum accepted summary length in code points. */
@@ -47,7 +47,13 @@ export interface ClassifyOptions {
 
 /** Stop reasons the Messages API documents. Anything else is reported as `stop_reason:unknown:<value>`. */
 const KNOWN_STOP_REASONS = new Set([
-  'end_turn', 'max_tokens', 'stop_sequence', 'tool_use', 'pause_turn', 'refusal', 'model_context_window_exceeded',
+  'end_turn',
+  'max_tokens',
+  'stop_sequence',
+  'tool_use',
+  'pause_turn',
+  'refusal',
+  'model_context_window_exceeded',
 ]);
 
 /**
@@ -97,7 +103,8 @@ const sdks: SdkErrorClasses[] = [AnthropicSdk];
 export function registerSdkErrors(classes: SdkErrorClasses): void {
   if (!sdks.includes(classes)) sdks.push(classes);
 }
-const isSdkHttpError = (e: unknown): e is HttpError => sdks.some((s) => e instanceof s.APIError) && typeof (e as HttpError).status === 'number';
+const isSdkHttpError = (e: unknown): e is HttpError =>
+  sdks.some((s) => e instanceof s.APIError) && typeof (e as HttpError).status === 'number';
 const isSdkAbort = (e: unknown) => sdks.some((s) => e instanceof s.APIUserAbortError);
 const isSdkTimeout = (e: unknown) => sdks.some((s) => e instanceof s.APIConnectionTimeoutError);
 const isSdkConnection = (e: unknown) => sdks.some((s) => e instanceof s.APIConnectionError);
@@ -116,7 +123,8 @@ const isSdkConnection = (e: unknown) => sdks.some((s) => e instanceof s.APIConne
  * `context_length_exceeded`), llama.cpp "the request exceeds the available
  * context size".
  */
-const CONTEXT_OVERFLOW = /prompt is too long|exceeds? context limit|maximum context length|context_length_exceeded|exceeds the available context size/i;
+const CONTEXT_OVERFLOW =
+  /prompt is too long|exceeds? context limit|maximum context length|context_length_exceeded|exceeds the available context size/i;
 
 /** Code points kept of a provider's error message in a reason (the rest is cut, with an ellipsis). */
 export const PROVIDER_MESSAGE_MAX_CHARS = 300;
@@ -212,7 +220,8 @@ function classifyError(result: Extract<CallResult, { kind: 'error' }>, options: 
   if (isSdkHttpError(error)) return classifyStatus(error, options);
 
   if (abortedBy !== null || isSdkAbort(error) || isAbortError(error)) {
-    if (!requestSent) return { kind: 'deferred', reason: abortedBy === 'deadline' ? 'deadline_before_send' : 'aborted_before_send', retryAfterMs: null };
+    if (!requestSent)
+      return { kind: 'deferred', reason: abortedBy === 'deadline' ? 'deadline_before_send' : 'aborted_before_send', retryAfterMs: null };
     return { kind: 'unknown', reason: abortedBy === 'deadline' ? 'deadline_exceeded' : 'aborted_after_send', requestId };
   }
   if (isSdkTimeout(error)) return { kind: 'unknown', reason: 'timeout', requestId };
@@ -230,8 +239,10 @@ function classifyError(result: Extract<CallResult, { kind: 'error' }>, options: 
     return { kind: 'unknown', reason: code === null ? 'body_interrupted' : `body_interrupted:${code}`, requestId };
   }
   // A body larger than a string can be (V8's limit, about 512 MiB): the answer was made, we cannot read it.
-  if (isRecord(error) && error['code'] === 'ERR_STRING_TOO_LONG') return { kind: 'unknown', reason: 'response_too_large:ERR_STRING_TOO_LONG', requestId };
-  if (error instanceof RangeError && error.message === 'Invalid string length') return { kind: 'unknown', reason: 'response_too_large:invalid_string_length', requestId };
+  if (isRecord(error) && error['code'] === 'ERR_STRING_TOO_LONG')
+    return { kind: 'unknown', reason: 'response_too_large:ERR_STRING_TOO_LONG', requestId };
+  if (error instanceof RangeError && error.message === 'Invalid string length')
+    return { kind: 'unknown', reason: 'response_too_large:invalid_string_length', requestId };
   if (error instanceof Error && error.message.startsWith(NO_CREDENTIALS_MESSAGE)) {
     return { kind: 'config', reason: 'no_api_key', status: null };
   }
@@ -249,7 +260,10 @@ function classifyStatus(error: HttpError, options: ClassifyOptions): Outcome {
   // that large, so the same material would fail again: an invalid result for this identity (the
   // second fails it for good), not a configuration fault that fails the job, is swept and
   // calls the model again forever.
-  if (status === 413 || (status === 400 && (CONTEXT_OVERFLOW.test(providerMessage(error) ?? '') || error.code === 'context_length_exceeded'))) {
+  if (
+    status === 413 ||
+    (status === 400 && (CONTEXT_OVERFLOW.test(providerMessage(error) ?? '') || error.code === 'context_length_exceeded'))
+  ) {
     return { kind: 'invalid', reason: `too_large:${reason}`, model: options.model, usage: null, requestId };
   }
   if (status >= 500) return { kind: 'unknown', reason, requestId };
@@ -276,7 +290,8 @@ const THINK_HEAD = /^\s*<think>[^]*?<\/think>/;
  */
 function classifyChatCompletion(body: unknown, rawRequestId: string | null, options: ClassifyOptions): Outcome {
   const requestId = storableRequestId(rawRequestId);
-  if (!isRecord(body) || !Array.isArray(body['choices'])) return { kind: 'unknown', reason: 'malformed_response:not_a_chat_completion', requestId };
+  if (!isRecord(body) || !Array.isArray(body['choices']))
+    return { kind: 'unknown', reason: 'malformed_response:not_a_chat_completion', requestId };
   const usage = readUsage(body['usage'], 'prompt_tokens', 'completion_tokens');
   const invalid = (reason: string): Outcome => ({ kind: 'invalid', reason, model: options.model, usage, requestId });
   const choices = body['choices'] as unknown[];
@@ -290,7 +305,9 @@ function classifyChatCompletion(body: unknown, rawRequestId: string | null, opti
   const finish = choice['finish_reason'];
   if (finish !== 'stop') {
     const name = typeof finish === 'string' ? finish : String(finish);
-    return invalid(KNOWN_FINISH_REASONS.has(name) ? `finish_reason:${name}` : `finish_reason:unknown:${providerText(name, ERROR_TYPE_MAX_CHARS)}`);
+    return invalid(
+      KNOWN_FINISH_REASONS.has(name) ? `finish_reason:${name}` : `finish_reason:unknown:${providerText(name, ERROR_TYPE_MAX_CHARS)}`,
+    );
   }
   const content = message['content'];
   let text = '';
@@ -298,7 +315,8 @@ function classifyChatCompletion(body: unknown, rawRequestId: string | null, opti
   else if (Array.isArray(content)) {
     for (const part of content as unknown[]) {
       const type = isRecord(part) && typeof part['type'] === 'string' ? part['type'] : 'unknown';
-      if (type !== 'text' || !isRecord(part) || typeof part['text'] !== 'string') return invalid(`content_part:${providerText(type, ERROR_TYPE_MAX_CHARS)}`);
+      if (type !== 'text' || !isRecord(part) || typeof part['text'] !== 'string')
+        return invalid(`content_part:${providerText(type, ERROR_TYPE_MAX_CHARS)}`);
       text += part['text'];
     }
   } else if (content !== null && content !== undefined) return { kind: 'unknown', reason: 'malformed_response:content', requestId };
@@ -328,7 +346,16 @@ export function classifyThrown(error: unknown, options: Omit<ClassifyOptions, 'm
   }
   if (isRecord(error) && Number.isInteger(error['status']) && (error['status'] as number) >= 400 && (error['status'] as number) <= 599) {
     const e = error as unknown as HttpError;
-    return classifyStatus({ status: e.status, headers: e.headers instanceof Headers ? e.headers : undefined, message: typeof e.message === 'string' ? e.message : '', type: e.type, code: e.code }, full);
+    return classifyStatus(
+      {
+        status: e.status,
+        headers: e.headers instanceof Headers ? e.headers : undefined,
+        message: typeof e.message === 'string' ? e.message : '',
+        type: e.type,
+        code: e.code,
+      },
+      full,
+    );
   }
   return { kind: 'unknown', reason: `summarizer_threw:${describeError(error)}`, requestId: null };
 }

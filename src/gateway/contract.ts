@@ -30,14 +30,14 @@ const TAG_FOR_INPUT: Readonly<Record<string, ItemTag>> = { assistant_replies: 'r
 /** What to send for one request, or the outcome that settles it without a call. */
 export type PreparedSummary =
   | {
-    send: true;
-    /** The released prompt of the request's version, then the character limit. */
-    system: string;
-    /** The material fenced as data with a fresh nonce (fence.ts), then the closing instruction. */
-    user: string;
-    /** The cap the answer is judged by. */
-    maxChars: number;
-  }
+      send: true;
+      /** The released prompt of the request's version, then the character limit. */
+      system: string;
+      /** The material fenced as data with a fresh nonce (fence.ts), then the closing instruction. */
+      user: string;
+      /** The cap the answer is judged by. */
+      maxChars: number;
+    }
   | { send: false; outcome: Outcome };
 
 export interface PrepareOptions {
@@ -72,7 +72,10 @@ export function prepareSummary(request: SummaryRequest, options: PrepareOptions)
   }
   const inputChars = request.items.reduce((sum, item) => sum + codePointLength(item.text) + codePointLength(item.id), 0);
   if (inputChars > maxInputChars) {
-    (options.logger ?? silentGatewayLogger).warn({ inputChars, maxInputChars, promptVersion: request.promptVersion }, 'summary input too large; not sent');
+    (options.logger ?? silentGatewayLogger).warn(
+      { inputChars, maxInputChars, promptVersion: request.promptVersion },
+      'summary input too large; not sent',
+    );
     return done({ kind: 'invalid', reason: 'input_too_large', model, usage: null, requestId: null });
   }
   if (request.signal?.aborted) return done({ kind: 'deferred', reason: 'aborted_before_send', retryAfterMs: null });
@@ -114,7 +117,10 @@ export function outcomeFromAnswer(answer: Answer): Outcome {
   if (answer.finishReason === null || !NORMAL_FINISH.has(answer.finishReason)) {
     return { kind: 'invalid', reason: `finish_reason:${String(answer.finishReason)}`, model: answer.model, usage, requestId };
   }
-  return answerText(typeof answer.text === 'string' ? answer.text : '', usage, requestId, { model: answer.model, maxChars: answer.maxChars });
+  return answerText(typeof answer.text === 'string' ? answer.text : '', usage, requestId, {
+    model: answer.model,
+    maxChars: answer.maxChars,
+  });
 }
 
 /**

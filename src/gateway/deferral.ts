@@ -38,7 +38,10 @@ export interface DeferralBackoff {
   apply(request: SummaryRequest, outcome: Outcome): Outcome;
 }
 
-export function createDeferralBackoff(options: Readonly<DeferralBackoffOptions> = DEFAULT_DEFERRAL_BACKOFF, now: () => number = Date.now): DeferralBackoff {
+export function createDeferralBackoff(
+  options: Readonly<DeferralBackoffOptions> = DEFAULT_DEFERRAL_BACKOFF,
+  now: () => number = Date.now,
+): DeferralBackoff {
   const streaks = new Map<string, { n: number; at: number }>();
 
   return {

@@ -18,10 +18,11 @@ export function describeError(error: unknown): string {
   const parts: string[] = [];
   let current: unknown = error;
   for (let depth = 0; depth < 3 && current !== undefined && current !== null; depth++) {
-    if (current instanceof Error || (typeof current === 'object')) {
+    if (current instanceof Error || typeof current === 'object') {
       const e = current as Record<string, unknown>;
       const ctor = (current as { constructor?: { name?: unknown } }).constructor?.name;
-      const name = typeof e['name'] === 'string' && e['name'] !== 'Error' ? e['name'] : typeof ctor === 'string' && ctor !== 'Object' ? ctor : 'Error';
+      const name =
+        typeof e['name'] === 'string' && e['name'] !== 'Error' ? e['name'] : typeof ctor === 'string' && ctor !== 'Object' ? ctor : 'Error';
       const code = typeof e['code'] === 'string' || typeof e['code'] === 'number' ? ` ${String(e['code'])}` : '';
       const message = typeof e['message'] === 'string' && e['message'] !== '' ? `: ${e['message']}` : '';
       parts.push(`${name}${code}${message}`);
@@ -46,5 +47,8 @@ export function maskSecrets(text: string): string {
     .replace(/\b(Bearer|Basic)\s+[^\s"',;]+/gi, '$1 ***')
     .replace(/\bsk-[A-Za-z0-9_-]{6,}/g, 'sk-***')
     .replace(/(\/\/[^\s/:@]*):[^\s/@]*@/g, '$1:***@')
-    .replace(/\b([\w-]*(?:api[_-]?key|token|secret|password|passwd|authorization)[\w-]*)(["']?\s*[:=]\s*["']?)(?!\*\*\*)[^\s"'&,;]+/gi, '$1$2***');
+    .replace(
+      /\b([\w-]*(?:api[_-]?key|token|secret|password|passwd|authorization)[\w-]*)(["']?\s*[:=]\s*["']?)(?!\*\*\*)[^\s"'&,;]+/gi,
+      '$1$2***',
+    );
 }

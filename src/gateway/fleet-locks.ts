@@ -100,7 +100,9 @@ export function createFleetLocks(options: FleetLocksOptions): FleetLocks {
   async function ensureClient(): Promise<pg.Client> {
     if (closed) throw new Error('admission is closed');
     if (client) return client;
-    connecting ??= connect().finally(() => { connecting = null; });
+    connecting ??= connect().finally(() => {
+      connecting = null;
+    });
     return connecting;
   }
 
@@ -136,8 +138,9 @@ export function createFleetLocks(options: FleetLocksOptions): FleetLocks {
       held.delete(slot);
       // Serialised with the tries (pg wants one query at a time per client): a later local try runs after
       // the unlock. The NOTIFY wakes waiters in every process once the slot is really free.
-      void serialised(() => admissionSlotRelease(c, namespace, slot, channel))
-        .catch((err: unknown) => logger.warn({ err, namespace, slot }, 'admission unlock failed; the slot frees when the connection closes'));
+      void serialised(() => admissionSlotRelease(c, namespace, slot, channel)).catch((err: unknown) =>
+        logger.warn({ err, namespace, slot }, 'admission unlock failed; the slot frees when the connection closes'),
+      );
     };
   }
 
@@ -148,7 +151,10 @@ export function createFleetLocks(options: FleetLocksOptions): FleetLocks {
       try {
         const got = await serialised(tryOnce);
         if (got) {
-          if (closed || signal?.aborted) { releaser(got.slot, got.generation)(); return null; }
+          if (closed || signal?.aborted) {
+            releaser(got.slot, got.generation)();
+            return null;
+          }
           return releaser(got.slot, got.generation);
         }
       } catch (err) {
@@ -178,7 +184,9 @@ export function createFleetLocks(options: FleetLocksOptions): FleetLocks {
 
 function signalled(): { promise: Promise<void>; fire(): void } {
   let fire!: () => void;
-  const promise = new Promise<void>((resolve) => { fire = resolve; });
+  const promise = new Promise<void>((resolve) => {
+    fire = resolve;
+  });
   return { promise, fire };
 }
 

@@ -46,7 +46,13 @@ export interface FleetModels {
   stop(): void;
 }
 
-export function createFleetModels(options: { pool: pg.Pool; model: string; logger: Logger; gauge: Gauge; intervalMs?: number }): FleetModels {
+export function createFleetModels(options: {
+  pool: pg.Pool;
+  model: string;
+  logger: Logger;
+  gauge: Gauge;
+  intervalMs?: number;
+}): FleetModels {
   const { pool, model, logger, gauge } = options;
   const own = identityHash(model);
   let timer: NodeJS.Timeout | null = null;
@@ -65,11 +71,13 @@ export function createFleetModels(options: { pool: pg.Pool; model: string; logge
     const key = seen.join('\n');
     if (key !== lastSeen) {
       if (seen.length > 0) {
-        logger.warn({ model, otherModels: seen },
-          `workers with ${seen.length + 1} different model identities share this database: they compete for the same ranges `
-          + '(each summarizes them under its own identity, so every range is summarized more than once). Run one model per database');
+        logger.warn(
+          { model, otherModels: seen },
+          `workers with ${seen.length + 1} different model identities share this database: they compete for the same ranges ` +
+            '(each summarizes them under its own identity, so every range is summarized more than once). Run one model per database',
+        );
       } else if (lastSeen !== null) {
-        logger.info({ model }, 'every worker on this database now summarizes with this worker\'s model identity');
+        logger.info({ model }, "every worker on this database now summarizes with this worker's model identity");
       }
       lastSeen = key;
     }
@@ -81,7 +89,7 @@ export function createFleetModels(options: { pool: pg.Pool; model: string; logge
     start() {
       if (timer !== null) return;
       const tick = () => {
-        check().catch((err: unknown) => logger.debug({ err }, 'could not read the fleet\'s model identities'));
+        check().catch((err: unknown) => logger.debug({ err }, "could not read the fleet's model identities"));
       };
       timer = setInterval(tick, options.intervalMs ?? MODEL_CHECK_INTERVAL_MS);
       timer.unref();

@@ -1,8 +1,14 @@
 import type { Config } from '../support/config.ts';
 import type { Logger } from '../support/logger.ts';
 import {
-  createAdmission, createAnthropicSummarizer, createGateway, createOfflineSummarizer, createOpenAISummarizer,
-  type Admission, type Gateway, type Summarizer,
+  createAdmission,
+  createAnthropicSummarizer,
+  createGateway,
+  createOfflineSummarizer,
+  createOpenAISummarizer,
+  type Admission,
+  type Gateway,
+  type Summarizer,
 } from './index.ts';
 
 export interface ConfiguredGateway {
@@ -20,9 +26,19 @@ export function summarizerFromConfig(config: Readonly<Config>, logger: Logger): 
   const common = { maxChars: config.summaryMaxChars, timeoutMs: config.modelTimeoutMs, logger };
   switch (config.summarizer) {
     case 'anthropic':
-      return createAnthropicSummarizer({ apiKey: config.anthropic.apiKey, baseURL: config.anthropic.baseURL, model: config.anthropic.model, ...common });
+      return createAnthropicSummarizer({
+        apiKey: config.anthropic.apiKey,
+        baseURL: config.anthropic.baseURL,
+        model: config.anthropic.model,
+        ...common,
+      });
     case 'openai':
-      return createOpenAISummarizer({ apiKey: config.openai!.apiKey, baseURL: config.openai!.baseURL, model: config.openai!.model, ...common });
+      return createOpenAISummarizer({
+        apiKey: config.openai!.apiKey,
+        baseURL: config.openai!.baseURL,
+        model: config.openai!.model,
+        ...common,
+      });
     case 'offline':
       return createOfflineSummarizer({ maxChars: config.summaryMaxChars });
   }
@@ -45,8 +61,19 @@ export function gatewayFromConfig(
 ): ConfiguredGateway {
   const summarizer = custom ?? summarizerFromConfig(config, logger);
   if (custom) logger.info({ model: summarizer.model }, 'summarizing with a custom summarizer');
-  else if (config.summarizer === 'offline') logger.info({ model: summarizer.model }, 'no model configured (ANTHROPIC_API_KEY or SOURCEBOUND_SUMMARIZER): using the offline extractive summarizer');
-  else logger.info({ model: summarizer.model, baseURL: config.summarizer === 'openai' ? config.openai!.baseURL ?? 'https://api.openai.com/v1' : undefined }, `summarizing with ${config.summarizer === 'openai' ? 'an OpenAI-compatible server' : 'Anthropic'}`);
+  else if (config.summarizer === 'offline')
+    logger.info(
+      { model: summarizer.model },
+      'no model configured (ANTHROPIC_API_KEY or SOURCEBOUND_SUMMARIZER): using the offline extractive summarizer',
+    );
+  else
+    logger.info(
+      {
+        model: summarizer.model,
+        baseURL: config.summarizer === 'openai' ? (config.openai!.baseURL ?? 'https://api.openai.com/v1') : undefined,
+      },
+      `summarizing with ${config.summarizer === 'openai' ? 'an OpenAI-compatible server' : 'Anthropic'}`,
+    );
   const admission = createAdmission({
     connectionString,
     localLimit: config.modelConcurrency,

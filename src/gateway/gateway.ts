@@ -61,7 +61,10 @@ export function createGateway(options: GatewayOptions): Gateway {
     } catch (err) {
       // Admission promises not to throw; if it does anyway, nothing was sent: defer, loudly.
       logger.error({ err }, 'admission threw; call deferred');
-      return conformOutcome({ kind: 'deferred', reason: `admission_error:${err instanceof Error ? err.message : String(err)}`, retryAfterMs: null }, summarizer.model);
+      return conformOutcome(
+        { kind: 'deferred', reason: `admission_error:${err instanceof Error ? err.message : String(err)}`, retryAfterMs: null },
+        summarizer.model,
+      );
     }
     if (admission && slot === null) {
       const reason = request.signal?.aborted ? 'aborted_before_send' : 'admission_timeout';
@@ -79,7 +82,11 @@ export function createGateway(options: GatewayOptions): Gateway {
       slot?.release();
     }
     const log = outcome.kind === 'ok' ? logger.info : outcome.kind === 'config' ? logger.error : logger.warn;
-    log.call(logger, { model: summarizer.model, promptVersion: request.promptVersion, outcome: describe(outcome) }, `summary ${outcome.kind}`);
+    log.call(
+      logger,
+      { model: summarizer.model, promptVersion: request.promptVersion, outcome: describe(outcome) },
+      `summary ${outcome.kind}`,
+    );
     return outcome;
   }
 
@@ -94,7 +101,13 @@ export function createGateway(options: GatewayOptions): Gateway {
  */
 export function checkedAnswer(outcome: Outcome, maxChars: number): Outcome {
   if (outcome.kind !== 'ok') return outcome;
-  const fail = (reason: string): Outcome => ({ kind: 'invalid', reason: `contract:${reason}`, model: outcome.model, usage: outcome.usage, requestId: outcome.requestId });
+  const fail = (reason: string): Outcome => ({
+    kind: 'invalid',
+    reason: `contract:${reason}`,
+    model: outcome.model,
+    usage: outcome.usage,
+    requestId: outcome.requestId,
+  });
   if (typeof outcome.text !== 'string' || isBlank(outcome.text)) return fail('empty_text');
   if (outcome.text.includes('\u0000')) return fail('unstorable_text:U+0000');
   const length = codePointLength(outcome.text);
@@ -126,18 +139,32 @@ export function conformOutcome(value: unknown, model: string): Outcome {
       // Its grounding is checked after this call (groundOutcome), never taken from the summarizer.
       return { kind: 'ok', text: o.text as string, model: answerModel, usage: storableUsage(o.usage), requestId };
     case 'invalid':
-      return { kind: 'invalid', reason: text(o.reason, 'contract:no_reason'), model: answerModel, usage: storableUsage(o.usage), requestId };
+      return {
+        kind: 'invalid',
+        reason: text(o.reason, 'contract:no_reason'),
+        model: answerModel,
+        usage: storableUsage(o.usage),
+        requestId,
+      };
     case 'deferred': {
       const wait = o.retryAfterMs;
       // A wait that is no number, or negative, is no wait asked for: the caller's own delay applies.
-      return { kind: 'deferred', reason: text(o.reason, 'deferred'), retryAfterMs: typeof wait === 'number' && wait >= 0 ? capRetryAfter(wait) : null };
+      return {
+        kind: 'deferred',
+        reason: text(o.reason, 'deferred'),
+        retryAfterMs: typeof wait === 'number' && wait >= 0 ? capRetryAfter(wait) : null,
+      };
     }
     case 'unknown':
       return { kind: 'unknown', reason: text(o.reason, 'unknown'), requestId };
     case 'config':
-      return { kind: 'config', reason: text(o.reason, 'config'), status: Number.isSafeInteger(o.status) ? o.status as number : null };
+      return { kind: 'config', reason: text(o.reason, 'config'), status: Number.isSafeInteger(o.status) ? (o.status as number) : null };
     default:
-      return { kind: 'unknown', reason: `contract:malformed_outcome:${providerText(String(o.kind ?? (value === null ? 'null' : typeof value)), 80)}`, requestId: null };
+      return {
+        kind: 'unknown',
+        reason: `contract:malformed_outcome:${providerText(String(o.kind ?? (value === null ? 'null' : typeof value)), 80)}`,
+        requestId: null,
+      };
   }
 }
 
@@ -149,11 +176,14 @@ function storableString(value: unknown, max: number): string {
 function storableUsage(value: unknown): Usage | null {
   const usage = value as Partial<Usage> | null | undefined;
   if (usage === null || typeof usage !== 'object') return null;
-  return isTokenCount(usage.inputTokens) && isTokenCount(usage.outputTokens) ? { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens } : null;
+  return isTokenCount(usage.inputTokens) && isTokenCount(usage.outputTokens)
+    ? { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens }
+    : null;
 }
 
 /** The outcome without the summary text, for logs. */
 function describe(outcome: Outcome): Record<string, unknown> {
-  if (outcome.kind === 'ok') return { kind: 'ok', chars: codePointLength(outcome.text), usage: outcome.usage, requestId: outcome.requestId };
+  if (outcome.kind === 'ok')
+    return { kind: 'ok', chars: codePointLength(outcome.text), usage: outcome.usage, requestId: outcome.requestId };
   return { ...outcome };
 }

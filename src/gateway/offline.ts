@@ -98,7 +98,8 @@ export function createOfflineSummarizer(options: { maxChars: number; maxInputCha
       if (request.signal?.aborted) return { kind: 'deferred', reason: 'aborted_before_send', retryAfterMs: null };
       // The same input cap as a model's (prepareSummary): a range of huge replies costs no memory spike here either.
       const inputChars = request.items.reduce((sum, item) => sum + codePointLength(item.text) + codePointLength(item.id), 0);
-      if (inputChars > maxInputChars) return { kind: 'invalid', reason: 'input_too_large', model: OFFLINE_MODEL, usage: null, requestId: null };
+      if (inputChars > maxInputChars)
+        return { kind: 'invalid', reason: 'input_too_large', model: OFFLINE_MODEL, usage: null, requestId: null };
       const text = extractiveSummary(request.items, request.maxChars ?? options.maxChars, promptEntry(request.promptVersion)!.itemKey);
       if (text === null) return { kind: 'invalid', reason: 'empty_input', model: OFFLINE_MODEL, usage: null, requestId: null };
       // Quoted replies that show a transcript or copy a marker are made safe to stand as a summary
@@ -160,9 +161,11 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
   const seen = new Set<string>(); // a repeated sentence says nothing new
   const covered = new Set<string>(); // fact keys already in the summary
   let used = 0;
-  const cost = (c: Candidate) => c.sentence.bytes + (chosen[c.part]!.length === 0
-    ? bytes(parts[c.part]!.tag) + (used === 0 ? 0 : 1) // a new part: its tag, and a newline before it
-    : 1); // a space before it
+  const cost = (c: Candidate) =>
+    c.sentence.bytes +
+    (chosen[c.part]!.length === 0
+      ? bytes(parts[c.part]!.tag) + (used === 0 ? 0 : 1) // a new part: its tag, and a newline before it
+      : 1); // a space before it
   const priority = (c: Candidate) => {
     let fresh = 0;
     for (const k of c.keys) if (!covered.has(k)) fresh++;
@@ -182,8 +185,12 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
   const pool = informative.length > 0 ? informative : candidates;
   // Each item's best sentence first (so each reply is represented while room lasts), best items first...
   const byPart = parts.map((_, p) => pool.filter((c) => c.part === p));
-  const bestOf = (list: Candidate[]) => list.reduce<Candidate | undefined>((best, c) => (best === undefined || priority(c) > priority(best) ? c : best), undefined);
-  const firsts = byPart.map(bestOf).filter((c): c is Candidate => c !== undefined).sort((a, b) => priority(b) - priority(a) || order(a, b));
+  const bestOf = (list: Candidate[]) =>
+    list.reduce<Candidate | undefined>((best, c) => (best === undefined || priority(c) > priority(best) ? c : best), undefined);
+  const firsts = byPart
+    .map(bestOf)
+    .filter((c): c is Candidate => c !== undefined)
+    .sort((a, b) => priority(b) - priority(a) || order(a, b));
   for (const first of firsts) {
     // ...each judged again on what the ones before it already cover.
     const best = bestOf(byPart[first.part]!)!;
@@ -211,7 +218,12 @@ export function extractiveSummary(items: readonly { id: string; text: string }[]
  * covered): a popped candidate is judged again, and taken only while its
  * new priority is still the highest (ties: `order`). O(n log n).
  */
-function greedy(candidates: readonly Candidate[], priority: (c: Candidate) => number, order: (a: Candidate, b: Candidate) => number, take: (c: Candidate) => void): void {
+function greedy(
+  candidates: readonly Candidate[],
+  priority: (c: Candidate) => number,
+  order: (a: Candidate, b: Candidate) => number,
+  take: (c: Candidate) => void,
+): void {
   const heap = new Heap<{ c: Candidate; p: number }>((a, b) => b.p - a.p || order(a.c, b.c));
   for (const c of candidates) heap.push({ c, p: priority(c) });
   for (let top = heap.pop(); top !== undefined; top = heap.pop()) {

@@ -42,7 +42,10 @@ function isOpenAIEndpoint(baseURL: string | undefined): boolean {
 
 /** Carries a call's wire state through the SDK's fetch options to our fetch (the SDK spreads them into fetch's init). */
 const WIRE = Symbol('sourcebound.wire');
-interface Wire { sent: boolean; requestId: string | null }
+interface Wire {
+  sent: boolean;
+  requestId: string | null;
+}
 
 /**
  * A summarizer backed by an OpenAI-compatible Chat Completions endpoint:
@@ -94,10 +97,11 @@ export function createOpenAISummarizer(options: OpenAISummarizerOptions): Summar
   const noKey = apiKey === null && !local;
   // The SDK is loaded by the first call, not by every process that imports the gateway (see registerSdkErrors).
   let client: Promise<OpenAI> | null = null;
-  const clientOnce = () => client ??= import('openai').then((sdk) => {
-    registerSdkErrors(sdk);
-    return new sdk.OpenAI(clientOptions);
-  });
+  const clientOnce = () =>
+    (client ??= import('openai').then((sdk) => {
+      registerSdkErrors(sdk);
+      return new sdk.OpenAI(clientOptions);
+    }));
 
   async function summarize(request: SummaryRequest): Promise<Outcome> {
     const deadlineMs = request.deadlineMs ?? options.timeoutMs;
@@ -115,13 +119,15 @@ export function createOpenAISummarizer(options: OpenAISummarizerOptions): Summar
     try {
       const body: OpenAI.ChatCompletionCreateParamsNonStreaming = {
         model: options.model,
-        messages: [{ role: 'system', content: system }, { role: 'user', content: user }],
+        messages: [
+          { role: 'system', content: system },
+          { role: 'user', content: user },
+        ],
       };
       body[tokenLimit] = maxTokensFor(maxChars);
-      const { data, request_id } = await sdk.chat.completions.create(
-        body,
-        { signal, maxRetries: 0, timeout: deadlineMs + SDK_TIMEOUT_SLACK_MS, fetchOptions: { [WIRE]: wire } as object },
-      ).withResponse();
+      const { data, request_id } = await sdk.chat.completions
+        .create(body, { signal, maxRetries: 0, timeout: deadlineMs + SDK_TIMEOUT_SLACK_MS, fetchOptions: { [WIRE]: wire } as object })
+        .withResponse();
       result = { kind: 'chat_response', completion: data, requestId: request_id ?? null };
     } catch (error) {
       // AbortSignal.any takes the reason of the signal that fired first: that tells deadline from caller.

@@ -39,17 +39,21 @@ export const CONVERSATION_PROMPT_VERSION = 'conversation-compaction@5';
 /** The version new run checkpoints are made with. */
 export const RUN_PROMPT_VERSION = 'run-compaction@2';
 
-const entries: readonly PromptEntry[] = Object.freeze(([
-  { version: 'conversation-compaction@1', inputKind: 'mixed_conversation', itemKey: 'id', projectable: false, current: false },
-  { version: 'conversation-compaction@2', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
-  { version: 'conversation-compaction@3', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
-  // @4: @3 plus the grounding rule (every figure copied from the material; src/grounding/index.ts checks it).
-  { version: 'conversation-compaction@4', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
-  // @5: replies named by their pair number, not their message id; keep what a reader would ask about over pleasantries.
-  { version: 'conversation-compaction@5', inputKind: 'assistant_replies', itemKey: 'pair', projectable: true, current: true },
-  { version: 'run-compaction@1', inputKind: 'run_work', itemKey: 'id', projectable: false, current: false },
-  { version: 'run-compaction@2', inputKind: 'run_work', itemKey: 'id', projectable: false, current: true },
-] satisfies PromptEntry[]).map((e) => Object.freeze(e)));
+const entries: readonly PromptEntry[] = Object.freeze(
+  (
+    [
+      { version: 'conversation-compaction@1', inputKind: 'mixed_conversation', itemKey: 'id', projectable: false, current: false },
+      { version: 'conversation-compaction@2', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
+      { version: 'conversation-compaction@3', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
+      // @4: @3 plus the grounding rule (every figure copied from the material; src/grounding/index.ts checks it).
+      { version: 'conversation-compaction@4', inputKind: 'assistant_replies', itemKey: 'id', projectable: true, current: false },
+      // @5: replies named by their pair number, not their message id; keep what a reader would ask about over pleasantries.
+      { version: 'conversation-compaction@5', inputKind: 'assistant_replies', itemKey: 'pair', projectable: true, current: true },
+      { version: 'run-compaction@1', inputKind: 'run_work', itemKey: 'id', projectable: false, current: false },
+      { version: 'run-compaction@2', inputKind: 'run_work', itemKey: 'id', projectable: false, current: true },
+    ] satisfies PromptEntry[]
+  ).map((e) => Object.freeze(e)),
+);
 
 const byVersion = new Map(entries.map((e) => [e.version, e]));
 const textCache = new Map<string, string>();

@@ -53,8 +53,14 @@ export function createSemaphore(limit: number): Semaphore {
         if (at >= 0) waiters.splice(at, 1);
       };
       const waiter: Waiter = {
-        grant: (release) => { settle(); resolve(release); },
-        fail: () => { settle(); resolve(null); },
+        grant: (release) => {
+          settle();
+          resolve(release);
+        },
+        fail: () => {
+          settle();
+          resolve(null);
+        },
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       waiters.push(waiter);
@@ -63,7 +69,9 @@ export function createSemaphore(limit: number): Semaphore {
 
   return {
     acquire,
-    get inUse() { return limit - free; },
+    get inUse() {
+      return limit - free;
+    },
     close() {
       closed = true;
       for (const waiter of [...waiters]) waiter.fail();

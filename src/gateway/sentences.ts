@@ -42,7 +42,13 @@ export function splitSentences(text: string, window = SEGMENT_WINDOW): Sentence[
   const sentences: Sentence[] = [];
   const push = (piece: string) => {
     const cleaned = piece.replace(ASCII_SPACE_RUN, ' ').trim();
-    if (cleaned.length > 0) sentences.push({ index: sentences.length, text: cleaned, length: codePointLength(cleaned), bytes: Buffer.byteLength(cleaned, 'utf8') });
+    if (cleaned.length > 0)
+      sentences.push({
+        index: sentences.length,
+        text: cleaned,
+        length: codePointLength(cleaned),
+        bytes: Buffer.byteLength(cleaned, 'utf8'),
+      });
   };
   for (const line of text.split(/\r?\n/)) {
     if (line.trim().length === 0) continue;

@@ -42,8 +42,8 @@ export function sliceCodePoints(text: string, max: number): string {
   let i = 0;
   while (i < text.length && points < max) {
     const unit = text.charCodeAt(i);
-    const pair = unit >= 0xd800 && unit <= 0xdbff && i + 1 < text.length
-      && text.charCodeAt(i + 1) >= 0xdc00 && text.charCodeAt(i + 1) <= 0xdfff;
+    const pair =
+      unit >= 0xd800 && unit <= 0xdbff && i + 1 < text.length && text.charCodeAt(i + 1) >= 0xdc00 && text.charCodeAt(i + 1) <= 0xdfff;
     i += pair ? 2 : 1;
     points++;
   }

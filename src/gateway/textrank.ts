@@ -15,11 +15,13 @@ const MAX_WORDS = 64;
 /** Sentences ranked by the graph; later ones score 0 (the target is bounded by the 6,000-character cap anyway). */
 const MAX_SENTENCES = 600;
 
-const STOP_WORDS = new Set((
-  'a an and are as at be been but by can could did do does for from had has have he her his i if in into is it its ' +
-  'me my no not of on or our she so than that the their them then there these they this those to was we were what when ' +
-  'which who will with would you your'
-).split(' '));
+const STOP_WORDS = new Set(
+  (
+    'a an and are as at be been but by can could did do does for from had has have he her his i if in into is it its ' +
+    'me my no not of on or our she so than that the their them then there these they this those to was we were what when ' +
+    'which who will with would you your'
+  ).split(' '),
+);
 
 const WORD = /[\p{L}\p{N}]+/gu;
 
@@ -29,12 +31,19 @@ export function textRank(sentences: readonly string[]): number[] {
   const words = sentences.slice(0, n).map(contentWords);
   // Inverted index: only sentences sharing a word are compared.
   const postings = new Map<string, number[]>();
-  words.forEach((set, i) => { for (const w of set) { const list = postings.get(w); if (list) list.push(i); else postings.set(w, [i]); } });
+  words.forEach((set, i) => {
+    for (const w of set) {
+      const list = postings.get(w);
+      if (list) list.push(i);
+      else postings.set(w, [i]);
+    }
+  });
   const overlap: Map<number, number>[] = words.map(() => new Map());
   for (const list of postings.values()) {
     for (let a = 0; a < list.length; a++) {
       for (let b = a + 1; b < list.length; b++) {
-        const i = list[a]!, j = list[b]!;
+        const i = list[a]!,
+          j = list[b]!;
         overlap[i]!.set(j, (overlap[i]!.get(j) ?? 0) + 1);
       }
     }

@@ -70,12 +70,22 @@ export function* kindsOf(text: string, starts: readonly number[]): Sliced<number
       // (?<![A-Za-z0-9.,]) amount, then its decimal part, or white space, or a scale or currency word
       if (before !== 0x2e && before !== 0x2c) {
         k |= S_NUMBER;
-        if (after === 0x2e || after === 0x2c || spaceAfter || isAsciiLetterIn(after, MONEY_WORD_FIRST) || after === 0x5186 || after === 0x5143 || after === 0xc6d0) k |= S_MONEY_WORD;
+        if (
+          after === 0x2e ||
+          after === 0x2c ||
+          spaceAfter ||
+          isAsciiLetterIn(after, MONEY_WORD_FIRST) ||
+          after === 0x5186 ||
+          after === 0x5143 ||
+          after === 0xc6d0
+        )
+          k |= S_MONEY_WORD;
       }
       // (?<![A-Za-z0-9.]) \d+ \.
       if (after === 0x2e && before !== 0x2e) k |= S_VERSION;
       // (?<![A-Za-z0-9./]) \d{4} (/ | \.\s)
-      if (e - d === 4 && before !== 0x2e && before !== 0x2f && (after === 0x2f || (after === 0x2e && isSpaceAt(text, e + 1)))) k |= S_YEAR_FIRST;
+      if (e - d === 4 && before !== 0x2e && before !== 0x2f && (after === 0x2f || (after === 0x2e && isSpaceAt(text, e + 1))))
+        k |= S_YEAR_FIRST;
       // (?<![A-Za-z0-9.,]) \. \d+: a decimal without its leading zero (DOT_NUMBER), starting at its point.
       if (before === 0x2e) {
         const b = text.charCodeAt(d - 2);
@@ -91,7 +101,13 @@ export function* kindsOf(text: string, starts: readonly number[]): Sliced<number
     if (spaceBefore) k |= S_MONTH;
     // \b (USD|EUR|...) \s? amount: three capitals right before the digits, or before one white-space character before them.
     const code = spaceBefore ? d - 4 : d - 3;
-    if (code >= 0 && isAsciiUpper(text.charCodeAt(code)) && isAsciiUpper(text.charCodeAt(code + 1)) && isAsciiUpper(text.charCodeAt(code + 2))) k |= S_MONEY_CODE;
+    if (
+      code >= 0 &&
+      isAsciiUpper(text.charCodeAt(code)) &&
+      isAsciiUpper(text.charCodeAt(code + 1)) &&
+      isAsciiUpper(text.charCodeAt(code + 2))
+    )
+      k |= S_MONEY_CODE;
     kinds[i] = k;
   }
   return kinds;

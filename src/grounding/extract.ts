@@ -69,7 +69,13 @@ export function* preparedFacts(prepared: string): Sliced<Located[]> {
 const BARRIER = '<';
 
 /** Runs `patterns` in order over `text` (`at` maps an index to the whole), each masking what it matched; returns the masked text. */
-function* matchAll(text: string, at: (index: number) => number, patterns: readonly Pattern[], found: Located[], runs: Runs): Sliced<string> {
+function* matchAll(
+  text: string,
+  at: (index: number) => number,
+  patterns: readonly Pattern[],
+  found: Located[],
+  runs: Runs,
+): Sliced<string> {
   // `runs` is kept what Pattern.find expects of it through the masking below.
   let rest = text;
   for (const pattern of patterns) {
@@ -83,7 +89,10 @@ function* matchAll(text: string, at: (index: number) => number, patterns: readon
       spans.push([m.index, m.index + m.length]);
       if (m.checked === false) continue;
       const end = m.index + m.text.length;
-      found.push({ at: at(m.index), fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
+      found.push({
+        at: at(m.index),
+        fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) },
+      });
     }
     // Mask what this kind matched, so a later kind does not match inside it.
     if (spans.length > 0) {

@@ -1,6 +1,13 @@
 // The grounding verdict: each fact of a summary grounded by key or by occurrence,
 // and what the policy makes of the ungrounded ones.
-import { DEFAULT_GROUNDING_POLICY, type Fact, type Grounding, type GroundingPolicy, type MaterialItem, type Outcome } from '../support/summary-contract.ts';
+import {
+  DEFAULT_GROUNDING_POLICY,
+  type Fact,
+  type Grounding,
+  type GroundingPolicy,
+  type MaterialItem,
+  type Outcome,
+} from '../support/summary-contract.ts';
 import { markerImitation } from '../support/markers.ts';
 import { isAsciiDigit } from './chars.ts';
 import { locatedFacts } from './extract.ts';
@@ -21,7 +28,11 @@ const REASON_FACTS = 5;
  * (`ungrounded:...`). Runs whole: at the largest material it holds the event
  * loop for as long as the check takes (groundOutcomeAsync does not).
  */
-export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[], policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY): Outcome {
+export function groundOutcome(
+  outcome: Outcome,
+  material: readonly MaterialItem[],
+  policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY,
+): Outcome {
   if (outcome.kind !== 'ok') return outcome;
   return verdict(outcome, whole(grounding(outcome.text, material)), policy);
 }
@@ -33,7 +44,11 @@ export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[
  * are not held while a summary of a large material is checked. The same
  * outcome as `groundOutcome`.
  */
-export async function groundOutcomeAsync(outcome: Outcome, material: readonly MaterialItem[], policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY): Promise<Outcome> {
+export async function groundOutcomeAsync(
+  outcome: Outcome,
+  material: readonly MaterialItem[],
+  policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY,
+): Promise<Outcome> {
   if (outcome.kind !== 'ok') return outcome;
   return verdict(outcome, await inSlices(grounding(outcome.text, material)), policy);
 }
@@ -43,7 +58,14 @@ function verdict(outcome: Extract<Outcome, { kind: 'ok' }>, grounding: Grounding
   // A summary that carries the product's marker or gives the word to a role would pass for sourcebound, or for a speaker, in the request.
   const imitation = markerImitation(outcome.text);
   if (imitation !== null) {
-    return { kind: 'invalid', reason: `imitates_marker:${imitation}`, model: outcome.model, usage: outcome.usage, requestId: outcome.requestId, grounding };
+    return {
+      kind: 'invalid',
+      reason: `imitates_marker:${imitation}`,
+      model: outcome.model,
+      usage: outcome.usage,
+      requestId: outcome.requestId,
+      grounding,
+    };
   }
   if (grounding.ungrounded.length === 0 || policy === 'flag') return { ...outcome, grounding };
   const named = grounding.ungrounded.slice(0, REASON_FACTS).join(', ');
@@ -148,7 +170,9 @@ function namedApart(fact: Fact, keys: Set<string>, folded: string): boolean {
   if (fact.kind === 'money') {
     const at = fact.key.indexOf(':');
     if (!keys.has(`number:${fact.key.slice(at + 1)}`)) return false;
-    return (currencySpellings().get(fact.key.slice(0, at)) ?? []).some((s) => (s.length === 1 ? folded.includes(s) : occurs(folded, s, false)));
+    return (currencySpellings().get(fact.key.slice(0, at)) ?? []).some((s) =>
+      s.length === 1 ? folded.includes(s) : occurs(folded, s, false),
+    );
   }
   const m = /^(\d+(?:\.\d+)?)(\D.*)$/.exec(fact.key);
   if (m === null || SCALE_ZEROS[m[2]!] !== undefined || !keys.has(`number:${m[1]}`)) return false;

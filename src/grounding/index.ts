@@ -136,5 +136,10 @@ export { groundOutcome, groundOutcomeAsync, groundSummary } from './ground.ts';
 export { extractFacts } from './extract.ts';
 export { normalizeText } from './normalize.ts';
 export {
-  DEFAULT_GROUNDING_POLICY, GROUNDING_POLICIES, type Fact, type FactKind, type Grounding, type GroundingPolicy,
+  DEFAULT_GROUNDING_POLICY,
+  GROUNDING_POLICIES,
+  type Fact,
+  type FactKind,
+  type Grounding,
+  type GroundingPolicy,
 } from '../support/summary-contract.ts';

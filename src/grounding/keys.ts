@@ -84,7 +84,10 @@ export function canonicalNumber(digits: string): string {
   // the first has three digits (`2.500.000` = 2500000), else all but the last (`1.234.567,89`).
   const points = d.split('.');
   if (points.length > 2) {
-    d = !digits.includes(',') && points.slice(1).every((g) => g.length === 3) ? points.join('') : points.slice(0, -1).join('') + '.' + points.at(-1);
+    d =
+      !digits.includes(',') && points.slice(1).every((g) => g.length === 3)
+        ? points.join('')
+        : points.slice(0, -1).join('') + '.' + points.at(-1);
   }
   if (d.includes('.')) d = dropTrailing(d, '0').replace(/\.$/, '');
   return d.replace(/^0+(?=\d)/, '');
@@ -92,8 +95,16 @@ export function canonicalNumber(digits: string): string {
 
 export function moneyKey(currency: string, amount: string, scale: string | undefined): string {
   const s = scale?.trim().toLowerCase();
-  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3
-    : s === 'm' || s === 'mn' || s === 'mm' || s === 'mln' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
+  const zeros =
+    s === undefined
+      ? 0
+      : s === 'k' || s === 'thousand'
+        ? 3
+        : s === 'm' || s === 'mn' || s === 'mm' || s === 'mln' || s === 'million'
+          ? 6
+          : s === 'b' || s === 'bn' || s === 'billion'
+            ? 9
+            : 12;
   // `$1.25M` = `$1.25 million` = `$1,250,000`.
   return `${currency}:${scaled(canonicalNumber(amount.replace(/[.,]$/, '')), zeros)}`;
 }

@@ -2,7 +2,16 @@
 // built once per check, with the keys a range in the material grounds (rule 11).
 import { type Fact, type MaterialItem } from '../support/summary-contract.ts';
 import { preparedFacts } from './extract.ts';
-import { NAME_THEN_FIGURE, attachedScale, canonicalNumber, dateReadings, identifierKey, isoKey, monthNumber, poundsWeight } from './keys.ts';
+import {
+  NAME_THEN_FIGURE,
+  attachedScale,
+  canonicalNumber,
+  dateReadings,
+  identifierKey,
+  isoKey,
+  monthNumber,
+  poundsWeight,
+} from './keys.ts';
 import { collapsed, preparing, ungroup } from './normalize.ts';
 import { PER_PAUSE, type Sliced, pausing } from './slices.ts';
 import { DAYS_MONTH, MONTH_DAYS } from './tables.ts';
@@ -155,7 +164,8 @@ function* rangeKeys(exact: string): Sliced<string[]> {
   }
   for (const { at, fact } of yield* preparedFacts(joined)) {
     // The fact that starts a text: the end with its unit (a figure with a unit, money, or a time: `2pm` of `2-4pm`).
-    if (starts.has(at) && (fact.kind === 'money' || fact.kind === 'time' || (fact.kind === 'number' && /\D$/.test(fact.key)))) keys.push(`range:${fact.kind}:${fact.key}`);
+    if (starts.has(at) && (fact.kind === 'money' || fact.kind === 'time' || (fact.kind === 'number' && /\D$/.test(fact.key))))
+      keys.push(`range:${fact.kind}:${fact.key}`);
   }
   return keys;
 }
@@ -169,7 +179,10 @@ function* rangeKeys(exact: string): Sliced<string[]> {
 function* dateRangeKeys(exact: string): Sliced<string[]> {
   const keys: string[] = [];
   let n = 0;
-  for (const [regex, month, first, second, year] of [[MONTH_DAYS, 1, 2, 3, 4], [DAYS_MONTH, 3, 1, 2, 4]] as const) {
+  for (const [regex, month, first, second, year] of [
+    [MONTH_DAYS, 1, 2, 3, 4],
+    [DAYS_MONTH, 3, 1, 2, 4],
+  ] as const) {
     yield;
     regex.lastIndex = 0;
     for (let m = regex.exec(exact); m !== null; m = regex.exec(exact)) {
@@ -200,7 +213,8 @@ const RANGE_START = /(?<![A-Za-z0-9.,$€£¥₹\/:\-–—])\d+(?:\.\d+)?(?: ?[
  * A bare first end, `-` `–` `—` or `to` (`and` after `between`), a second end directly followed by
  * what can be a unit or currency.
  */
-const RANGE_UNIT = /(?<![A-Za-z0-9.,$€£¥₹])(\d+(?:\.\d+)?)(?: ?[-–—] ?| to | and (?<=[Bb]etween \d+(?:\.\d+)? and ))(\d+(?:[.,]\d+)*)(?= ?[%‰°A-Za-zµμ€£¥₹$円元원万亿億兆])/g;
+const RANGE_UNIT =
+  /(?<![A-Za-z0-9.,$€£¥₹])(\d+(?:\.\d+)?)(?: ?[-–—] ?| to | and (?<=[Bb]etween \d+(?:\.\d+)? and ))(\d+(?:[.,]\d+)*)(?= ?[%‰°A-Za-zµμ€£¥₹$円元원万亿億兆])/g;
 /** A currency symbol and an amount, `-` `–` `—` or `to` (`and` after `between`), a second amount without one. */
 const RANGE_MONEY = /([$€£¥₹])(\d+(?:[.,]\d+)*)(?: ?[-–—] ?| to | and (?<=[Bb]etween [$€£¥₹]\d+(?:[.,]\d+)* and ))(\d+(?:[.,]\d+)*)/g;
 /**
@@ -234,7 +248,8 @@ function materialKeys(fact: Fact): string[] {
   if (tail !== null) keys.push(`n:${canonicalNumber(tail[1]!)}`);
   if (fact.kind === 'money') keys.push(`n:${fact.key.replace(/^[^:]*:/, '').replace(/[^\d.]+$/, '')}`);
   // An ambiguous slashed or dotted date (`03/05/2024`): both of its readings.
-  if (fact.kind === 'date') for (const iso of dateReadings(fact.key)) keys.push(`date:${iso}`, `date:${iso.slice(0, 7)}`, `date:--${iso.slice(5)}`);
+  if (fact.kind === 'date')
+    for (const iso of dateReadings(fact.key)) keys.push(`date:${iso}`, `date:${iso.slice(0, 7)}`, `date:--${iso.slice(5)}`);
   // `v18.2`: also the figure `18.2`, as `18.2` written without its `v` is (`v1.10` the figure 1.1, as `1.10` is).
   if (fact.kind === 'version' && /^\d+\.\d+$/.test(fact.key)) keys.push(`n:${canonicalNumber(fact.key)}`);
   // `150 pounds` is money or a weight: also `150 lb`.

@@ -78,7 +78,17 @@ function foldDigits(text: string): string {
 }
 /** What foldDigits makes of a match of FOLDABLE_ALL (`digit`: its group 1). */
 function folded(c: string, digit?: string): string {
-  return digit !== undefined ? foldDigit(digit) : c === '\u066B' ? '.' : c === '\u066C' ? ',' : HYPHEN.test(c) ? '-' : DIGIT.test(c) ? foldDigit(c) : '';
+  return digit !== undefined
+    ? foldDigit(digit)
+    : c === '\u066B'
+      ? '.'
+      : c === '\u066C'
+        ? ','
+        : HYPHEN.test(c)
+          ? '-'
+          : DIGIT.test(c)
+            ? foldDigit(c)
+            : '';
 }
 
 /**
@@ -142,7 +152,8 @@ const MAY_FOLD = /[\u00AD\u0300-\u1FFF\u200B-\u2012\u202A-\u202E\u2060-\uFFFF]/;
  * (group 1 the digit: what the steps one after the other leave of it); an
  * invisible character; a digit of another script; an Arabic separator.
  */
-const FOLDABLE_ALL = /(\p{Nd})[\p{M}\p{Default_Ignorable_Code_Point}]+|\p{Default_Ignorable_Code_Point}|(?![0-9])\p{Nd}|[\u066B\u066C\u2010-\u2012\u2212]/gu;
+const FOLDABLE_ALL =
+  /(\p{Nd})[\p{M}\p{Default_Ignorable_Code_Point}]+|\p{Default_Ignorable_Code_Point}|(?![0-9])\p{Nd}|[\u066B\u066C\u2010-\u2012\u2212]/gu;
 const FOLDABLE = new RegExp(FOLDABLE_ALL.source, 'u');
 const DIGIT = /^\p{Nd}$/u;
 /** The hyphen, the figure dash and the minus sign (NFKC makes the non-breaking hyphen the hyphen). */

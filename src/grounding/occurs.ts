@@ -15,12 +15,17 @@ export function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean 
     case 'path': {
       const path = normalizeText(fact.text);
       // `./src/a.ts` is `src/a.ts`; a Windows path as JSON writes it has its backslashes doubled.
-      return occurs(index.exact, path, fact.truncated) || (path.startsWith('./') && occurs(index.exact, path.slice(2), fact.truncated))
-        || (path.includes('\\') && occurs(index.exact, path.replace(/\\/g, '\\\\'), fact.truncated));
+      return (
+        occurs(index.exact, path, fact.truncated) ||
+        (path.startsWith('./') && occurs(index.exact, path.slice(2), fact.truncated)) ||
+        (path.includes('\\') && occurs(index.exact, path.replace(/\\/g, '\\\\'), fact.truncated))
+      );
     }
     default:
-      return occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated)
-        || (fact.kind === 'version' && occurs(index.folded, fact.key, fact.truncated));
+      return (
+        occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated) ||
+        (fact.kind === 'version' && occurs(index.folded, fact.key, fact.truncated))
+      );
   }
 }
 
@@ -86,7 +91,8 @@ function unchangedAt(raw: string, at: number, n: number, bounded: boolean, prefi
     // A figure's decimal part is no figure (`5%` is not in `0.5%`).
     if (before === 0x2e && isAsciiDigit(raw.charCodeAt(at)) && isAsciiDigit(raw.charCodeAt(at - 2))) return false;
     const after = raw.charCodeAt(at + n);
-    if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) return false;
+    if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1)))))
+      return false;
   }
   // A hard neighbour ends the context on its side: no rule reaches across it.
   const hardBefore = isHard(raw.charCodeAt(at - 1));

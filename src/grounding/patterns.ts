@@ -2,10 +2,51 @@
 // (earlier first); digit-runs.ts tells which of them may match where.
 import { type FactKind } from '../support/summary-contract.ts';
 import { NON_ASCII, isAsciiDigit, isAsciiLetter, isAsciiLetterIn, isSpaceAt, isWordAt } from './chars.ts';
-import { canonicalNumber, cjkDateKey, dropTrailing, identifierKey, isCheckedNumber, isoKey, moneyKey, monthNumber, numberKey, slashedKey, timeKey, trimTrailing } from './keys.ts';
+import {
+  canonicalNumber,
+  cjkDateKey,
+  dropTrailing,
+  identifierKey,
+  isCheckedNumber,
+  isoKey,
+  moneyKey,
+  monthNumber,
+  numberKey,
+  slashedKey,
+  timeKey,
+  trimTrailing,
+} from './keys.ts';
 import { PER_PAUSE, type Sliced, pausing } from './slices.ts';
-import { ORDINAL_FIRST, type Runs, S_DAY_MONTH, S_DOT, S_ISO, S_MONEY_CODE, S_MONEY_WORD, S_MONTH, S_NUMBER, S_SLASHED, S_TIME, S_VERSION, S_YEAR_FIRST } from './digit-runs.ts';
-import { AMOUNT, AMOUNT_END, ANY_UNIT, CURRENCY_SYMBOL, CURRENCY_WORD, DAY, FIGURE_TOKEN, MONTH, SCALE, SCALE_ANY_CASE, SPACED_UNIT, YEAR, isFigureTokenAscii } from './tables.ts';
+import {
+  ORDINAL_FIRST,
+  type Runs,
+  S_DAY_MONTH,
+  S_DOT,
+  S_ISO,
+  S_MONEY_CODE,
+  S_MONEY_WORD,
+  S_MONTH,
+  S_NUMBER,
+  S_SLASHED,
+  S_TIME,
+  S_VERSION,
+  S_YEAR_FIRST,
+} from './digit-runs.ts';
+import {
+  AMOUNT,
+  AMOUNT_END,
+  ANY_UNIT,
+  CURRENCY_SYMBOL,
+  CURRENCY_WORD,
+  DAY,
+  FIGURE_TOKEN,
+  MONTH,
+  SCALE,
+  SCALE_ANY_CASE,
+  SPACED_UNIT,
+  YEAR,
+  isFigureTokenAscii,
+} from './tables.ts';
 
 /** One match of a kind: where it is, what it is, and its key (null: not a fact after all, but masked). */
 interface Match {
@@ -37,14 +78,21 @@ export interface Pattern {
  * digit) and look around it: V8 runs `iu` regexes and unanchored `\p{L}`
  * scans many times slower, and the check must stay a small part of a commit.
  */
-function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text?: (m: RegExpExecArray) => string): (input: string) => Sliced<Match[]> {
+function byRegex(
+  regex: RegExp,
+  key: (m: RegExpExecArray) => string | null,
+  text?: (m: RegExpExecArray) => string,
+): (input: string) => Sliced<Match[]> {
   return function* find(input: string) {
     const out: Match[] = [];
     regex.lastIndex = 0;
     let n = 0;
     for (let m = regex.exec(input); m !== null; m = regex.exec(input)) {
       if (++n % PER_PAUSE === 0) yield* pausing(regex);
-      if (m[0].length === 0) { regex.lastIndex++; continue; }
+      if (m[0].length === 0) {
+        regex.lastIndex++;
+        continue;
+      }
       out.push({ index: m.index, length: m[0].length, text: text ? text(m) : m[0], key: key(m) });
     }
     return out;
@@ -71,9 +119,18 @@ function byStart(regex: RegExp, start: number, key: (m: RegExpExecArray) => stri
       if (i % PER_PAUSE === PER_PAUSE - 1) yield;
       if ((kinds[i]! & start) === 0) continue;
       const d = starts[i]!;
-      const at = start === S_MONTH ? monthStart(input, d)
-        : start === S_MONEY_CODE ? (isSpaceAt(input, d - 1) ? d - 4 : d - 3)
-          : start === S_VERSION && (input.charCodeAt(d - 1) | 0x20) === 0x76 ? d - 1 : start === S_DOT ? d - 1 : d;
+      const at =
+        start === S_MONTH
+          ? monthStart(input, d)
+          : start === S_MONEY_CODE
+            ? isSpaceAt(input, d - 1)
+              ? d - 4
+              : d - 3
+            : start === S_VERSION && (input.charCodeAt(d - 1) | 0x20) === 0x76
+              ? d - 1
+              : start === S_DOT
+                ? d - 1
+                : d;
       if (at < next) continue;
       regex.lastIndex = at;
       const m = regex.exec(input);
@@ -110,7 +167,12 @@ function tokenAround(text: string, at: number, stop: RegExp): [number, number] {
   return [from, to];
 }
 
-function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: string) => { text: string; key: string } | null): Sliced<Match[]> {
+function* around(
+  input: string,
+  anchor: RegExp,
+  stop: RegExp,
+  judge: (token: string) => { text: string; key: string } | null,
+): Sliced<Match[]> {
   const out: Match[] = [];
   anchor.lastIndex = 0;
   let consumed = -1;
@@ -127,7 +189,8 @@ function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: str
 }
 
 const EMAIL = /^[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}$/u;
-const PATH = /^(?:(?:~|\.{1,2})?\/[\p{L}\p{N}._@%+-]+(?:\/[\p{L}\p{N}._@%+-]*)*|[A-Za-z]:\\[^\s"'<>|]+|[\p{L}\p{N}._-]+(?:[\/\\][\p{L}\p{N}._@-]+)+\.[A-Za-z][A-Za-z0-9]{0,7})$/u;
+const PATH =
+  /^(?:(?:~|\.{1,2})?\/[\p{L}\p{N}._@%+-]+(?:\/[\p{L}\p{N}._@%+-]*)*|[A-Za-z]:\\[^\s"'<>|]+|[\p{L}\p{N}._-]+(?:[\/\\][\p{L}\p{N}._@-]+)+\.[A-Za-z][A-Za-z0-9]{0,7})$/u;
 const IDENTIFIER = /^[\p{L}\p{N}]+(?:[-_.#+][\p{L}\p{N}]+)*$/u;
 
 function pathFact(token: string): { text: string; key: string } | null {
@@ -149,14 +212,26 @@ function* identifiers(input: string, { starts }: Runs): Sliced<Match[]> {
     if (index < consumed || !isAsciiDigit(input.charCodeAt(index))) continue;
     let from = index;
     for (;;) {
-      if (isWordAt(input, from - 1)) { from--; continue; }
-      if (isConnector(input.charCodeAt(from - 1)) && isWordAt(input, from - 2)) { from -= 2; continue; }
+      if (isWordAt(input, from - 1)) {
+        from--;
+        continue;
+      }
+      if (isConnector(input.charCodeAt(from - 1)) && isWordAt(input, from - 2)) {
+        from -= 2;
+        continue;
+      }
       break;
     }
     let to = index + 1;
     for (;;) {
-      if (isWordAt(input, to)) { to++; continue; }
-      if (isConnector(input.charCodeAt(to)) && isWordAt(input, to + 1)) { to += 2; continue; }
+      if (isWordAt(input, to)) {
+        to++;
+        continue;
+      }
+      if (isConnector(input.charCodeAt(to)) && isWordAt(input, to + 1)) {
+        to += 2;
+        continue;
+      }
       break;
     }
     consumed = to;
@@ -180,7 +255,9 @@ const ORDINAL = /(?<![A-Za-z0-9.,])(\d+)(?:st|nd|rd|th)(?![A-Za-z0-9])/iy;
 function ordinalAt(input: string, d: number): Match | null {
   ORDINAL.lastIndex = d;
   const m = ORDINAL.exec(input);
-  return m === null ? null : { index: d, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) };
+  return m === null
+    ? null
+    : { index: d, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) };
 }
 /** The end of the run of ASCII digits that starts at `d`. */
 function runEnd(text: string, d: number): number {
@@ -193,8 +270,14 @@ const CJK_DATE = /(?<![A-Za-z0-9])(?:(\d{4})\s?[年년]\s?)?(\d{1,2})\s?[月월]
 /** A scale word followed by a unit (`4.5 billion years`, `225 million km`): both read, the figure multiplied out. */
 const SCALE_THEN = String.raw`(thousand|million|billion|trillion|mn|bn) (${SPACED_UNIT})`;
 /** A decimal without its leading zero: a `.` no letter, digit, `.` or `,` comes before, digits, maybe a unit. */
-const DOT_NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`, 'iy');
-const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'iy');
+const DOT_NUMBER = new RegExp(
+  String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`,
+  'iy',
+);
+const NUMBER = new RegExp(
+  String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`,
+  'iy',
+);
 
 export const PATTERNS: readonly Pattern[] = [
   // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
@@ -202,16 +285,26 @@ export const PATTERNS: readonly Pattern[] = [
   { kind: 'code', find: byRegex(/(?<!`)`([^`\n]{1,400})`(?!`)/g, (m) => m[1]!.trim()), needs: ['`'] },
   {
     kind: 'url',
-    find: byRegex(/(?<![A-Za-z0-9])(?:(?:https?|ftp):\/\/|www\.)[^\s<>"'`]+/gi,
-      (m) => dropTrailing(trimTrailing(m[0]).toLowerCase().replace(/^(?:https?|ftp):\/\//, '').replace(/^www\./, ''), '/'),
-      (m) => trimTrailing(m[0])),
+    find: byRegex(
+      /(?<![A-Za-z0-9])(?:(?:https?|ftp):\/\/|www\.)[^\s<>"'`]+/gi,
+      (m) =>
+        dropTrailing(
+          trimTrailing(m[0])
+            .toLowerCase()
+            .replace(/^(?:https?|ftp):\/\//, '')
+            .replace(/^www\./, ''),
+          '/',
+        ),
+      (m) => trimTrailing(m[0]),
+    ),
   },
   {
     kind: 'email',
-    find: (input) => around(input, /@/g, /[\s<>()[\]"',;:`]/, (token) => {
-      const t = trimTrailing(token);
-      return EMAIL.test(t) ? { text: t, key: t.toLowerCase() } : null;
-    }),
+    find: (input) =>
+      around(input, /@/g, /[\s<>()[\]"',;:`]/, (token) => {
+        const t = trimTrailing(token);
+        return EMAIL.test(t) ? { text: t, key: t.toLowerCase() } : null;
+      }),
   },
   { kind: 'path', find: (input) => around(input, /[\/\\]/g, /[\s"'`<>|]/, pathFact) },
   // From here on every kind but money after a symbol has a digit: each is tried only where a
@@ -220,52 +313,90 @@ export const PATTERNS: readonly Pattern[] = [
   { kind: 'date', find: byRegex(CJK_DATE, (m) => cjkDateKey(m[1] ?? null, m[2]!, m[3] ?? null)), needs: ['月', '월'] },
   {
     kind: 'date',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-SU-Za-su-z0-9]|[Tt](?!\d)|-\d)`, 'y'),
-      S_ISO, (m) => isoKey(m[1]!, m[2]!, m[3]!)),
+    find: byStart(
+      new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-SU-Za-su-z0-9]|[Tt](?!\d)|-\d)`, 'y'),
+      S_ISO,
+      (m) => isoKey(m[1]!, m[2]!, m[3]!),
+    ),
     needs: ['-'],
   },
   // Year first with slashes (`2024/03/06`: Japan, China) or dots and spaces (`2024. 3. 6.`: Korea): unambiguous.
   { kind: 'date', find: byStart(YEAR_FIRST_DATE, S_YEAR_FIRST, (m) => isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!)) },
   {
     kind: 'date',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'iy'), S_MONTH, (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
+    find: byStart(
+      new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'iy'),
+      S_MONTH,
+      (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!),
+    ),
   },
   {
     kind: 'date',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'iy'), S_DAY_MONTH, (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
+    find: byStart(
+      new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'iy'),
+      S_DAY_MONTH,
+      (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!),
+    ),
   },
-  { kind: 'date', find: byStart(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'iy'), S_MONTH, (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
-  { kind: 'date', find: byStart(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/y, S_SLASHED, (m) => slashedKey(m[0])) },
+  {
+    kind: 'date',
+    find: byStart(
+      new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'iy'),
+      S_MONTH,
+      (m) => `${m[2]}-${monthNumber(m[1]!)}`,
+    ),
+  },
+  {
+    kind: 'date',
+    find: byStart(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/y, S_SLASHED, (m) => slashedKey(m[0])),
+  },
   {
     kind: 'time',
-    find: byStart(/(?<![A-SU-Za-su-z0-9:]|[A-Za-z0-9][Tt])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Ya-y0-9]|[Zz][A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/iy,
-      S_TIME, (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
+    find: byStart(
+      /(?<![A-SU-Za-su-z0-9:]|[A-Za-z0-9][Tt])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Ya-y0-9]|[Zz][A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/iy,
+      S_TIME,
+      (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null),
+    ),
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) =>
+      moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3]),
+    ),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   // The symbol after the amount (`50 €`, `1.234,56 €`; not after a figure and a space: `1 000 €` may be one amount, and
   // a plain space is no separator): tried where a number can start (S_NUMBER: the look-behind, but for that).
   {
     kind: 'money',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9.,]|\d\s)${AMOUNT}\s?([$€£¥₹])(?![A-Za-z0-9])`, 'y'), S_NUMBER, (m) => moneyKey(CURRENCY_SYMBOL[m[2]!]!, m[1]!, undefined)),
+    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9.,]|\d\s)${AMOUNT}\s?([$€£¥₹])(?![A-Za-z0-9])`, 'y'), S_NUMBER, (m) =>
+      moneyKey(CURRENCY_SYMBOL[m[2]!]!, m[1]!, undefined),
+    ),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   {
     kind: 'money',
-    find: byStart(new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'iy'), S_MONEY_WORD, (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2])),
+    find: byStart(
+      new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'iy'),
+      S_MONEY_WORD,
+      (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2]),
+    ),
   },
   {
     kind: 'money',
-    find: byStart(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE_ANY_CASE}${AMOUNT_END}`, 'y'),
-      S_MONEY_CODE, (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
+    find: byStart(
+      new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE_ANY_CASE}${AMOUNT_END}`, 'y'),
+      S_MONEY_CODE,
+      (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3]),
+    ),
   },
   {
     kind: 'version',
-    find: byStart(/(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/y,
-      S_VERSION, (m) => m[0].toLowerCase().replace(/^v/, '')),
+    find: byStart(
+      /(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/y,
+      S_VERSION,
+      (m) => m[0].toLowerCase().replace(/^v/, ''),
+    ),
   },
   { kind: 'identifier', find: identifiers },
   {
@@ -288,10 +419,16 @@ export const PATTERNS: readonly Pattern[] = [
         }
         next = d + m[0].length;
         const unit = m[2] ?? m[4] ?? m[5] ?? null;
-        out.push({ index: d, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit, m[3] ?? null), checked: isCheckedNumber(m[1]!, unit) });
+        out.push({
+          index: d,
+          length: m[0].length,
+          text: m[0],
+          key: numberKey(m[1]!, unit, m[3] ?? null),
+          checked: isCheckedNumber(m[1]!, unit),
+        });
       }
       return out;
     },
-  },  // A decimal written without its leading zero (`.5%`, `.45 in`): the figure with it, after every other kind.
+  }, // A decimal written without its leading zero (`.5%`, `.45 in`): the figure with it, after every other kind.
   { kind: 'number', find: byStart(DOT_NUMBER, S_DOT, (m) => numberKey(`0.${m[1]}`, m[2] ?? m[3] ?? null)) },
 ];

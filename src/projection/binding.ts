@@ -26,12 +26,14 @@ import type { SummaryNotUsedReason } from './types.ts';
  */
 export function byPreference(records: readonly ProjectionSummaryRow[]): ProjectionSummaryRow[] {
   const time = (d: Date | null) => (d === null ? -Infinity : d.getTime());
-  return [...records].sort((a, b) =>
-    Number(b.promptVersion === CONVERSATION_PROMPT_VERSION) - Number(a.promptVersion === CONVERSATION_PROMPT_VERSION)
-    || versionNumber(b.promptVersion) - versionNumber(a.promptVersion)
-    || time(b.completedAt) - time(a.completedAt)
-    || time(b.createdAt) - time(a.createdAt)
-    || a.id.localeCompare(b.id));
+  return [...records].sort(
+    (a, b) =>
+      Number(b.promptVersion === CONVERSATION_PROMPT_VERSION) - Number(a.promptVersion === CONVERSATION_PROMPT_VERSION) ||
+      versionNumber(b.promptVersion) - versionNumber(a.promptVersion) ||
+      time(b.completedAt) - time(a.completedAt) ||
+      time(b.createdAt) - time(a.createdAt) ||
+      a.id.localeCompare(b.id),
+  );
 }
 
 /** The n of `name@n` (-1 when there is none): versions of one prompt compare by it, never as text (`@10` after `@9`). */
@@ -65,7 +67,9 @@ export function recordIdCheck(record: ProjectionSummaryRow, fromPair: number, cu
  * @param hash sourceHash, or a memo of it (the reader's: the same pairs hash the same).
  */
 export function recordHashCheck(
-  record: ProjectionSummaryRow, pairs: readonly SourcePair[], hash: (pairs: readonly SourcePair[], version: number) => string = sourceHash,
+  record: ProjectionSummaryRow,
+  pairs: readonly SourcePair[],
+  hash: (pairs: readonly SourcePair[], version: number) => string = sourceHash,
 ): SummaryNotUsedReason | null {
   let computed: string;
   try {
@@ -84,10 +88,19 @@ export function currentIds(pairs: readonly Pick<SourcePair, 'userMessageId' | 'a
 
 // When no record is usable, the range reports the most telling reason: a real
 // summary whose source changed says more than one made with a banned version.
-const RANK: readonly SummaryNotUsedReason[] = ['binding_changed', 'hash_version_unknown', 'over_cap', 'blank', 'version_not_allowed', 'misaligned'];
+const RANK: readonly SummaryNotUsedReason[] = [
+  'binding_changed',
+  'hash_version_unknown',
+  'over_cap',
+  'blank',
+  'version_not_allowed',
+  'misaligned',
+];
 
 /** The most telling of several failed checks (with its record). */
-export function mostTelling(failures: readonly { reason: SummaryNotUsedReason; recordId: string }[]): { reason: SummaryNotUsedReason; recordId: string } | undefined {
+export function mostTelling(
+  failures: readonly { reason: SummaryNotUsedReason; recordId: string }[],
+): { reason: SummaryNotUsedReason; recordId: string } | undefined {
   let best: { reason: SummaryNotUsedReason; recordId: string } | undefined;
   for (const f of failures) {
     const rank = RANK.indexOf(f.reason);

@@ -63,7 +63,8 @@ export function resolveBudget(args: BudgetArgs): ResolvedBudget {
       throw new RangeError(`bytesPerToken must be a positive number, got ${String(perToken)}`);
     }
     requestBytes = Math.floor(budgetTokens * perToken);
-    if (!Number.isSafeInteger(requestBytes)) throw new RangeError(`budgetTokens * bytesPerToken is too large, got ${budgetTokens} * ${perToken}`);
+    if (!Number.isSafeInteger(requestBytes))
+      throw new RangeError(`budgetTokens * bytesPerToken is too large, got ${budgetTokens} * ${perToken}`);
   }
   const reserve = args.reserve ?? {};
   if (reserve.bytes !== undefined && !count(reserve.bytes)) {
@@ -71,7 +72,9 @@ export function resolveBudget(args: BudgetArgs): ResolvedBudget {
   }
   const reservedBytes = partBytes(reserve.system) + partBytes(reserve.tools) + partBytes(reserve.newMessage) + (reserve.bytes ?? 0);
   if (reservedBytes > requestBytes) {
-    throw new RangeError(`the reserve (${reservedBytes} bytes: system, tools, newMessage, bytes) exceeds the budget of ${requestBytes} bytes`);
+    throw new RangeError(
+      `the reserve (${reservedBytes} bytes: system, tools, newMessage, bytes) exceeds the budget of ${requestBytes} bytes`,
+    );
   }
   return { requestBytes, reservedBytes, historyBytes: requestBytes - reservedBytes };
 }

@@ -89,7 +89,11 @@ export async function planLayout(reader: ConversationReader, args: PlanArgs): Pr
   // The whole history raw, when it fits the budget: nothing is summarized or left out.
   if (d.head.length === 0) {
     const whole: Draft = { ...d, tail: [], skipped: [] };
-    if (await extendTail(reader, whole, { limit: B, budget: B, minFill: 0, skip: false, floor: 0 }, bytes) && whole.next < 0 && whole.skipped.length === 0) {
+    if (
+      (await extendTail(reader, whole, { limit: B, budget: B, minFill: 0, skip: false, floor: 0 }, bytes)) &&
+      whole.next < 0 &&
+      whole.skipped.length === 0
+    ) {
       return finish(whole, reader, notUsed);
     }
   }
@@ -101,7 +105,8 @@ export async function planLayout(reader: ConversationReader, args: PlanArgs): Pr
   // between the head and the floor could take, at most).
   const floorBytes = bytes(d);
   const half = Math.floor(HEAD_MAX_RATIO * B);
-  const capFor = (between: number) => Math.min(half, fill - Math.min(Math.max(floorBytes, Math.floor(TAIL_SHARE * fill)), floorBytes + between));
+  const capFor = (between: number) =>
+    Math.min(half, fill - Math.min(Math.max(floorBytes, Math.floor(TAIL_SHARE * fill)), floorBytes + between));
   if (d.head.length === 0) await chooseHead(reader, d, { fill, capFor }, bytes, notUsed);
   else await growHead(reader, d, { fill, cap: half }, bytes, notUsed);
   await extendTail(reader, d, { limit: fill, budget: B, minFill, skip: true, floor: headEnd() }, bytes);
@@ -116,8 +121,9 @@ export async function planLayout(reader: ConversationReader, args: PlanArgs): Pr
   while (args.keptHead === undefined && d.head.length > 0 && d.next + 1 === headEnd() && !d.stopped) {
     const last = d.head.at(-1)!;
     const trial: Draft = { ...d, head: d.head.slice(0, -1), tail: [...d.tail], skipped: [...d.skipped] };
-    const whole = await extendTail(reader, trial, { limit: fill, budget: B, minFill, skip: false, floor: last.fromPair }, bytes)
-      && trial.next + 1 === last.fromPair;
+    const whole =
+      (await extendTail(reader, trial, { limit: fill, budget: B, minFill, skip: false, floor: last.fromPair }, bytes)) &&
+      trial.next + 1 === last.fromPair;
     if (!whole && !(bytes(d) < minFill && bytes(trial) > bytes(d) && trial.tail.length > d.tail.length)) break;
     notUsed.set(last.fromPair, { fromPair: last.fromPair, toPair: last.toPair, reason: 'shown_raw', recordId: last.recordId });
     Object.assign(d, trial);
@@ -136,7 +142,10 @@ export function gapWithinBound(plan: Plan): boolean {
 function finish(d: Draft, reader: ConversationReader, notUsed: Map<number, SummaryNotUsed>): Plan {
   const [items, omitted] = render(d, reader.count);
   return {
-    items, omitted, bytes: reader.format.projectedBytes(items, omitted), head: d.head,
+    items,
+    omitted,
+    bytes: reader.format.projectedBytes(items, omitted),
+    head: d.head,
     summaryNotUsed: [...notUsed.values()].sort((a, b) => a.fromPair - b.fromPair),
   };
 }
@@ -243,7 +252,10 @@ async function extendTail(reader: ConversationReader, d: Draft, a: TailArgs, byt
 
 /** The newest usable summaries older than the tail, no further than MAX_GAP_PAIRS from it, up to half the budget. */
 async function chooseHead(
-  reader: ConversationReader, d: Draft, args: { fill: number; capFor: (between: number) => number }, bytes: (d: Draft) => number,
+  reader: ConversationReader,
+  d: Draft,
+  args: { fill: number; capFor: (between: number) => number },
+  bytes: (d: Draft) => number,
   notUsed: Map<number, SummaryNotUsed>,
 ): Promise<void> {
   let a: HeadLimits = { fill: args.fill, cap: 0 };
@@ -282,7 +294,11 @@ async function chooseHead(
 
 /** A kept head grows at its end by the usable summaries of the ranges right after it, older than the tail. */
 async function growHead(
-  reader: ConversationReader, d: Draft, a: HeadLimits, bytes: (d: Draft) => number, notUsed: Map<number, SummaryNotUsed>,
+  reader: ConversationReader,
+  d: Draft,
+  a: HeadLimits,
+  bytes: (d: Draft) => number,
+  notUsed: Map<number, SummaryNotUsed>,
 ): Promise<void> {
   for (let k = (d.head.at(-1)!.toPair + 1) / RANGE_SIZE; (k + 1) * RANGE_SIZE <= d.next + 1; k++) {
     const s = await summaryAt(reader, k, notUsed);
@@ -301,7 +317,11 @@ function fitsHead(reader: ConversationReader, d: Draft, head: SummaryItem[], a: 
   return reader.format.projectedBytes(head, []) <= a.cap && bytes({ ...d, head }) <= a.fill;
 }
 
-async function summaryAt(reader: ConversationReader, k: number, notUsed: Map<number, SummaryNotUsed>): Promise<SummaryItem | null | 'changed'> {
+async function summaryAt(
+  reader: ConversationReader,
+  k: number,
+  notUsed: Map<number, SummaryNotUsed>,
+): Promise<SummaryItem | null | 'changed'> {
   const s = await reader.summary(k);
   if (s === 'changed') {
     reader.changedAt(k * RANGE_SIZE + RANGE_SIZE - 1);
@@ -309,6 +329,11 @@ async function summaryAt(reader: ConversationReader, k: number, notUsed: Map<num
   }
   if (s.kind === 'usable') return s.item;
   const toPair = Math.min(k * RANGE_SIZE + RANGE_SIZE - 1, reader.count - 1);
-  notUsed.set(k * RANGE_SIZE, { fromPair: k * RANGE_SIZE, toPair, reason: s.reason, ...(s.recordId === undefined ? {} : { recordId: s.recordId }) });
+  notUsed.set(k * RANGE_SIZE, {
+    fromPair: k * RANGE_SIZE,
+    toPair,
+    reason: s.reason,
+    ...(s.recordId === undefined ? {} : { recordId: s.recordId }),
+  });
   return null;
 }

@@ -38,7 +38,7 @@ export function historyBytes(messages: readonly unknown[]): number {
 const sizes = new WeakMap<ProjectionItem, number>();
 function sizeOf(item: ProjectionItem): number {
   let bytes = sizes.get(item);
-  if (bytes === undefined) sizes.set(item, bytes = itemBytes(item));
+  if (bytes === undefined) sizes.set(item, (bytes = itemBytes(item)));
   return bytes;
 }
 

@@ -1,6 +1,10 @@
 import { createHash } from 'node:crypto';
 import {
-  projectionLayoutNearRead, projectionLayoutRead, type ProjectionLayoutRow, type Queryable, type ReadObserver,
+  projectionLayoutNearRead,
+  projectionLayoutRead,
+  type ProjectionLayoutRow,
+  type Queryable,
+  type ReadObserver,
 } from '../db/queries/projection.ts';
 import { RANGE_SIZE } from '../conversation/plan.ts';
 import { firstPairOf, toAnthropicMessages } from './to-anthropic.ts';
@@ -74,7 +78,10 @@ const TOUCH_SHARE = 0.1;
  *   caller read it already (projectionRead); else it is read here.
  */
 export async function stableProjection(
-  db: Queryable, reader: ConversationReader, args: StableArgs, read?: { layout: ProjectionLayoutRow | null; budgetBytes: number | null },
+  db: Queryable,
+  reader: ConversationReader,
+  args: StableArgs,
+  read?: { layout: ProjectionLayoutRow | null; budgetBytes: number | null },
 ): Promise<StableResult> {
   let stored: ProjectionLayoutRow | null = read === undefined ? await projectionLayoutRead(db, args, args.onRead) : read.layout;
   let storedAt = read?.layout != null && read.budgetBytes !== null ? read.budgetBytes : args.budgetBytes;
@@ -92,7 +99,11 @@ export async function stableProjection(
   return { ...result, replaces: stored, storedAt };
 }
 
-async function decide(reader: ConversationReader, args: StableArgs, stored: ProjectionLayoutRow | null): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
+async function decide(
+  reader: ConversationReader,
+  args: StableArgs,
+  stored: ProjectionLayoutRow | null,
+): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
   const { count, budgetBytes } = args;
   if (stored === null) return rewrite(reader, args, 'first', null);
   if (!wellFormed(stored, count)) return rewrite(reader, args, 'changed', null);
@@ -110,13 +121,16 @@ async function decide(reader: ConversationReader, args: StableArgs, stored: Proj
   const { items, omitted } = rebuilt;
   const half = Math.floor(budgetBytes / 2);
   for (let i = stored.endPair; i < count; i++) {
-    const slot = reader.pairIfRead(i) ?? await reader.pair(i);
+    const slot = reader.pairIfRead(i) ?? (await reader.pair(i));
     if (slot.kind !== 'pair' || reader.format.sizeOf(slot.item) > half) return rewrite(reader, args, 'budget', leadingSummaries(items));
     items.push(slot.item);
   }
   if (reader.format.projectedBytes(items, omitted) > budgetBytes) return rewrite(reader, args, 'budget', leadingSummaries(items));
   return {
-    plan: { items, omitted, summaryNotUsed: [] }, rewrite: null, lowWater: lowWaterBytes(budgetBytes), save: null,
+    plan: { items, omitted, summaryNotUsed: [] },
+    rewrite: null,
+    lowWater: lowWaterBytes(budgetBytes),
+    save: null,
     touch: idle >= TOUCH_SHARE * args.cacheTtlSeconds * 1000,
   };
 }
@@ -129,7 +143,10 @@ async function decide(reader: ConversationReader, args: StableArgs, stored: Proj
  * fresh layout would.
  */
 async function rewrite(
-  reader: ConversationReader, args: StableArgs, why: NonNullable<ProjectionCacheInfo['rewrite']>, head: SummaryItem[] | null,
+  reader: ConversationReader,
+  args: StableArgs,
+  why: NonNullable<ProjectionCacheInfo['rewrite']>,
+  head: SummaryItem[] | null,
 ): Promise<Omit<StableResult, 'replaces' | 'storedAt'>> {
   const { budgetBytes, count } = args;
   const fillBytes = lowWaterBytes(budgetBytes);
@@ -144,7 +161,10 @@ async function rewrite(
   plan ??= await planLayout(reader, { budgetBytes, fillBytes });
   const sound = reader.problems.length === 0;
   return {
-    plan, rewrite: why, lowWater: fillBytes, touch: false,
+    plan,
+    rewrite: why,
+    lowWater: fillBytes,
+    touch: false,
     save: sound ? layoutOf(plan.items, plan.omitted, count, args.now) : null,
   };
 }
@@ -160,7 +180,10 @@ function wellFormed(l: ProjectionLayoutRow, count: number): boolean {
 }
 
 /** The stored layout's items rebuilt from the current rows, with its omitted spans; null when one no longer holds. */
-async function rebuild(reader: ConversationReader, stored: ProjectionLayoutRow): Promise<{ items: ProjectionItem[]; omitted: OmittedSpan[] } | null> {
+async function rebuild(
+  reader: ConversationReader,
+  stored: ProjectionLayoutRow,
+): Promise<{ items: ProjectionItem[]; omitted: OmittedSpan[] } | null> {
   const summaryAt = new Map(stored.summaries.map((s) => [s.fromPair, s.recordId]));
   const gapAt = new Map(stored.gaps.map((g) => [g.fromPair, g.toPair]));
   const items: ProjectionItem[] = [];
@@ -178,7 +201,7 @@ async function rebuild(reader: ConversationReader, stored: ProjectionLayoutRow):
       i += RANGE_SIZE;
       continue;
     }
-    const slot = reader.pairIfRead(i) ?? await reader.pair(i);
+    const slot = reader.pairIfRead(i) ?? (await reader.pair(i));
     if (slot.kind !== 'pair') return null;
     items.push(slot.item);
     i += 1;
@@ -212,14 +235,18 @@ function leadingSummaries(items: readonly ProjectionItem[]): SummaryItem[] {
 function spansOf(startPair: number, gaps: ProjectionLayoutRow['gaps']): OmittedSpan[] {
   return [
     ...(startPair > 0 ? [{ fromPair: 0, toPair: startPair - 1, reason: 'budget' as const }] : []),
-    ...gaps.map((g) => ({ fromPair: g.fromPair, toPair: g.toPair, reason: g.reason ?? 'budget' as const })),
+    ...gaps.map((g) => ({ fromPair: g.fromPair, toPair: g.toPair, reason: g.reason ?? ('budget' as const) })),
   ];
 }
 
 function layoutOf(items: ProjectionItem[], omitted: OmittedSpan[], count: number, now: number): ProjectionLayoutRow {
   const startPair = items.length === 0 ? count : firstPairOf(items[0]!);
-  const gaps = items.length === 0 ? [] : omitted.filter((s) => s.fromPair > 0)
-    .map((s) => ({ fromPair: s.fromPair, toPair: s.toPair, ...(s.reason === 'too_large' ? { reason: 'too_large' as const } : {}) }));
+  const gaps =
+    items.length === 0
+      ? []
+      : omitted
+          .filter((s) => s.fromPair > 0)
+          .map((s) => ({ fromPair: s.fromPair, toPair: s.toPair, ...(s.reason === 'too_large' ? { reason: 'too_large' as const } : {}) }));
   const plain = JSON.stringify(toAnthropicMessages({ items, omitted }, { cacheBreakpoint: false }));
   const head = leadingSummaries(items);
   const prefixSha256 = createHash('sha256').update(plain).digest('hex');
@@ -247,7 +274,9 @@ function layoutHash(items: ProjectionItem[], omitted: OmittedSpan[]): string {
   const key = hashKey(items, omitted);
   let hash = key === null ? undefined : hashes.get(key);
   if (hash === undefined) {
-    hash = createHash('sha256').update(JSON.stringify(toAnthropicMessages({ items, omitted }, { cacheBreakpoint: false }))).digest('hex');
+    hash = createHash('sha256')
+      .update(JSON.stringify(toAnthropicMessages({ items, omitted }, { cacheBreakpoint: false })))
+      .digest('hex');
     remember(key, hash);
   }
   return hash;

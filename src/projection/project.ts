@@ -1,7 +1,13 @@
 import type pg from 'pg';
 import {
-  projectionLayoutTouch, projectionLayoutWrite, projectionRead, snapshotBegin, snapshotEnd,
-  type ProjectionRead, type Queryable, type ReadObserver,
+  projectionLayoutTouch,
+  projectionLayoutWrite,
+  projectionRead,
+  snapshotBegin,
+  snapshotEnd,
+  type ProjectionRead,
+  type Queryable,
+  type ReadObserver,
 } from '../db/queries/projection.ts';
 import { resolveBudget, type RequestReserve } from './budget.ts';
 import { DEFAULT_CACHE_TTL_SECONDS } from './cache.ts';
@@ -112,7 +118,9 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   if (mode !== 'stable' && mode !== 'newest-first') throw new RangeError(`layout must be 'stable' or 'newest-first', got ${String(mode)}`);
   const cacheTtlSeconds = args.cacheTtlSeconds ?? DEFAULT_CACHE_TTL_SECONDS;
   if (!(Number.isFinite(cacheTtlSeconds) && cacheTtlSeconds > 0)) {
-    throw new RangeError(`cacheTtlSeconds must be a positive number of seconds (300, or 3600 for a one-hour cache), got ${String(cacheTtlSeconds)}`);
+    throw new RangeError(
+      `cacheTtlSeconds must be a positive number of seconds (300, or 3600 for a one-hour cache), got ${String(cacheTtlSeconds)}`,
+    );
   }
   if (!UUID.test(args.conversationId)) throw new ConversationNotFoundError(args.conversationId, scope);
   const conversationId = args.conversationId.toLowerCase();
@@ -123,47 +131,108 @@ export async function projectConversationHistory(args: ProjectArgs): Promise<Con
   let after: ((db: Queryable) => Promise<boolean>) | null = null;
   let saved = false;
   // A newest-first call lays out anew every time: it reads in pages, in one snapshot from the start.
-  const projection = await withSnapshot(args.pool, mode === 'stable', async (db, live) => {
-    after = null;
-    const read = await projectionRead(db, {
-      conversationId, scope, layoutBudget: mode === 'stable' ? budgetBytes : null, firstPage: FIRST_PAGE_PAIRS, maxTextBytes: budgetBytes,
-    }, args.onRead);
-    if (read === null) throw new ConversationNotFoundError(conversationId, scope);
-    const { count } = read;
-    const reader = new ConversationReader(live ? db : NO_FURTHER_READS, { conversationId, scope, count, budgetBytes, onRead: args.onRead, format, prefetch: read, memo });
-    reader.problems.push(...hiddenExchanges(read));
-    const at = { conversationId, scope, budgetBytes, count, format, requestBytes: budget.requestBytes, reservedBytes: budget.reservedBytes };
-    if (mode === 'newest-first') {
-      const plan = await planLayout(reader, { budgetBytes, fillBytes: budgetBytes });
-      return assemble({ ...plan, problems: reader.problems }, at, { mode, rewrite: 'first', lowWaterBytes: budgetBytes, layoutSaved: false });
-    }
-    const stable = await stableProjection(db, reader, { conversationId, scope, count, budgetBytes, now, cacheTtlSeconds, onRead: args.onRead }, {
-      layout: read.layout, budgetBytes: read.layoutBudget,
-    });
-    if (persist && stable.save !== null) {
-      const write = { conversationId, scope, budgetBytes: stable.storedAt, layout: stable.save, replaces: stable.replaces };
-      after = (db) => saveLayout(db, () => projectionLayoutWrite(db, write));
-    } else if (persist && stable.touch && stable.replaces !== null) {
-      const touch = { conversationId, scope, budgetBytes: stable.storedAt, prefixSha256: stable.replaces.prefixSha256, usedAt: new Date(now) };
-      after = (db) => saveLayout(db, () => projectionLayoutTouch(db, touch));
-    }
-    return assemble({ ...stable.plan, problems: reader.problems }, at, {
-      mode, rewrite: stable.rewrite, lowWaterBytes: stable.lowWater, layoutSaved: false,
-    });
-  }, async (db) => {
-    if (after !== null) saved = await after(db);
-  });
+  const projection = await withSnapshot(
+    args.pool,
+    mode === 'stable',
+    async (db, live) => {
+      after = null;
+      const read = await projectionRead(
+        db,
+        {
+          conversationId,
+          scope,
+          layoutBudget: mode === 'stable' ? budgetBytes : null,
+          firstPage: FIRST_PAGE_PAIRS,
+          maxTextBytes: budgetBytes,
+        },
+        args.onRead,
+      );
+      if (read === null) throw new ConversationNotFoundError(conversationId, scope);
+      const { count } = read;
+      const reader = new ConversationReader(live ? db : NO_FURTHER_READS, {
+        conversationId,
+        scope,
+        count,
+        budgetBytes,
+        onRead: args.onRead,
+        format,
+        prefetch: read,
+        memo,
+      });
+      reader.problems.push(...hiddenExchanges(read));
+      const at = {
+        conversationId,
+        scope,
+        budgetBytes,
+        count,
+        format,
+        requestBytes: budget.requestBytes,
+        reservedBytes: budget.reservedBytes,
+      };
+      if (mode === 'newest-first') {
+        const plan = await planLayout(reader, { budgetBytes, fillBytes: budgetBytes });
+        return assemble({ ...plan, problems: reader.problems }, at, {
+          mode,
+          rewrite: 'first',
+          lowWaterBytes: budgetBytes,
+          layoutSaved: false,
+        });
+      }
+      const stable = await stableProjection(
+        db,
+        reader,
+        { conversationId, scope, count, budgetBytes, now, cacheTtlSeconds, onRead: args.onRead },
+        {
+          layout: read.layout,
+          budgetBytes: read.layoutBudget,
+        },
+      );
+      if (persist && stable.save !== null) {
+        const write = { conversationId, scope, budgetBytes: stable.storedAt, layout: stable.save, replaces: stable.replaces };
+        after = (db) => saveLayout(db, () => projectionLayoutWrite(db, write));
+      } else if (persist && stable.touch && stable.replaces !== null) {
+        const touch = {
+          conversationId,
+          scope,
+          budgetBytes: stable.storedAt,
+          prefixSha256: stable.replaces.prefixSha256,
+          usedAt: new Date(now),
+        };
+        after = (db) => saveLayout(db, () => projectionLayoutTouch(db, touch));
+      }
+      return assemble({ ...stable.plan, problems: reader.problems }, at, {
+        mode,
+        rewrite: stable.rewrite,
+        lowWaterBytes: stable.lowWater,
+        layoutSaved: false,
+      });
+    },
+    async (db) => {
+      if (after !== null) saved = await after(db);
+    },
+  );
   // A kept layout is already stored: only a rewrite reports a save.
   projection.cache.layoutSaved = projection.cache.rewrite !== null && saved;
   if (projection.problems.length > 0) {
-    args.logger?.warn({ conversationId, scope, problems: projection.problems }, 'projection: history left out of every request (see problems)');
+    args.logger?.warn(
+      { conversationId, scope, problems: projection.problems },
+      'projection: history left out of every request (see problems)',
+    );
   }
   return projection;
 }
 
 function assemble(
   w: Pick<ConversationProjection, 'items' | 'omitted' | 'summaryNotUsed' | 'problems'>,
-  at: { conversationId: string; scope: string; budgetBytes: number; count: number; format: Format; requestBytes: number; reservedBytes: number },
+  at: {
+    conversationId: string;
+    scope: string;
+    budgetBytes: number;
+    count: number;
+    format: Format;
+    requestBytes: number;
+    reservedBytes: number;
+  },
   cache: ProjectionCacheInfo,
 ): ConversationProjection {
   const result: ConversationProjection = {
@@ -184,8 +253,10 @@ function assemble(
   // The planner sized every candidate with the format's arithmetic; the adapter's own JSON is the truth
   // (checked once for the same items and spans: reader.ts ItemMemo).
   // (Layouts of more than 2,000 items are checked every time: bounds the memo's keys.)
-  const key = result.items.length > 2000 ? null
-    : `${at.format.name}|${result.items.map(itemSerial).join(',')}|${result.omitted.map((s) => `${s.fromPair}-${s.toPair}-${s.reason}`).join(',')}`;
+  const key =
+    result.items.length > 2000
+      ? null
+      : `${at.format.name}|${result.items.map(itemSerial).join(',')}|${result.omitted.map((s) => `${s.fromPair}-${s.toPair}-${s.reason}`).join(',')}`;
   const checked = key === null ? undefined : checkedBytes.get(key);
   // A size is remembered only where the planner's equaled the JSON's: the same items and spans plan the same.
   const planned = checked ?? at.format.projectedBytes(result.items, result.omitted);
@@ -241,7 +312,10 @@ function isPool(db: Queryable | pg.Pool): db is pg.Pool {
  * snapshot, where it reads as it needs.
  */
 async function withSnapshot<T>(
-  db: Queryable | pg.Pool, oneStatement: boolean, fn: (db: Queryable, live: boolean) => Promise<T>, after: (db: Queryable) => Promise<void>,
+  db: Queryable | pg.Pool,
+  oneStatement: boolean,
+  fn: (db: Queryable, live: boolean) => Promise<T>,
+  after: (db: Queryable) => Promise<void>,
 ): Promise<T> {
   if (!isPool(db)) {
     const result = await fn(db, true);
@@ -284,16 +358,28 @@ function hiddenExchanges(read: Pick<ProjectionRead, 'withoutRun' | 'streaming' |
   const problems: ProjectionProblem[] = [];
   const n = (count: number, one: string, many: string) => `${count} ${count === 1 ? one : many}`;
   if (read.withoutRun > 0) {
-    problems.push({ kind: 'messages_without_run', atPair: null, count: read.withoutRun,
-      message: `${n(read.withoutRun, 'message has', 'messages have')} no run, so no pair and no request carries ${read.withoutRun === 1 ? 'it' : 'them'}: write turns with beginTurn/completeTurn` });
+    problems.push({
+      kind: 'messages_without_run',
+      atPair: null,
+      count: read.withoutRun,
+      message: `${n(read.withoutRun, 'message has', 'messages have')} no run, so no pair and no request carries ${read.withoutRun === 1 ? 'it' : 'them'}: write turns with beginTurn/completeTurn`,
+    });
   }
   if (read.streaming > 0) {
-    problems.push({ kind: 'replies_streaming', atPair: null, count: read.streaming,
-      message: `${n(read.streaming, 'reply is', 'replies are')} still streaming, so ${read.streaming === 1 ? 'its exchange is' : 'their exchanges are'} in no request yet: finishReply or failTurn` });
+    problems.push({
+      kind: 'replies_streaming',
+      atPair: null,
+      count: read.streaming,
+      message: `${n(read.streaming, 'reply is', 'replies are')} still streaming, so ${read.streaming === 1 ? 'its exchange is' : 'their exchanges are'} in no request yet: finishReply or failTurn`,
+    });
   }
   if (read.unsettledRuns > 0) {
-    problems.push({ kind: 'runs_not_settled', atPair: null, count: read.unsettledRuns,
-      message: `${n(read.unsettledRuns, 'run is', 'runs are')} still queued or running ten minutes after ${read.unsettledRuns === 1 ? 'it' : 'they'} began, so ${read.unsettledRuns === 1 ? 'its exchange is' : 'their exchanges are'} in no request: completeTurn or failTurn` });
+    problems.push({
+      kind: 'runs_not_settled',
+      atPair: null,
+      count: read.unsettledRuns,
+      message: `${n(read.unsettledRuns, 'run is', 'runs are')} still queued or running ten minutes after ${read.unsettledRuns === 1 ? 'it' : 'they'} began, so ${read.unsettledRuns === 1 ? 'its exchange is' : 'their exchanges are'} in no request: completeTurn or failTurn`,
+    });
   }
   return problems;
 }

@@ -1,13 +1,17 @@
 import {
-  pairsPageRead, summariesForRangesRead, type ProjectionPairRow, type ProjectionRead, type ProjectionSummaryRow, type Queryable, type ReadObserver,
+  pairsPageRead,
+  summariesForRangesRead,
+  type ProjectionPairRow,
+  type ProjectionRead,
+  type ProjectionSummaryRow,
+  type Queryable,
+  type ReadObserver,
 } from '../db/queries/projection.ts';
 import { sourceHash, type SourcePair } from '../conversation/source-hash.ts';
 import { RANGE_SIZE } from '../conversation/plan.ts';
 import { FORMATS, type Format } from './format.ts';
 import type { PairItem, ProjectionItem, ProjectionProblem, SummaryItem, SummaryNotUsedReason } from './types.ts';
-import {
-  contiguous, hasTexts, judgeRange, pairItem, summaryItem, type TextPair,
-} from './walk.ts';
+import { contiguous, hasTexts, judgeRange, pairItem, summaryItem, type TextPair } from './walk.ts';
 
 /**
  * What a layout reads of a conversation, read once and only as far as the
@@ -80,8 +84,13 @@ export class ItemMemo {
     const found = this.pairs.get(key);
     if (found !== undefined) {
       const it = found.item;
-      if (it.pairIndex === row.pairIndex && it.runId === row.runId && it.assistantMessageId === row.assistantMessageId
-        && it.userText === row.userText && it.assistantText === row.assistantText) {
+      if (
+        it.pairIndex === row.pairIndex &&
+        it.runId === row.runId &&
+        it.assistantMessageId === row.assistantMessageId &&
+        it.userText === row.userText &&
+        it.assistantText === row.assistantText
+      ) {
         found.used = true;
         return it;
       }
@@ -117,7 +126,9 @@ export class ItemMemo {
     }
     const fresh = summaryItem(record, pairs);
     const item = Object.freeze({
-      ...fresh, userMessages: Object.freeze(fresh.userMessages.map((m) => Object.freeze(m))), ungrounded: Object.freeze(fresh.ungrounded),
+      ...fresh,
+      userMessages: Object.freeze(fresh.userMessages.map((m) => Object.freeze(m))),
+      ungrounded: Object.freeze(fresh.ungrounded),
     }) as SummaryItem;
     const bytes = fresh.summary.length + fresh.userMessages.reduce((n, m) => n + m.text.length, 0) + 500;
     this.summaries.set(record.id, { item, pairs: serials, bytes });
@@ -162,9 +173,16 @@ export class ItemMemo {
 /** Whether a summary item was made from a record with these fields (its label follows from them; its user messages from its pairs). */
 function sameSummary(a: SummaryItem, r: ProjectionSummaryRow & { summary: string }): boolean {
   const ungrounded = r.ungrounded ?? [];
-  return a.fromPair === r.fromPair && a.toPair === r.toPair && a.recordId === r.id && a.promptVersion === r.promptVersion
-    && a.model === r.model && a.summary === r.summary
-    && a.ungrounded.length === ungrounded.length && a.ungrounded.every((f, i) => f === ungrounded[i]);
+  return (
+    a.fromPair === r.fromPair &&
+    a.toPair === r.toPair &&
+    a.recordId === r.id &&
+    a.promptVersion === r.promptVersion &&
+    a.model === r.model &&
+    a.summary === r.summary &&
+    a.ungrounded.length === ungrounded.length &&
+    a.ungrounded.every((f, i) => f === ungrounded[i])
+  );
 }
 
 const serials = new WeakMap<object, number>();
@@ -173,7 +191,7 @@ let nextSerial = 0;
 /** A number for each item object (stable while it lives): what memos of computations over items are keyed by. */
 export function itemSerial(item: ProjectionItem): number {
   let n = serials.get(item);
-  if (n === undefined) serials.set(item, n = nextSerial++);
+  if (n === undefined) serials.set(item, (n = nextSerial++));
   return n;
 }
 
@@ -182,10 +200,9 @@ const memos = new WeakMap<object, ItemMemo>();
 /** The memo of a pool (or of any other object the reads go through). */
 export function memoFor(owner: object): ItemMemo {
   let memo = memos.get(owner);
-  if (memo === undefined) memos.set(owner, memo = new ItemMemo());
+  if (memo === undefined) memos.set(owner, (memo = new ItemMemo()));
   return memo;
 }
-
 
 export interface ReaderArgs {
   conversationId: string;
@@ -221,7 +238,10 @@ export class ConversationReader {
 
   private readonly memo: ItemMemo;
 
-  constructor(private readonly db: Queryable, private readonly args: ReaderArgs) {
+  constructor(
+    private readonly db: Queryable,
+    private readonly args: ReaderArgs,
+  ) {
     this.count = args.count;
     this.format = args.format ?? FORMATS.anthropic;
     this.memo = args.memo ?? new ItemMemo();
@@ -263,7 +283,7 @@ export class ConversationReader {
     const row = this.rows.get(i)!;
     if (!hasTexts(row)) return { kind: 'too_large' };
     let item = this.items.get(i);
-    if (item === undefined) this.items.set(i, item = this.memo.pair(row));
+    if (item === undefined) this.items.set(i, (item = this.memo.pair(row)));
     return { kind: 'pair', item };
   }
 
@@ -282,7 +302,7 @@ export class ConversationReader {
   summary(k: number, recordId?: string): Promise<RangeSummary | 'changed'> {
     const key = `${k}:${recordId ?? ''}`;
     let found = this.summaries.get(key);
-    if (found === undefined) this.summaries.set(key, found = this.judge(k, recordId));
+    if (found === undefined) this.summaries.set(key, (found = this.judge(k, recordId)));
     return found;
   }
 
@@ -295,7 +315,8 @@ export class ConversationReader {
   changedAt(pairIndex: number): void {
     if (this.brokenAt === null || pairIndex > this.brokenAt) this.brokenAt = pairIndex;
     this.problems.push({
-      kind: 'pairs_changed_during_read', atPair: pairIndex,
+      kind: 'pairs_changed_during_read',
+      atPair: pairIndex,
       message: 'the pairs changed while the projection read them; pass a pg.Pool (one REPEATABLE READ snapshot) or retry',
     });
   }
@@ -325,8 +346,10 @@ export class ConversationReader {
     this.brokenAt = i;
     this.readFrom = 0;
     this.problems.push({
-      kind: 'pair_index_gap', atPair: i,
-      message: `the pair index of conversation ${conversationId} has a gap at or before pair ${i} ` +
+      kind: 'pair_index_gap',
+      atPair: i,
+      message:
+        `the pair index of conversation ${conversationId} has a gap at or before pair ${i} ` +
         `(pairs_drift() reports the rows); run \`sourcebound repair ${conversationId} --scope ${scope}\``,
     });
   }
@@ -335,14 +358,22 @@ export class ConversationReader {
     const fromPair = k * RANGE_SIZE;
     const toPair = Math.min(fromPair + RANGE_SIZE - 1, this.count - 1);
     for (let i = toPair; i >= fromPair; i--) {
-      if ((this.pairIfRead(i) ?? await this.pair(i)).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
+      if ((this.pairIfRead(i) ?? (await this.pair(i))).kind === 'missing') return { kind: 'not_used', reason: 'not_yet_summarized' };
     }
     const pairs = Array.from({ length: toPair - fromPair + 1 }, (_, j) => this.rows.get(fromPair + j)!);
     if (!this.records.has(k)) while (k < this.recordsFrom) await this.readRecords(k);
     const records = (this.records.get(k) ?? []).filter((r) => recordId === undefined || r.id === recordId);
     const v = await judgeRange({
-      fromPair, pairs, records, count: this.count, texts: () => this.rangeTexts(k, pairs),
-      hash: (p, version) => this.memo.sourceHash((p as TextPair[]).map((row) => this.itemOf(row)), version),
+      fromPair,
+      pairs,
+      records,
+      count: this.count,
+      texts: () => this.rangeTexts(k, pairs),
+      hash: (p, version) =>
+        this.memo.sourceHash(
+          (p as TextPair[]).map((row) => this.itemOf(row)),
+          version,
+        ),
     });
     if (v === 'changed') return 'changed';
     if (!v.usable) return { kind: 'not_used', reason: v.reason, ...(v.recordId === undefined ? {} : { recordId: v.recordId }) };
@@ -350,7 +381,8 @@ export class ConversationReader {
     const item = this.memo.summary(v.record, items);
     // walk.ts smallerThanOriginal, sized with the memo's items (their bytes are computed once).
     const rawBytes = items.reduce((n, p) => n + this.format.sizeOf(p), 0);
-    if (!(this.format.sizeOf(item) + this.format.breakpointBytes < rawBytes)) return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
+    if (!(this.format.sizeOf(item) + this.format.breakpointBytes < rawBytes))
+      return { kind: 'not_used', reason: 'larger_than_original', recordId: v.record.id };
     return { kind: 'usable', item };
   }
 
@@ -365,9 +397,16 @@ export class ConversationReader {
     const kHi = this.recordsFrom - 1;
     const kLo = Math.max(0, Math.min(k, kHi - MAX_PAGE_PAIRS / RANGE_SIZE + 1));
     const { conversationId, scope, onRead } = this.args;
-    const rows = await summariesForRangesRead(this.db, {
-      conversationId, scope, fromPair: kLo * RANGE_SIZE, toPair: kHi * RANGE_SIZE + RANGE_SIZE - 1,
-    }, onRead);
+    const rows = await summariesForRangesRead(
+      this.db,
+      {
+        conversationId,
+        scope,
+        fromPair: kLo * RANGE_SIZE,
+        toPair: kHi * RANGE_SIZE + RANGE_SIZE - 1,
+      },
+      onRead,
+    );
     for (let j = kLo; j <= kHi; j++) this.records.set(j, []);
     for (const r of rows) this.records.get(Math.floor(r.fromPair / RANGE_SIZE))?.push(r);
     this.recordsFrom = kLo;
@@ -383,9 +422,10 @@ export class ConversationReader {
         const toPair = fromPair + pairs.length - 1;
         const { conversationId, scope, onRead } = this.args;
         const all = await pairsPageRead(this.db, { conversationId, scope, fromPair, toPair, maxTextBytes: null }, onRead);
-        const same = contiguous(all, fromPair, toPair) && all.every((p, j) => p.userMessageId === pairs[j]!.userMessageId
-          && p.assistantMessageId === pairs[j]!.assistantMessageId);
-        return same && all.every(hasTexts) ? all as TextPair[] : null;
+        const same =
+          contiguous(all, fromPair, toPair) &&
+          all.every((p, j) => p.userMessageId === pairs[j]!.userMessageId && p.assistantMessageId === pairs[j]!.assistantMessageId);
+        return same && all.every(hasTexts) ? (all as TextPair[]) : null;
       })();
       this.texts.set(k, found);
     }

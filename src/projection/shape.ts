@@ -23,9 +23,7 @@ export interface Shape<M> {
   withMark: ((message: M) => M) | null;
 }
 
-export function renderShape<M>(
-  shape: Shape<M>, projection: Pick<ConversationProjection, 'items' | 'omitted'>, breakpoints: boolean,
-): M[] {
+export function renderShape<M>(shape: Shape<M>, projection: Pick<ConversationProjection, 'items' | 'omitted'>, breakpoints: boolean): M[] {
   const { items } = projection;
   const messages = items.flatMap((item) => shape.itemMessages(item));
   if (messages.length === 0) return messages;
@@ -44,7 +42,15 @@ export interface ShapeBytes {
   breakpointBytes: number;
 }
 
-const PROBE: ProjectionItem = { kind: 'pair', pairIndex: 0, runId: '', userMessageId: '', assistantMessageId: '', userText: 'x', assistantText: 'x' };
+const PROBE: ProjectionItem = {
+  kind: 'pair',
+  pairIndex: 0,
+  runId: '',
+  userMessageId: '',
+  assistantMessageId: '',
+  userText: 'x',
+  assistantText: 'x',
+};
 
 export function shapeBytes<M>(shape: Shape<M>): ShapeBytes {
   const itemBytes = (item: ProjectionItem) => shape.itemMessages(item).reduce((n, m) => n + jsonBytes(m) + 1, 0);
@@ -54,11 +60,13 @@ export function shapeBytes<M>(shape: Shape<M>): ShapeBytes {
   const sizes = new WeakMap<ProjectionItem, number>();
   const sizeOf = (item: ProjectionItem) => {
     let bytes = sizes.get(item);
-    if (bytes === undefined) sizes.set(item, bytes = itemBytes(item));
+    if (bytes === undefined) sizes.set(item, (bytes = itemBytes(item)));
     return bytes;
   };
   return {
-    itemBytes, sizeOf, breakpointBytes,
+    itemBytes,
+    sizeOf,
+    breakpointBytes,
     projectedBytes(items, omitted) {
       if (items.length === 0) return 0;
       const { notes, marks } = placement(items, omitted, shape.withMark !== null);

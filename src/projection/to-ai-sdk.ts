@@ -44,7 +44,10 @@ const part = (text: string): ModelTextPart => ({ type: 'text', text });
 export const aiSdkShape: Shape<Turn> = {
   itemMessages(item) {
     if (item.kind === 'pair') {
-      return [{ role: 'user', content: [part(neutralizeMarkers(item.userText))] }, { role: 'assistant', content: [part(neutralizeMarkers(item.assistantText))] }];
+      return [
+        { role: 'user', content: [part(neutralizeMarkers(item.userText))] },
+        { role: 'assistant', content: [part(neutralizeMarkers(item.assistantText))] },
+      ];
     }
     return [
       { role: 'user', content: item.userMessages.map((m) => part(neutralizeMarkers(m.text))) },
@@ -52,13 +55,20 @@ export const aiSdkShape: Shape<Turn> = {
     ];
   },
   withNote: (user, note) => ({ ...user, content: [part(note), ...user.content] }) as Turn,
-  withMark: (message) => ({
-    ...message,
-    content: [...message.content.slice(0, -1), { ...message.content.at(-1)!, providerOptions: { anthropic: { cacheControl: { type: 'ephemeral' } } } }],
-  }) as Turn,
+  withMark: (message) =>
+    ({
+      ...message,
+      content: [
+        ...message.content.slice(0, -1),
+        { ...message.content.at(-1)!, providerOptions: { anthropic: { cacheControl: { type: 'ephemeral' } } } },
+      ],
+    }) as Turn,
 };
 
 /** The projection as AI SDK messages: starts with a user turn, alternates, ends with an assistant turn; empty when no item fitted. */
-export function toModelMessages(projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: ModelMessagesOptions = {}): ModelHistoryMessage[] {
+export function toModelMessages(
+  projection: Pick<ConversationProjection, 'items' | 'omitted'>,
+  options: ModelMessagesOptions = {},
+): ModelHistoryMessage[] {
   return renderShape(aiSdkShape, projection, options.anthropicCacheControl ?? true);
 }

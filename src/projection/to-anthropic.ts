@@ -141,8 +141,10 @@ export function placement(items: readonly ProjectionItem[], omitted: readonly Om
   }
   const summaryAt = newestSummaryMark(items);
   if (summaryAt !== null) before.push(2 * summaryAt + 1);
-  const marks = !breakpoints || items.length === 0
-    ? [] : [...new Set([2 * items.length - 1, ...before.sort((x, y) => y - x)])].slice(0, MAX_BREAKPOINTS);
+  const marks =
+    !breakpoints || items.length === 0
+      ? []
+      : [...new Set([2 * items.length - 1, ...before.sort((x, y) => y - x)])].slice(0, MAX_BREAKPOINTS);
   return { notes, marks };
 }
 
@@ -163,7 +165,8 @@ export function placement(items: readonly ProjectionItem[], omitted: readonly Om
  * MAX_BREAKPOINTS (one a place).
  */
 export function toAnthropicMessages(
-  projection: Pick<ConversationProjection, 'items' | 'omitted'>, options: AdapterOptions = {},
+  projection: Pick<ConversationProjection, 'items' | 'omitted'>,
+  options: AdapterOptions = {},
 ): MessageParam[] {
   const { items } = projection;
   const messages = items.flatMap((item) => itemMessages(item));
@@ -188,7 +191,9 @@ export function toAnthropicMessages(
  * candidates with it; the projection checks it against the real JSON.
  */
 export function projectedBytes(
-  items: readonly ProjectionItem[], omitted: readonly OmittedSpan[], sizeOf: (item: ProjectionItem) => number = itemBytes,
+  items: readonly ProjectionItem[],
+  omitted: readonly OmittedSpan[],
+  sizeOf: (item: ProjectionItem) => number = itemBytes,
 ): number {
   if (items.length === 0) return 0;
   const { notes, marks } = placement(items, omitted, true);

@@ -28,7 +28,10 @@ export type OpenAIMessage = ChatCompletionMessageParam & { content: string };
 export const openaiShape: Shape<OpenAIMessage> = {
   itemMessages(item) {
     if (item.kind === 'pair') {
-      return [{ role: 'user', content: neutralizeMarkers(item.userText) }, { role: 'assistant', content: neutralizeMarkers(item.assistantText) }];
+      return [
+        { role: 'user', content: neutralizeMarkers(item.userText) },
+        { role: 'assistant', content: neutralizeMarkers(item.assistantText) },
+      ];
     }
     return [
       { role: 'user', content: item.userMessages.map((m) => neutralizeMarkers(m.text)).join(PARAGRAPH) },

@@ -81,7 +81,9 @@ export async function judgeRange(args: {
  * and more budget never carries fewer pairs.
  */
 export function smallerThanOriginal(
-  cost: number, pairs: readonly TextPair[], format: SizeRule = { sizeOf: itemBytes, breakpointBytes: BREAKPOINT_BYTES },
+  cost: number,
+  pairs: readonly TextPair[],
+  format: SizeRule = { sizeOf: itemBytes, breakpointBytes: BREAKPOINT_BYTES },
 ): boolean {
   return cost + format.breakpointBytes < rawBytes(pairs, format);
 }
@@ -110,7 +112,8 @@ export function pairItem(row: TextPair): PairItem {
 }
 
 export function summaryItem(
-  record: ProjectionSummaryRow & { summary: string }, pairs: readonly Pick<TextPair, 'pairIndex' | 'userMessageId' | 'userText'>[],
+  record: ProjectionSummaryRow & { summary: string },
+  pairs: readonly Pick<TextPair, 'pairIndex' | 'userMessageId' | 'userText'>[],
 ): SummaryItem {
   return {
     kind: 'summary',

@@ -11,10 +11,13 @@
  * not contain.
  */
 export function summaryLabel(fromPair: number, toPair: number, ungrounded: readonly string[] = []): string {
-  return `[sourcebound: non-authoritative summary of the assistant's replies for pairs ${fromPair}-${toPair}. ` +
+  return (
+    `[sourcebound: non-authoritative summary of the assistant's replies for pairs ${fromPair}-${toPair}. ` +
     `The user's ${toPair - fromPair + 1} original messages for these pairs are in the previous turn, verbatim; ` +
     `this summary is not the assistant's original text and may be incomplete.` +
-    ungroundedWarning(ungrounded, 'the replies it summarizes') + ']';
+    ungroundedWarning(ungrounded, 'the replies it summarizes') +
+    ']'
+  );
 }
 
 /**

@@ -25,7 +25,12 @@ export interface Evaluated {
  * their stored form (toStoredJson), so prepare, the gate and recovery all see
  * the same values and send the model exactly what it sent.
  */
-export async function loadState(db: Queryable, runId: string, scope: string, policy: Readonly<RunCompactionPolicy>): Promise<RunState | null> {
+export async function loadState(
+  db: Queryable,
+  runId: string,
+  scope: string,
+  policy: Readonly<RunCompactionPolicy>,
+): Promise<RunState | null> {
   const state = await runStateLoad(db, runId, scope, policy.excerptBytes, policy.keepRecentGroups);
   if (!state) return null;
   for (const u of state.units) u.input = fromStoredJson(u.input);
@@ -34,7 +39,12 @@ export async function loadState(db: Queryable, runId: string, scope: string, pol
 }
 
 /** Projection and fitting of `state`, with `extra` as checkpoints under evaluation (after the stored ones). */
-export function evaluate(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[]): Evaluated {
+export function evaluate(
+  state: RunState,
+  input: RequestInput,
+  policy: Readonly<RunCompactionPolicy>,
+  extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[],
+): Evaluated {
   const projection = layOutRequest(state, input, policy, extra);
   return { projection, fitted: fit(projection, policy) };
 }

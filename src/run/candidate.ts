@@ -60,8 +60,12 @@ export type MaterialSizes = Map<number, number>;
 
 /** The largest candidate the policy allows now, or why there is none. `floor` is the projection's (floorOf). */
 export function selectCandidate(
-  state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>, model: string,
-  sizes: MaterialSizes = new Map(), floor: Floor = floorOf(projection, policy),
+  state: RunState,
+  projection: Projection,
+  policy: Readonly<RunCompactionPolicy>,
+  model: string,
+  sizes: MaterialSizes = new Map(),
+  floor: Floor = floorOf(projection, policy),
 ): Selection {
   const open = compactableGroups(state, projection, policy);
   if (!open.ok) return open;
@@ -74,7 +78,11 @@ export function selectCandidate(
  * newest checkpoint, before the newest `keepRecentGroups`, up to the first
  * group with a pending effect.
  */
-function compactableGroups(state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>): { ok: true; groups: Group[] } | { ok: false; reason: string } {
+function compactableGroups(
+  state: RunState,
+  projection: Projection,
+  policy: Readonly<RunCompactionPolicy>,
+): { ok: true; groups: Group[] } | { ok: false; reason: string } {
   if (projection.brokenCheckpoints.length > 0) return { ok: false, reason: 'broken_checkpoint' };
   const after = state.checkpoints.at(-1)?.toSeq ?? 0;
   const open = projection.visibleGroups.filter((g) => g.seq > after);
@@ -95,7 +103,11 @@ function compactableGroups(state: RunState, projection: Projection, policy: Read
  * after it can be compacted until the application settles it (after a crash
  * between recording a turn and dispatching its calls: as failed or unknown).
  */
-export function blockingUnit(state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>): { seq: number; proposalId: string; status: string } | null {
+export function blockingUnit(
+  state: RunState,
+  projection: Projection,
+  policy: Readonly<RunCompactionPolicy>,
+): { seq: number; proposalId: string; status: string } | null {
   const after = state.checkpoints.at(-1)?.toSeq ?? 0;
   const open = projection.visibleGroups.filter((g) => g.seq > after);
   for (const g of open.slice(0, Math.max(0, open.length - policy.keepRecentGroups))) {
@@ -117,11 +129,18 @@ function openUnitReason(g: Group): string {
  * `minSummaryBytes` (its allowance keeps its own saving at the minimum, see
  * Plan.allowance, so a chunk that cannot would never be sent).
  */
-export function cutChunks(groups: readonly Group[], policy: Readonly<RunCompactionPolicy>, sizes: MaterialSizes, floor: Floor, segment: number): Chunk[] {
+export function cutChunks(
+  groups: readonly Group[],
+  policy: Readonly<RunCompactionPolicy>,
+  sizes: MaterialSizes,
+  floor: Floor,
+  segment: number,
+): Chunk[] {
   const chunks: Chunk[] = [];
   let current: { groups: Group[]; inputBytes: number; floorBytes: number } | null = null;
   const savesEnough = (c: NonNullable<typeof current>) =>
-    c.floorBytes - summaryBytes(bareCheckpoint(chunk(c.groups, c.inputBytes, segment + chunks.length), 0)) - minSummaryRoom(policy) >= policy.minSavingBytes;
+    c.floorBytes - summaryBytes(bareCheckpoint(chunk(c.groups, c.inputBytes, segment + chunks.length), 0)) - minSummaryRoom(policy) >=
+    policy.minSavingBytes;
   for (const g of groups) {
     let bytes = sizes.get(g.seq);
     if (bytes === undefined) {
@@ -146,7 +165,13 @@ export function cutChunks(groups: readonly Group[], policy: Readonly<RunCompacti
  * with an unknown outcome), or null when those groups are no longer a valid
  * candidate here.
  */
-export function candidateOver(state: RunState, projection: Projection, policy: Readonly<RunCompactionPolicy>, model: string, seqs: readonly number[]): Candidate | null {
+export function candidateOver(
+  state: RunState,
+  projection: Projection,
+  policy: Readonly<RunCompactionPolicy>,
+  model: string,
+  seqs: readonly number[],
+): Candidate | null {
   const after = state.checkpoints.at(-1)?.toSeq ?? 0;
   const open = projection.visibleGroups.filter((g) => g.seq > after);
   if (seqs.length === 0 || seqs.length > open.length - policy.keepRecentGroups) return null;
@@ -163,7 +188,15 @@ export function candidateOver(state: RunState, projection: Projection, policy: R
 
 function chunk(groups: Group[], inputBytes: number, segment: number): Chunk {
   const seqs = groups.map((g) => g.seq);
-  return { groups, seqs, fromSeq: seqs[0]!, toSeq: seqs[seqs.length - 1]!, segment, inputBytes, toolResultRefs: groups.flatMap((g) => g.units.map(refOf)) };
+  return {
+    groups,
+    seqs,
+    fromSeq: seqs[0]!,
+    toSeq: seqs[seqs.length - 1]!,
+    segment,
+    inputBytes,
+    toolResultRefs: groups.flatMap((g) => g.units.map(refOf)),
+  };
 }
 
 function build(state: RunState, groups: Group[], inputBytes: number, model: string): Candidate {
@@ -176,7 +209,15 @@ function build(state: RunState, groups: Group[], inputBytes: number, model: stri
     ...base,
     groupHashes,
     sourceHash,
-    identityKey: identityKeyOf({ runId: state.run.id, predecessorId, fromSeq: base.fromSeq, toSeq: base.toSeq, sourceHash, model, promptVersion: RUN_PROMPT_VERSION }),
+    identityKey: identityKeyOf({
+      runId: state.run.id,
+      predecessorId,
+      fromSeq: base.fromSeq,
+      toSeq: base.toSeq,
+      sourceHash,
+      model,
+      promptVersion: RUN_PROMPT_VERSION,
+    }),
     predecessorId,
   };
 }
@@ -191,7 +232,12 @@ function build(state: RunState, groups: Group[], inputBytes: number, model: stri
  * large would pass.
  */
 export function savingAtLeast(
-  c: Chunk, text: string, ungrounded: readonly string[], floor: Floor, requestBytes: number, policy: Readonly<RunCompactionPolicy>,
+  c: Chunk,
+  text: string,
+  ungrounded: readonly string[],
+  floor: Floor,
+  requestBytes: number,
+  policy: Readonly<RunCompactionPolicy>,
 ): number {
   let groupBytes = 0;
   for (const seq of c.seqs) groupBytes += floor.groupBytes.get(seq) ?? 0;
@@ -206,7 +252,10 @@ export function savingAtLeast(
  * built without their material (cheap): the caller makes the candidate.
  */
 export function laterBoundary(
-  c: Candidate, compactable: readonly Group[], passes: (c: Chunk) => boolean, saving: (c: Chunk) => number,
+  c: Candidate,
+  compactable: readonly Group[],
+  passes: (c: Chunk) => boolean,
+  saving: (c: Chunk) => number,
 ): { seqs: number[] | null; best: number } {
   const at = compactable.findIndex((g) => g.seq === c.toSeq);
   let best = saving(c);
@@ -224,8 +273,14 @@ export function laterBoundary(
 /** The checkpoint a candidate (or a later chunk of a plan) would become, for measuring before it exists. */
 export function hypothetical(candidate: Chunk, summary: string, id: string, ungrounded: readonly string[] = []): ProjectedCheckpoint {
   return {
-    id, segment: candidate.segment, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
-    summary, toolResultRefs: candidate.toolResultRefs, ungrounded: [...ungrounded],
+    id,
+    segment: candidate.segment,
+    fromSeq: candidate.fromSeq,
+    toSeq: candidate.toSeq,
+    compactedSeqs: candidate.seqs,
+    summary,
+    toolResultRefs: candidate.toolResultRefs,
+    ungrounded: [...ungrounded],
   };
 }
 
@@ -234,8 +289,14 @@ const UUID_ZERO = '00000000-0000-4000-8000-';
 /** A chunk as a checkpoint with an empty summary (ids of the same length as real ones: the same bytes). */
 export function bareCheckpoint(c: Chunk, i: number): ProjectedCheckpoint {
   return {
-    id: `${UUID_ZERO}${String(i).padStart(12, '0')}`, segment: c.segment, fromSeq: c.fromSeq, toSeq: c.toSeq,
-    compactedSeqs: c.seqs, summary: '', toolResultRefs: c.toolResultRefs, ungrounded: [],
+    id: `${UUID_ZERO}${String(i).padStart(12, '0')}`,
+    segment: c.segment,
+    fromSeq: c.fromSeq,
+    toSeq: c.toSeq,
+    compactedSeqs: c.seqs,
+    summary: '',
+    toolResultRefs: c.toolResultRefs,
+    ungrounded: [],
   };
 }
 
@@ -257,11 +318,17 @@ function refOf(u: UnitRow): ToolResultRefRow {
 
 /** The result versions whose excerpts the candidate's material shows. */
 export function excerptRefs(c: Candidate): { resultId: string; version: number }[] {
-  return c.groups.flatMap((g) => g.units.filter((u) => u.resultId !== null && u.inline).map((u) => ({ resultId: u.resultId!, version: u.resultVersion! })));
+  return c.groups.flatMap((g) =>
+    g.units.filter((u) => u.resultId !== null && u.inline).map((u) => ({ resultId: u.resultId!, version: u.resultVersion! })),
+  );
 }
 
 /** The summarizer input of a candidate, with result excerpts (keyed `id:version`, see runResultExcerpts). */
-export function summaryMaterial(c: Candidate, policy: Readonly<RunCompactionPolicy>, excerpts: ReadonlyMap<string, string>): { items: MaterialItem[]; inputBytes: number } {
+export function summaryMaterial(
+  c: Candidate,
+  policy: Readonly<RunCompactionPolicy>,
+  excerpts: ReadonlyMap<string, string>,
+): { items: MaterialItem[]; inputBytes: number } {
   const items = c.groups.flatMap((g) => materialOf(g, policy, excerpts));
   return { items, inputBytes: materialBytes(items) };
 }
@@ -292,7 +359,8 @@ function unitText(u: UnitRow, excerpt: number, excerpts: ReadonlyMap<string, str
   if (u.resultId !== null) {
     lines.push(`Result ${u.resultId} version ${u.resultVersion}, ${u.bytes} bytes (rereadable by id).`);
     if (u.inline) {
-      const body = excerpts === null ? 'x'.repeat(Math.min(u.bytes ?? 0, excerpt)) : excerpts.get(`${u.resultId}:${u.resultVersion}`) ?? '';
+      const body =
+        excerpts === null ? 'x'.repeat(Math.min(u.bytes ?? 0, excerpt)) : (excerpts.get(`${u.resultId}:${u.resultVersion}`) ?? '');
       lines.push(`Result excerpt: ${cutBytes(body, excerpt)}`);
     }
   }

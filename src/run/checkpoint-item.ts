@@ -12,7 +12,10 @@ import { escapedBytes } from './wire.ts';
  */
 
 /** A checkpoint as projection uses it; `hypothetical` is one being evaluated before commit. */
-export type ProjectedCheckpoint = Pick<CheckpointRow, 'id' | 'segment' | 'fromSeq' | 'toSeq' | 'compactedSeqs' | 'summary' | 'toolResultRefs' | 'ungrounded'>;
+export type ProjectedCheckpoint = Pick<
+  CheckpointRow,
+  'id' | 'segment' | 'fromSeq' | 'toSeq' | 'compactedSeqs' | 'summary' | 'toolResultRefs' | 'ungrounded'
+>;
 
 /** Said on every summary: it describes work; records stay the authority. */
 export const SUMMARY_NOTE =
@@ -91,8 +94,16 @@ function toolCallsText(cp: ProjectedCheckpoint): string {
   }
   const tools = [...byTool].slice(0, LISTED_IDS).map(([t, n]) => `${cutBytes(t, 40)} ${n}`);
   if (byTool.size > LISTED_IDS) tools.push(`${byTool.size - LISTED_IDS} more tools`);
-  const ids = (list: string[]) => list.length === 0 ? '' : `: ${list.slice(0, LISTED_IDS).map((id) => cutBytes(id, 64)).join(', ')}${list.length > LISTED_IDS ? ` +${list.length - LISTED_IDS} more` : ''}`;
+  const ids = (list: string[]) =>
+    list.length === 0
+      ? ''
+      : `: ${list
+          .slice(0, LISTED_IDS)
+          .map((id) => cutBytes(id, 64))
+          .join(', ')}${list.length > LISTED_IDS ? ` +${list.length - LISTED_IDS} more` : ''}`;
   const settled = refs.length - failed.length - unknown.length;
-  return `${refs.length} tool call(s) (${tools.join(', ')}): ${settled} settled, ${failed.length} FAILED${ids(failed)}, ` +
-    `${unknown.length} UNKNOWN (effect unknown)${ids(unknown)}. Their results stay stored: list them with read_result {"checkpoint": ${cp.segment}}.`;
+  return (
+    `${refs.length} tool call(s) (${tools.join(', ')}): ${settled} settled, ${failed.length} FAILED${ids(failed)}, ` +
+    `${unknown.length} UNKNOWN (effect unknown)${ids(unknown)}. Their results stay stored: list them with read_result {"checkpoint": ${cp.segment}}.`
+  );
 }

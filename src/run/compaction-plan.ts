@@ -43,10 +43,25 @@ export interface Plan {
  * is then measured exactly on a projection with the chunks in place.
  */
 export function planCompaction(
-  state: RunState, current: Evaluated, input: RequestInput, policy: Readonly<RunCompactionPolicy>,
-  first: Candidate, compactable: readonly Group[], sizes: MaterialSizes, base: Floor = floorOf(current.projection, policy),
+  state: RunState,
+  current: Evaluated,
+  input: RequestInput,
+  policy: Readonly<RunCompactionPolicy>,
+  first: Candidate,
+  compactable: readonly Group[],
+  sizes: MaterialSizes,
+  base: Floor = floorOf(current.projection, policy),
 ): Plan {
-  const chunks: Chunk[] = [first, ...cutChunks(compactable.filter((g) => g.seq > first.toSeq), policy, sizes, base, first.segment + 1)];
+  const chunks: Chunk[] = [
+    first,
+    ...cutChunks(
+      compactable.filter((g) => g.seq > first.toSeq),
+      policy,
+      sizes,
+      base,
+      first.segment + 1,
+    ),
+  ];
   const share = (floorBytes: number, k: number) => Math.min(policy.summaryCapBytes, Math.floor((policy.targetBytes - floorBytes) / k));
   const exact = (k: number) => floorOf(layOutRequest(state, input, policy, chunks.slice(0, k).map(bareCheckpoint)), policy);
   const firstSaving = (floorBytes: number) => current.fitted.bytes - policy.minSavingBytes - floorBytes;
@@ -62,10 +77,20 @@ export function planCompaction(
     if (share(estimate, k) < minSummaryRoom(policy)) continue;
     const floor = exact(k);
     if (share(floor.bytes, k) < minSummaryRoom(policy)) continue;
-    return { chunks: chunks.slice(0, k), floor, reachable: true, allowance: Math.min(share(floor.bytes, k), firstSaving(k === 1 ? floor.bytes : firstFloor), scaled(first, policy)) };
+    return {
+      chunks: chunks.slice(0, k),
+      floor,
+      reachable: true,
+      allowance: Math.min(share(floor.bytes, k), firstSaving(k === 1 ? floor.bytes : firstFloor), scaled(first, policy)),
+    };
   }
   const floor = exact(chunks.length);
-  return { chunks, floor, reachable: false, allowance: Math.min(share(floor.bytes, chunks.length), firstSaving(firstFloor), scaled(first, policy)) };
+  return {
+    chunks,
+    floor,
+    reachable: false,
+    allowance: Math.min(share(floor.bytes, chunks.length), firstSaving(firstFloor), scaled(first, policy)),
+  };
 }
 
 /** Bytes of summary a checkpoint may hold per tool call it replaces, and per model turn (see scaled). */
@@ -96,5 +121,9 @@ export const SUMMARY_FLOOR_BYTES = 512;
  * result store, rereadable by id, so a few bytes a call are enough.
  */
 function scaled(c: Chunk, policy: Readonly<RunCompactionPolicy>): number {
-  return Math.max(SUMMARY_FLOOR_BYTES, SUMMARY_BYTES_PER_CALL * c.toolResultRefs.length + SUMMARY_BYTES_PER_TURN * c.groups.length, minSummaryRoom(policy));
+  return Math.max(
+    SUMMARY_FLOOR_BYTES,
+    SUMMARY_BYTES_PER_CALL * c.toolResultRefs.length + SUMMARY_BYTES_PER_TURN * c.groups.length,
+    minSummaryRoom(policy),
+  );
 }

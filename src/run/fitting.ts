@@ -42,7 +42,7 @@ export interface Floor {
 
 /** The smallest form fitting may give a unit: older groups by reference, the newest by excerpt (else reference). */
 function smallest(s: UnitSlot, olderThan: number): Form {
-  const reduced = s.groupIndex < olderThan ? s.reference : s.excerpt ?? s.reference;
+  const reduced = s.groupIndex < olderThan ? s.reference : (s.excerpt ?? s.reference);
   return reduced !== null && reduced.bytes < s.shown.bytes ? reduced : s.shown;
 }
 
@@ -120,7 +120,7 @@ export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>, lastRe
     let made = 0;
     for (const s of p.slots) {
       if (size <= policy.targetBytes) break;
-      if (s.kind !== 'unit' || (s.groupIndex < olderThan) !== older) continue;
+      if (s.kind !== 'unit' || s.groupIndex < olderThan !== older) continue;
       const form = smallest(s, olderThan);
       if (form === s.shown) continue;
       const saved = s.shown.bytes - form.bytes;
@@ -128,7 +128,13 @@ export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>, lastRe
       size -= saved;
       made++;
       referenced.set(s, references.length);
-      references.push({ proposalId: s.unit.proposalId, resultId: s.unit.resultId!, version: s.unit.resultVersion!, savedBytes: saved, form: form === s.excerpt ? 'excerpt' : 'reference' });
+      references.push({
+        proposalId: s.unit.proposalId,
+        resultId: s.unit.resultId!,
+        version: s.unit.resultVersion!,
+        savedBytes: saved,
+        form: form === s.excerpt ? 'excerpt' : 'reference',
+      });
     }
     if (made > 0) steps.push({ step, bytesBefore: before, bytesAfter: size });
   };
@@ -145,7 +151,13 @@ export function fit(p: Projection, policy: Readonly<RunCompactionPolicy>, lastRe
       size -= current.bytes - s.reference.bytes;
       chosen.set(s, s.reference);
       made++;
-      const reference: ReferenceMade = { proposalId: s.unit.proposalId, resultId: s.unit.resultId!, version: s.unit.resultVersion!, savedBytes: s.shown.bytes - s.reference.bytes, form: 'reference' };
+      const reference: ReferenceMade = {
+        proposalId: s.unit.proposalId,
+        resultId: s.unit.resultId!,
+        version: s.unit.resultVersion!,
+        savedBytes: s.shown.bytes - s.reference.bytes,
+        form: 'reference',
+      };
       const at = referenced.get(s);
       if (at === undefined) references.push(reference);
       else references[at] = reference;

@@ -15,7 +15,10 @@ import { rollbackTo, savepoint } from '../db/transaction.ts';
 import type { RunCompactionPolicy } from './types.ts';
 import type { RunCompactionReport } from './reports.ts';
 
-export type GateReport = Pick<RunCompactionReport, 'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'>;
+export type GateReport = Pick<
+  RunCompactionReport,
+  'decision' | 'reason' | 'summaryRequestId' | 'attempt' | 'summaryBytes' | 'bytesWithSummary' | 'checkpointId'
+>;
 
 /** Where the candidate stands in its plan (see planCompaction). */
 export interface StepGoal {
@@ -55,7 +58,14 @@ export function judge(
   ungrounded: readonly string[] = [],
 ): GateVerdict {
   const summaryBytes = Buffer.byteLength(text, 'utf8');
-  const base = { decision: 'rejected' as const, summaryRequestId: receipt.id, attempt: receipt.attempt, summaryBytes, bytesWithSummary: null, checkpointId: null };
+  const base = {
+    decision: 'rejected' as const,
+    summaryRequestId: receipt.id,
+    attempt: receipt.attempt,
+    summaryBytes,
+    bytesWithSummary: null,
+    checkpointId: null,
+  };
   if (summaryBytes > policy.summaryCapBytes) {
     return { accepted: false, compaction: { ...base, reason: `summary_over_cap:${summaryBytes}>${policy.summaryCapBytes}` } };
   }
@@ -78,12 +88,27 @@ export function judge(
     return { accepted: false, compaction: { ...base, bytesWithSummary, reason: `insufficient_saving:${saved}<${policy.minSavingBytes}` } };
   }
   const row: CheckpointRow = {
-    id: checkpointId, segment: candidate.segment, predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq,
-    toSeq: candidate.toSeq, compactedSeqs: candidate.seqs, sourceHashes: candidate.groupHashes, sourceHash: candidate.sourceHash,
-    hashVersion: RUN_HASH_VERSION, toolResultRefs: candidate.toolResultRefs, summary: text, summaryRequestId: receipt.id,
-    correctionRevision: newestRevision(state), ungrounded: [...ungrounded],
+    id: checkpointId,
+    segment: candidate.segment,
+    predecessorId: candidate.predecessorId,
+    fromSeq: candidate.fromSeq,
+    toSeq: candidate.toSeq,
+    compactedSeqs: candidate.seqs,
+    sourceHashes: candidate.groupHashes,
+    sourceHash: candidate.sourceHash,
+    hashVersion: RUN_HASH_VERSION,
+    toolResultRefs: candidate.toolResultRefs,
+    summary: text,
+    summaryRequestId: receipt.id,
+    correctionRevision: newestRevision(state),
+    ungrounded: [...ungrounded],
   };
-  return { accepted: true, final: after, row, compaction: { ...base, reason: null, decision: 'committed', bytesWithSummary, checkpointId } };
+  return {
+    accepted: true,
+    final: after,
+    row,
+    compaction: { ...base, reason: null, decision: 'committed', bytesWithSummary, checkpointId },
+  };
 }
 
 /**
@@ -92,13 +117,22 @@ export function judge(
  * it as stale (the chain or the source moved): then nothing is written.
  */
 export async function commitCheckpoint(
-  client: pg.PoolClient, state: RunState, input: RequestInput, row: CheckpointRow, answerModel: string,
+  client: pg.PoolClient,
+  state: RunState,
+  input: RequestInput,
+  row: CheckpointRow,
+  answerModel: string,
 ): Promise<string | null> {
   await savepoint(client, 'checkpoint');
   try {
     await runCheckpointInsert(client, {
-      ...row, runId: state.run.id, conversationId: state.run.conversationId, scope: state.run.scope,
-      modelRoute: input.model, summaryModel: answerModel, promptVersion: RUN_PROMPT_VERSION,
+      ...row,
+      runId: state.run.id,
+      conversationId: state.run.conversationId,
+      scope: state.run.scope,
+      modelRoute: input.model,
+      summaryModel: answerModel,
+      promptVersion: RUN_PROMPT_VERSION,
     });
     return null;
   } catch (error) {

@@ -3,7 +3,15 @@
  * request under byte pressure without letting a summary rewrite what
  * happened. See src/run/README.md and the Terminology in types.ts.
  */
-export { startRun, recordCorrection, recordModelTurn, recordModelRequest, recordToolCall, recordToolResult, readRunBudget } from './record.ts';
+export {
+  startRun,
+  recordCorrection,
+  recordModelTurn,
+  recordModelRequest,
+  recordToolCall,
+  recordToolResult,
+  readRunBudget,
+} from './record.ts';
 export type { StartRunOptions, RecordModelTurnOptions, RecordModelRequestOptions, RecordToolResultOptions } from './record.ts';
 export { storeResult, readResult, READ_MAX_BYTES } from './results.ts';
 export type { StoreResultOptions, ReadResultOptions, ReadResult, ResultRange } from './results.ts';
@@ -21,7 +29,14 @@ export { SUMMARY_NOTE } from './checkpoint-item.ts';
 export { type RequestInput } from './request-slots.ts';
 export type { CannotFit, ByteHolder, ExhaustedIdentity } from './reports.ts';
 export { RUN_HASH_VERSION } from './run-hash.ts';
-export { RunCompactionError, RunNotFoundError, RunHistoryError, BlankTextError, ResultNotFoundError, RunPolicyError } from './run-errors.ts';
+export {
+  RunCompactionError,
+  RunNotFoundError,
+  RunHistoryError,
+  BlankTextError,
+  ResultNotFoundError,
+  RunPolicyError,
+} from './run-errors.ts';
 export type { ToolUnitState } from '../db/queries/run-history.ts';
 export type * from './types.ts';
 export type * from './reports.ts';

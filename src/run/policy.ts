@@ -43,23 +43,46 @@ export const DEFAULT_RUN_POLICY: Readonly<RunCompactionPolicy> = Object.freeze({
 export function resolvePolicy(overrides: Partial<RunCompactionPolicy> | undefined): Readonly<RunCompactionPolicy> {
   const policy: RunCompactionPolicy = { ...DEFAULT_RUN_POLICY };
   for (const [key, value] of Object.entries(overrides ?? {})) {
-    if (!Object.hasOwn(DEFAULT_RUN_POLICY, key)) throw new RunPolicyError(`policy.${key} is not a policy key (known: ${Object.keys(DEFAULT_RUN_POLICY).join(', ')})`);
+    if (!Object.hasOwn(DEFAULT_RUN_POLICY, key))
+      throw new RunPolicyError(`policy.${key} is not a policy key (known: ${Object.keys(DEFAULT_RUN_POLICY).join(', ')})`);
     if (value !== undefined) (policy as unknown as Record<string, unknown>)[key] = value;
   }
   const integers: (keyof RunCompactionPolicy)[] = [
-    'thresholdBytes', 'targetBytes', 'compactAboveBytes', 'minSavingBytes', 'summaryCapBytes', 'minSummaryBytes', 'keepRecentGroups',
-    'responseReserveBytes', 'summaryDeadlineMs', 'leaseGraceMs', 'maxAttempts', 'maxSummaryInputBytes',
-    'maxSummariesPerPrepare', 'turnExcerptBytes', 'toolExcerptBytes', 'inlineResultBytes', 'excerptBytes', 'catalogBytes',
+    'thresholdBytes',
+    'targetBytes',
+    'compactAboveBytes',
+    'minSavingBytes',
+    'summaryCapBytes',
+    'minSummaryBytes',
+    'keepRecentGroups',
+    'responseReserveBytes',
+    'summaryDeadlineMs',
+    'leaseGraceMs',
+    'maxAttempts',
+    'maxSummaryInputBytes',
+    'maxSummariesPerPrepare',
+    'turnExcerptBytes',
+    'toolExcerptBytes',
+    'inlineResultBytes',
+    'excerptBytes',
+    'catalogBytes',
   ];
   for (const key of integers) {
     const v = policy[key];
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0 || v > INT4_MAX) throw new RunPolicyError(`policy.${key} must be an integer from 0 to ${INT4_MAX}, got ${String(v)}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0 || v > INT4_MAX)
+      throw new RunPolicyError(`policy.${key} must be an integer from 0 to ${INT4_MAX}, got ${String(v)}`);
   }
   if (typeof policy.enabled !== 'boolean') throw new RunPolicyError('policy.enabled must be a boolean');
-  if (!GROUNDING_POLICIES.includes(policy.grounding)) throw new RunPolicyError(`policy.grounding must be one of ${GROUNDING_POLICIES.join(', ')}, got ${String(policy.grounding)}`);
-  if (policy.targetBytes > policy.thresholdBytes) throw new RunPolicyError(`policy.targetBytes (${policy.targetBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
-  if (policy.compactAboveBytes > policy.thresholdBytes) throw new RunPolicyError(`policy.compactAboveBytes (${policy.compactAboveBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
-  if (policy.maxAttempts < 1 || policy.maxAttempts > 2) throw new RunPolicyError('policy.maxAttempts must be 1 or 2 (the database allows at most 2 per identity)');
+  if (!GROUNDING_POLICIES.includes(policy.grounding))
+    throw new RunPolicyError(`policy.grounding must be one of ${GROUNDING_POLICIES.join(', ')}, got ${String(policy.grounding)}`);
+  if (policy.targetBytes > policy.thresholdBytes)
+    throw new RunPolicyError(`policy.targetBytes (${policy.targetBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`);
+  if (policy.compactAboveBytes > policy.thresholdBytes)
+    throw new RunPolicyError(
+      `policy.compactAboveBytes (${policy.compactAboveBytes}) must not exceed policy.thresholdBytes (${policy.thresholdBytes})`,
+    );
+  if (policy.maxAttempts < 1 || policy.maxAttempts > 2)
+    throw new RunPolicyError('policy.maxAttempts must be 1 or 2 (the database allows at most 2 per identity)');
   if (policy.summaryCapBytes < 1) throw new RunPolicyError('policy.summaryCapBytes must be at least 1');
   if (policy.maxSummariesPerPrepare < 1) throw new RunPolicyError('policy.maxSummariesPerPrepare must be at least 1');
   if (policy.summaryDeadlineMs < 1) throw new RunPolicyError('policy.summaryDeadlineMs must be at least 1');

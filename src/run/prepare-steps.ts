@@ -13,7 +13,18 @@ import { type RunState } from '../db/queries/run-state.ts';
 import { rollbackTo, savepoint } from '../db/transaction.ts';
 import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { type Evaluated } from './assemble.ts';
-import { type Candidate, type Chunk, type MaterialSizes, blockingUnit, candidateOver, excerptRefs, laterBoundary, savingAtLeast, selectCandidate, summaryMaterial } from './candidate.ts';
+import {
+  type Candidate,
+  type Chunk,
+  type MaterialSizes,
+  blockingUnit,
+  candidateOver,
+  excerptRefs,
+  laterBoundary,
+  savingAtLeast,
+  selectCandidate,
+  summaryMaterial,
+} from './candidate.ts';
 import { minSummaryRoom, warningReserve } from './checkpoint-item.ts';
 import { type Plan, planCompaction } from './compaction-plan.ts';
 import { type Fitted, floorOf } from './fitting.ts';
@@ -25,7 +36,13 @@ import { exhaustedMaterial, isRefusedAnswer, latestRefusal } from './spent-mater
 import { INT4_MAX } from './stored.ts';
 import { charLimitFor } from './summarize.ts';
 import { type RunCompactionPolicy, type SummaryBudgetOptions } from './types.ts';
-import { type CandidateReport, type CompactionPlanReport, type RunCompactionReport, type ExhaustedIdentity, type RefusedIdentity } from './reports.ts';
+import {
+  type CandidateReport,
+  type CompactionPlanReport,
+  type RunCompactionReport,
+  type ExhaustedIdentity,
+  type RefusedIdentity,
+} from './reports.ts';
 import { type MaterialItem, type Summarizer } from '../support/summary-contract.ts';
 
 /** The records as this call knows them (the snapshot it loaded, plus the checkpoints it committed since) and their request. */
@@ -90,7 +107,8 @@ export async function advance(client: pg.PoolClient, cursor: Cursor, context: Co
     made.push(unobserved(emptyCompaction('skipped', reason), cursor.current));
     return { kind: 'stop', cursor };
   };
-  if (context.summaries >= policy.maxSummariesPerPrepare) return stop(`summary_limit:${policy.maxSummariesPerPrepare}: the next call goes on with the plan`);
+  if (context.summaries >= policy.maxSummariesPerPrepare)
+    return stop(`summary_limit:${policy.maxSummariesPerPrepare}: the next call goes on with the plan`);
   if (context.signal?.aborted) return stop('cancelled');
   return nextStep(client, cursor, context, made);
 }
@@ -109,15 +127,22 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   const selection = selectCandidate(state, current.projection, policy, summarizer.model, context.sizes, floor);
   if (!selection.ok) return stop(selection.reason);
   let candidate = selection.candidate;
-  if (state.receipts.some((r) => r.status === 'dispatched')) return stop('summary_in_flight', { candidate: candidateReport(candidate, current.fitted) });
+  if (state.receipts.some((r) => r.status === 'dispatched'))
+    return stop('summary_in_flight', { candidate: candidateReport(candidate, current.fitted) });
 
   // An unknown outcome pins its identity: the same material is never sent again under another one,
   // while that identity has an attempt left.
   const spentOn = (key: string) => state.receipts.filter((r) => r.identityKey === key && r.spent === true).length;
   const lastSpent = findLast(state.receipts, (r) => r.spent === true);
-  if (lastSpent?.status === 'unknown' && lastSpent.identityKey !== candidate.identityKey && spentOn(lastSpent.identityKey) < policy.maxAttempts) {
-    const pinned = lastSpent.model === summarizer.model
-      ? candidateOver(state, current.projection, policy, summarizer.model, lastSpent.compactedSeqs) : null;
+  if (
+    lastSpent?.status === 'unknown' &&
+    lastSpent.identityKey !== candidate.identityKey &&
+    spentOn(lastSpent.identityKey) < policy.maxAttempts
+  ) {
+    const pinned =
+      lastSpent.model === summarizer.model
+        ? candidateOver(state, current.projection, policy, summarizer.model, lastSpent.compactedSeqs)
+        : null;
     if (!pinned || pinned.identityKey !== lastSpent.identityKey) {
       return stop(`unknown_outcome_pinned:${lastSpent.id}`, { candidate: candidateReport(candidate, current.fitted) });
     }
@@ -137,11 +162,14 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
       exhausted ??= hit;
       const last = selection.compactable.findIndex((g) => g.seq === candidate.toSeq);
       const next = last < 0 ? undefined : selection.compactable[last + 1];
-      const later = next === undefined ? null : candidateOver(state, current.projection, policy, summarizer.model, [...candidate.seqs, next.seq]);
+      const later =
+        next === undefined ? null : candidateOver(state, current.projection, policy, summarizer.model, [...candidate.seqs, next.seq]);
       if (later === null) {
-        return stop(`exhausted:${hit.identityKey}: turns ${hit.fromSeq}-${hit.toSeq} spent ${hit.attempts} attempt(s), the last ${hit.lastOutcome}; ` +
-          `that material is never sent again; the next candidate takes a later boundary once settled work follows turn ${candidate.toSeq}`,
-        { candidate: candidateReport(candidate, current.fitted), exhausted, refused });
+        return stop(
+          `exhausted:${hit.identityKey}: turns ${hit.fromSeq}-${hit.toSeq} spent ${hit.attempts} attempt(s), the last ${hit.lastOutcome}; ` +
+            `that material is never sent again; the next candidate takes a later boundary once settled work follows turn ${candidate.toSeq}`,
+          { candidate: candidateReport(candidate, current.fitted), exhausted, refused },
+        );
       }
       candidate = later;
       continue;
@@ -155,14 +183,19 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
     refused ??= r;
     // Over the target by less than the minimum, no boundary passes yet (fitting stops at the target).
     const over = current.fitted.bytes - policy.targetBytes;
-    const boundary = over >= 0 && over < policy.minSavingBytes ? { seqs: null, best: over } : laterBoundary(candidate, selection.compactable, passes, saving);
+    const boundary =
+      over >= 0 && over < policy.minSavingBytes
+        ? { seqs: null, best: over }
+        : laterBoundary(candidate, selection.compactable, passes, saving);
     const later = boundary.seqs === null ? null : candidateOver(state, current.projection, policy, summarizer.model, boundary.seqs);
     if (later === null) {
-      return stop(`refused:${r.identityKey}: turns ${r.fromSeq}-${r.toSeq}: its summary (${r.summaryBytes} bytes, receipt ${r.summaryRequestId}) was refused by the ` +
-        `net-benefit gate (${r.reason ?? 'reason not recorded'}); that answer is not judged again and that material is never sent again; ` +
-        `the next candidate takes a later boundary once the Run has grown enough for an answer that large to save ${policy.minSavingBytes} bytes ` +
-        `(a later boundary now would save at most ${boundary.best})`,
-      { candidate: candidateReport(candidate, current.fitted), exhausted, refused });
+      return stop(
+        `refused:${r.identityKey}: turns ${r.fromSeq}-${r.toSeq}: its summary (${r.summaryBytes} bytes, receipt ${r.summaryRequestId}) was refused by the ` +
+          `net-benefit gate (${r.reason ?? 'reason not recorded'}); that answer is not judged again and that material is never sent again; ` +
+          `the next candidate takes a later boundary once the Run has grown enough for an answer that large to save ${policy.minSavingBytes} bytes ` +
+          `(a later boundary now would save at most ${boundary.best})`,
+        { candidate: candidateReport(candidate, current.fitted), exhausted, refused },
+      );
     }
     candidate = later;
   }
@@ -173,7 +206,10 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   const known = { ...(exhausted === null ? {} : { exhausted }), ...(refused === null ? {} : { refused }) };
   const same = state.receipts.filter((r) => r.identityKey === candidate.identityKey);
   if (same.filter((r) => r.spent === true).length >= policy.maxAttempts) {
-    return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', { candidate: report, ...known });
+    return stop(same.at(-1)?.status === 'unknown' ? 'attempts_exhausted:last_outcome_unknown' : 'attempts_exhausted', {
+      candidate: report,
+      ...known,
+    });
   }
   const waiting = findLast(same, (r) => r.status === 'deferred' && r.notBefore !== null && Date.parse(r.notBefore) > context.clock());
   if (waiting) return stop(`deferred_until:${waiting.notBefore}`, { candidate: report, ...known });
@@ -185,15 +221,22 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   if (!plan.reachable) {
     // Work after an open tool unit can never be compacted: say so, not only that there is no room.
     const open = blockingUnit(state, current.projection, policy);
-    const why = open === null ? '' : `open_tool_unit:${open.proposalId}: tool call ${open.proposalId} in turn ${open.seq} is ${open.status}, not settled; ` +
-      'nothing after it can be compacted until it is settled (recordToolResult: settled, failed or unknown); ';
+    const why =
+      open === null
+        ? ''
+        : `open_tool_unit:${open.proposalId}: tool call ${open.proposalId} in turn ${open.seq} is ${open.status}, not settled; ` +
+          'nothing after it can be compacted until it is settled (recordToolResult: settled, failed or unknown); ';
     return stop(why + insufficientRoom(plan, policy), { candidate: report, plan: planned, ...known });
   }
   const goal: StepGoal = { remaining: plan.chunks.length - 1, planFloorBytes: plan.floor.bytes };
   const allowance = plan.allowance;
   if (allowance < minSummaryRoom(policy)) return stop(`insufficient_room:${allowance}`, { candidate: report, plan: planned, ...known });
 
-  const material = summaryMaterial(candidate, policy, await runResultExcerpts(client, runId, excerptRefs(candidate), policy.toolExcerptBytes));
+  const material = summaryMaterial(
+    candidate,
+    policy,
+    await runResultExcerpts(client, runId, excerptRefs(candidate), policy.toolExcerptBytes),
+  );
   // Under `flag` the allowance also holds the note's warning, if the answer has one (warningReserve).
   const maxChars = charLimitFor(allowance - warningReserve(policy), material.items);
   await runBudgetEnsure(client, runId, null, null);
@@ -213,23 +256,54 @@ async function nextStep(client: pg.PoolClient, cursor: Cursor, context: Context,
   let receipt: { id: string; attempt: number };
   try {
     receipt = await runSummaryRequestInsert(client, {
-      runId, conversationId: state.run.conversationId, scope: state.run.scope, identityKey: candidate.identityKey,
-      predecessorId: candidate.predecessorId, fromSeq: candidate.fromSeq, toSeq: candidate.toSeq, compactedSeqs: candidate.seqs,
-      sourceHash: candidate.sourceHash, hashVersion: RUN_HASH_VERSION, model: summarizer.model, promptVersion: RUN_PROMPT_VERSION,
-      maxChars, inputBytes: material.inputBytes, reservedRequests: 1, reservedTokens,
+      runId,
+      conversationId: state.run.conversationId,
+      scope: state.run.scope,
+      identityKey: candidate.identityKey,
+      predecessorId: candidate.predecessorId,
+      fromSeq: candidate.fromSeq,
+      toSeq: candidate.toSeq,
+      compactedSeqs: candidate.seqs,
+      sourceHash: candidate.sourceHash,
+      hashVersion: RUN_HASH_VERSION,
+      model: summarizer.model,
+      promptVersion: RUN_PROMPT_VERSION,
+      maxChars,
+      inputBytes: material.inputBytes,
+      reservedRequests: 1,
+      reservedTokens,
       leaseExpiresAt: new Date(context.clock() + policy.summaryDeadlineMs + policy.leaseGraceMs),
     });
   } catch (error) {
     if (!isWriteRace(error)) throw error;
     await rollbackTo(client, 'dispatch');
-    return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', { candidate: report, plan: planned, ...known });
+    return stop(isUniqueViolation(error, 'run_summary_requests_in_flight_key') ? 'summary_in_flight' : 'attempts_exhausted', {
+      candidate: report,
+      plan: planned,
+      ...known,
+    });
   }
   context.summaries++;
   return {
-    kind: 'dispatch', cursor, candidate, goal, items: material.items, receiptId: receipt.id, attempt: receipt.attempt, allowance, maxChars, reservedTokens,
+    kind: 'dispatch',
+    cursor,
+    candidate,
+    goal,
+    items: material.items,
+    receiptId: receipt.id,
+    attempt: receipt.attempt,
+    allowance,
+    maxChars,
+    reservedTokens,
     compaction: {
-      ...emptyCompaction('pending', null), candidate: { ...report, inputBytes: material.inputBytes }, plan: planned, ...known,
-      summaryRequestId: receipt.id, attempt: receipt.attempt, summaryAllowance: allowance, summaryMaxChars: maxChars,
+      ...emptyCompaction('pending', null),
+      candidate: { ...report, inputBytes: material.inputBytes },
+      plan: planned,
+      ...known,
+      summaryRequestId: receipt.id,
+      attempt: receipt.attempt,
+      summaryAllowance: allowance,
+      summaryMaxChars: maxChars,
     },
   };
 }
@@ -245,35 +319,64 @@ export function unobserved(compaction: RunCompactionReport, at: Evaluated): Deci
 
 function planReport(plan: Plan): CompactionPlanReport {
   const { bytes, envelope, protected: protectedBytes, summaries, work } = plan.floor;
-  return { checkpoints: plan.chunks.length, floorBytes: bytes, reachable: plan.reachable, floor: { envelope, protected: protectedBytes, summaries, work } };
+  return {
+    checkpoints: plan.chunks.length,
+    floorBytes: bytes,
+    reachable: plan.reachable,
+    floor: { envelope, protected: protectedBytes, summaries, work },
+  };
 }
 
 /** Why no plan reaches the target, with what the floor consists of. */
 function insufficientRoom(plan: Plan, policy: Readonly<RunCompactionPolicy>): string {
   const f = plan.floor;
   const groups = plan.chunks.reduce((n, c) => n + c.seqs.length, 0);
-  return `insufficient_room: with all ${groups} compactable group(s) summarized in ${plan.chunks.length} checkpoint(s), the request is at least ` +
+  return (
+    `insufficient_room: with all ${groups} compactable group(s) summarized in ${plan.chunks.length} checkpoint(s), the request is at least ` +
     `${f.bytes} bytes plus ${plan.chunks.length} x ${minSummaryRoom(policy)} for the summaries, over the target ${policy.targetBytes} ` +
-    `(envelope and reserve ${f.envelope}, protected originals ${f.protected}, summary items without text ${f.summaries}, work that cannot be compacted now ${f.work})`;
+    `(envelope and reserve ${f.envelope}, protected originals ${f.protected}, summary items without text ${f.summaries}, work that cannot be compacted now ${f.work})`
+  );
 }
 
 function candidateReport(c: Candidate, fitted: Fitted): CandidateReport {
   let requestBytes = 0;
   for (const seq of c.seqs) requestBytes += fitted.groupBytes.get(seq) ?? 0;
   return {
-    fromSeq: c.fromSeq, toSeq: c.toSeq, seqs: c.seqs, toolUnits: c.toolResultRefs.length, sourceHash: c.sourceHash,
-    identityKey: c.identityKey, requestBytes, inputBytes: c.inputBytes,
+    fromSeq: c.fromSeq,
+    toSeq: c.toSeq,
+    seqs: c.seqs,
+    toolUnits: c.toolResultRefs.length,
+    sourceHash: c.sourceHash,
+    identityKey: c.identityKey,
+    requestBytes,
+    inputBytes: c.inputBytes,
   };
 }
 
 export function emptyCompaction(decision: RunCompactionReport['decision'], reason: string | null): RunCompactionReport {
   return {
-    decision, reason, candidate: null, plan: null, summaryRequestId: null, attempt: null, outcome: null,
-    summaryAllowance: null, summaryMaxChars: null, summaryBytes: null, bytesWithSummary: null, checkpointId: null, exhausted: null, refused: null,
+    decision,
+    reason,
+    candidate: null,
+    plan: null,
+    summaryRequestId: null,
+    attempt: null,
+    outcome: null,
+    summaryAllowance: null,
+    summaryMaxChars: null,
+    summaryBytes: null,
+    bytesWithSummary: null,
+    checkpointId: null,
+    exhausted: null,
+    refused: null,
   };
 }
 
-export function budgetOptions(b: SummaryBudgetOptions | undefined): { finalizationRequests: number; finalizationTokens: number; summaryTokens: number | undefined } {
+export function budgetOptions(b: SummaryBudgetOptions | undefined): {
+  finalizationRequests: number;
+  finalizationTokens: number;
+  summaryTokens: number | undefined;
+} {
   const finalizationRequests = b?.finalizationRequests ?? 1;
   const finalizationTokens = b?.finalizationTokens ?? 0;
   for (const [k, v] of Object.entries({ finalizationRequests, finalizationTokens, summaryTokens: b?.summaryTokens ?? 0 })) {

@@ -16,7 +16,19 @@ import { type RunCompactionPolicy, type RunRequest, type SummaryBudgetOptions } 
 import { type CannotFit, type RunCompactionReport, type PrepareReport, type RunCompactionHooks } from './reports.ts';
 import { type AnthropicRunRequest, toAnthropicRequest } from './wire.ts';
 import { type Summarizer } from '../support/summary-contract.ts';
-import { type Context, type Cursor, type Decision, type Dispatch, type Stop, advance, budgetOptions, compactAbove, emptyCompaction, following, unobserved } from './prepare-steps.ts';
+import {
+  type Context,
+  type Cursor,
+  type Decision,
+  type Dispatch,
+  type Stop,
+  advance,
+  budgetOptions,
+  compactAbove,
+  emptyCompaction,
+  following,
+  unobserved,
+} from './prepare-steps.ts';
 
 export interface PrepareRunRequestOptions extends RequestInput {
   pool: pg.Pool;
@@ -42,12 +54,12 @@ export interface PrepareRunRequestOptions extends RequestInput {
  */
 export type PreparedRunRequest =
   | {
-    ok: true;
-    request: RunRequest;
-    /** The body to send (toAnthropicRequest(request)); `report.bytes` is its exact UTF-8 size plus the response reserve. */
-    body: AnthropicRunRequest;
-    report: PrepareReport;
-  }
+      ok: true;
+      request: RunRequest;
+      /** The body to send (toAnthropicRequest(request)); `report.bytes` is its exact UTF-8 size plus the response reserve. */
+      body: AnthropicRunRequest;
+      report: PrepareReport;
+    }
   | { ok: false; request: null; body: null; cannotFit: CannotFit; report: PrepareReport };
 
 /**
@@ -93,7 +105,8 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const emit = (made: readonly Decision[]) => {
     for (const d of made) {
       decisions.push(d);
-      if (d.observed) observers.push('onAfterCompaction', { phase: 'after', runId, scope, bytesBefore: d.bytesBefore, compaction: d.compaction });
+      if (d.observed)
+        observers.push('onAfterCompaction', { phase: 'after', runId, scope, bytesBefore: d.bytesBefore, compaction: d.compaction });
     }
   };
 
@@ -130,13 +143,28 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     observers.push('onBeforeCompaction', { phase: 'before', runId, scope, bytesBefore, compaction: step.compaction });
     // No transaction is open during the model call: the receipt is already committed.
     // Every figure of the summary must be in its material (src/grounding/index.ts); checked before the checkpoint.
-    const outcome = await groundOutcomeAsync(await summaryCall(summarizer!, step.items, step.maxChars, policy.summaryDeadlineMs, signal), step.items, policy.grounding);
+    const outcome = await groundOutcomeAsync(
+      await summaryCall(summarizer!, step.items, step.maxChars, policy.summaryDeadlineMs, signal),
+      step.items,
+      policy.grounding,
+    );
     const receipt = { id: step.receiptId, attempt: step.attempt };
     // Judged (no database access) before the receipt is settled, so that a refusal is recorded on the
     // receipt with its reason: an answer is judged once, and the next candidate is other material (nextStep).
-    const verdict = outcome.kind === 'ok'
-      ? judge(step.cursor.state, input, policy, step.cursor.current, step.candidate, receipt, outcome.text, step.goal, outcome.grounding?.ungrounded ?? [])
-      : null;
+    const verdict =
+      outcome.kind === 'ok'
+        ? judge(
+            step.cursor.state,
+            input,
+            policy,
+            step.cursor.current,
+            step.candidate,
+            receipt,
+            outcome.text,
+            step.goal,
+            outcome.grounding?.ungrounded ?? [],
+          )
+        : null;
     const leg = await inTransaction(pool, async (client) => {
       await runLockWait(client, runId);
       const made: Decision[] = [];
@@ -148,7 +176,12 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
       const settlement = verdict !== null && !verdict.accepted ? { ...settled, reason: verdict.compaction.reason } : settled;
       await savepoint(client, 'settle');
       if (!(await runSummaryRequestSettle(client, step.receiptId, settlement))) {
-        return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: 'lease_lost: the receipt was settled as unknown before this call returned' });
+        return stop({
+          ...step.compaction,
+          decision: 'failed',
+          outcome: outcome.kind,
+          reason: 'lease_lost: the receipt was settled as unknown before this call returned',
+        });
       }
       if (outcome.kind !== 'ok') return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: outcome.reason });
       const judged = verdict!;
@@ -195,7 +228,8 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
   const final = handedOut(current, policy);
   const { before, expired } = phase1;
   const steps = [...before.fitted.steps];
-  for (const d of decisions) if (d.bytesAfter !== null) steps.push({ step: 'compaction', bytesBefore: d.bytesBefore, bytesAfter: d.bytesAfter });
+  for (const d of decisions)
+    if (d.bytesAfter !== null) steps.push({ step: 'compaction', bytesBefore: d.bytesBefore, bytesAfter: d.bytesAfter });
   const lastResort = final.fitted.steps.at(-1)!;
   if (final !== current && lastResort.step === 'reference_recent') steps.push(lastResort);
   const compactions = decisions.map((d) => d.compaction);
@@ -220,8 +254,14 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
     expiredReceipts: expired,
     bytes: final.fitted.bytes,
     fits,
-    reason: cannotFit === null ? null : `cannot_fit: over the threshold after reversible fitting${committed > 0 ? ` and ${committed} new checkpoint(s)` : ''} (${final.fitted.bytes} > ${policy.thresholdBytes} bytes); ` +
-      `most held by ${cannotFit.holders.slice(0, 3).map((h) => `${h.what} ${h.bytes}`).join(', ')}; compaction ${compaction.decision}${compaction.reason ? `: ${compaction.reason}` : ''}`,
+    reason:
+      cannotFit === null
+        ? null
+        : `cannot_fit: over the threshold after reversible fitting${committed > 0 ? ` and ${committed} new checkpoint(s)` : ''} (${final.fitted.bytes} > ${policy.thresholdBytes} bytes); ` +
+          `most held by ${cannotFit.holders
+            .slice(0, 3)
+            .map((h) => `${h.what} ${h.bytes}`)
+            .join(', ')}; compaction ${compaction.decision}${compaction.reason ? `: ${compaction.reason}` : ''}`,
     hookErrors,
   };
   if (cannotFit !== null) return { ok: false, request: null, body: null, cannotFit, report };

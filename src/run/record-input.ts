@@ -32,7 +32,8 @@ export function storedText(value: unknown, what: string): string {
  */
 export function requireUserText(value: unknown, what: string): string {
   const text = requireText(value, what);
-  if (text.trim() === '') throw new BlankTextError(`${what} is empty or only whitespace: it would be an empty text block in every later request`);
+  if (text.trim() === '')
+    throw new BlankTextError(`${what} is empty or only whitespace: it would be an empty text block in every later request`);
   return toStoredText(text);
 }
 
@@ -64,15 +65,25 @@ export function requireToolCalls(value: unknown): { id: string; name: string; in
   if (!Array.isArray(value)) throw new RunHistoryError('recordModelTurn: toolCalls must be an array of {id, name, input}');
   const ids = new Set<string>();
   return value.map((p: unknown, i) => {
-    if (p === null || typeof p !== 'object') throw new RunHistoryError(`recordModelTurn: tool call ${i} must be an object {id, name, input}, got ${p === null ? 'null' : typeof p}`);
+    if (p === null || typeof p !== 'object')
+      throw new RunHistoryError(
+        `recordModelTurn: tool call ${i} must be an object {id, name, input}, got ${p === null ? 'null' : typeof p}`,
+      );
     const { id, name, input } = p as ToolProposal;
-    if (typeof id !== 'string' || id === '' || typeof name !== 'string' || name === '') throw new RunHistoryError('recordModelTurn: every tool call needs a non-empty id and name');
-    if (!TOOL_USE_ID.test(id)) throw new RunHistoryError(`recordModelTurn: tool call id ${JSON.stringify(id.slice(0, 80))} is not one the Messages API accepts (letters, digits, _ and - only)`);
+    if (typeof id !== 'string' || id === '' || typeof name !== 'string' || name === '')
+      throw new RunHistoryError('recordModelTurn: every tool call needs a non-empty id and name');
+    if (!TOOL_USE_ID.test(id))
+      throw new RunHistoryError(
+        `recordModelTurn: tool call id ${JSON.stringify(id.slice(0, 80))} is not one the Messages API accepts (letters, digits, _ and - only)`,
+      );
     if (ids.has(id)) throw new RunHistoryError(`recordModelTurn: tool call id ${id} appears twice`);
     ids.add(id);
     if (input === undefined || input === null) return { id, name, input: null };
     const stored = storedJson(input, `recordModelTurn: the input of tool call ${id}`);
-    if (!isJsonObject(stored)) throw new RunHistoryError(`recordModelTurn: the input of tool call ${id} must be a JSON object, got ${Array.isArray(stored) ? 'an array' : stored === null ? 'null' : typeof stored}`);
+    if (!isJsonObject(stored))
+      throw new RunHistoryError(
+        `recordModelTurn: the input of tool call ${id} must be a JSON object, got ${Array.isArray(stored) ? 'an array' : stored === null ? 'null' : typeof stored}`,
+      );
     return { id, name, input: stored };
   });
 }
@@ -95,11 +106,24 @@ function storedJson(value: unknown, what: string): unknown {
 
 export function requireThinking(value: unknown): ThinkingBlock[] | null {
   if (value === undefined || value === null) return null;
-  const ok = Array.isArray(value) && value.every((b) => b !== null && typeof b === 'object' && (
-    (b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string') ||
-    (b.type === 'redacted_thinking' && typeof b.data === 'string')));
-  if (!ok) throw new RunHistoryError('recordModelTurn: thinking must be an array of {type: "thinking", thinking, signature} or {type: "redacted_thinking", data} blocks');
-  const blocks = (value as ThinkingBlock[]).map((b): ThinkingBlock => b.type === 'thinking' ? { type: 'thinking', thinking: b.thinking, signature: b.signature } : { type: 'redacted_thinking', data: b.data });
+  const ok =
+    Array.isArray(value) &&
+    value.every(
+      (b) =>
+        b !== null &&
+        typeof b === 'object' &&
+        ((b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string') ||
+          (b.type === 'redacted_thinking' && typeof b.data === 'string')),
+    );
+  if (!ok)
+    throw new RunHistoryError(
+      'recordModelTurn: thinking must be an array of {type: "thinking", thinking, signature} or {type: "redacted_thinking", data} blocks',
+    );
+  const blocks = (value as ThinkingBlock[]).map((b): ThinkingBlock =>
+    b.type === 'thinking'
+      ? { type: 'thinking', thinking: b.thinking, signature: b.signature }
+      : { type: 'redacted_thinking', data: b.data },
+  );
   // Stored as jsonb like a tool input: a block with a NUL or a lone surrogate is kept exactly (toStoredJson).
   return toStoredJson(blocks) as ThinkingBlock[];
 }

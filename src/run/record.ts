@@ -1,7 +1,22 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { runBudgetCharge, runBudgetEnsure, runBudgetGet } from '../db/queries/run-budget.ts';
-import { runCorrectionInsert, runCreate, runInScopeGet, runModelRequestInsert, runModelRequestGet, runModelTurnInsert, runModelTurnOfRequest, runRequestGet, runRequestInsert, runToolUnitDispatch, runToolUnitLock, runToolUnitSettle, runToolUnitsInsert, type ToolUnitState } from '../db/queries/run-history.ts';
+import {
+  runCorrectionInsert,
+  runCreate,
+  runInScopeGet,
+  runModelRequestInsert,
+  runModelRequestGet,
+  runModelTurnInsert,
+  runModelTurnOfRequest,
+  runRequestGet,
+  runRequestInsert,
+  runToolUnitDispatch,
+  runToolUnitLock,
+  runToolUnitSettle,
+  runToolUnitsInsert,
+  type ToolUnitState,
+} from '../db/queries/run-history.ts';
 import type { Queryable } from '../db/queryable.ts';
 import { runResultInsert, runResultMetaGet } from '../db/queries/run-results.ts';
 import { historyErrorFrom, isUniqueViolation, ResultNotFoundError, RunHistoryError, RunNotFoundError } from './run-errors.ts';
@@ -58,7 +73,8 @@ export async function startRun(options: StartRunOptions): Promise<{ runId: strin
   // The request limit is an integer column, the token limit a bigint (any safe integer).
   for (const [k, v] of Object.entries(limits)) {
     const max = k === 'requests' ? INT4_MAX : Number.MAX_SAFE_INTEGER;
-    if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0 || v > max)) throw new RunHistoryError(`startRun: budget.${k} must be an integer from 0 to ${max}, or null`);
+    if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0 || v > max))
+      throw new RunHistoryError(`startRun: budget.${k} must be an integer from 0 to ${max}, or null`);
   }
   const givenRunId = options.runId === undefined ? undefined : runIdOf(options.runId, scope);
   return inTransaction(pool, async (client) => {
@@ -67,7 +83,10 @@ export async function startRun(options: StartRunOptions): Promise<{ runId: strin
       await assertRun(client, runId, scope);
     } else {
       if (options.conversationId === undefined) throw new RunHistoryError('startRun: give runId or conversationId');
-      if (!isUuid(options.conversationId)) throw new RunNotFoundError(`conversation ${JSON.stringify(String(options.conversationId).slice(0, 80))} not found in scope ${scope}: not a uuid`);
+      if (!isUuid(options.conversationId))
+        throw new RunNotFoundError(
+          `conversation ${JSON.stringify(String(options.conversationId).slice(0, 80))} not found in scope ${scope}: not a uuid`,
+        );
       const created = await runCreate(client, options.conversationId, scope).catch((e) => {
         throw historyErrorFrom(e, 'startRun');
       });
@@ -149,7 +168,8 @@ export async function recordModelTurn(options: RecordModelTurnOptions): Promise<
         const recorded = await runModelTurnOfRequest(client, runId, String(key));
         if (recorded === undefined) throw new RunHistoryError(`recordModelTurn: no model request ${key} in run ${runId}`);
         if (recorded !== null) {
-          if (recorded.text === text && recorded.proposalIds.join('\n') === proposals.map((p) => p.id).join('\n')) return { seq: recorded.seq };
+          if (recorded.text === text && recorded.proposalIds.join('\n') === proposals.map((p) => p.id).join('\n'))
+            return { seq: recorded.seq };
           throw new RunHistoryError(`recordModelTurn: model request ${key} already has a different turn (seq ${recorded.seq})`);
         }
       }
@@ -184,15 +204,25 @@ export async function recordModelRequest(options: RecordModelRequestOptions): Pr
   const { pool, scope, requestKey } = options;
   const runId = runIdOf(options.runId, scope);
   const requestBytes = requireCount(options.requestBytes, 'recordModelRequest: requestBytes');
-  const usage = options.usage === undefined || options.usage === null ? null : {
-    inputTokens: requireCount(options.usage.inputTokens, 'recordModelRequest: usage.inputTokens'),
-    outputTokens: requireCount(options.usage.outputTokens, 'recordModelRequest: usage.outputTokens'),
-  };
+  const usage =
+    options.usage === undefined || options.usage === null
+      ? null
+      : {
+          inputTokens: requireCount(options.usage.inputTokens, 'recordModelRequest: usage.inputTokens'),
+          outputTokens: requireCount(options.usage.outputTokens, 'recordModelRequest: usage.outputTokens'),
+        };
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     await savepoint(client, 'receipt');
     try {
-      const id = await runModelRequestInsert(client, runId, requestKey, requestBytes, usage?.inputTokens ?? null, usage?.outputTokens ?? null);
+      const id = await runModelRequestInsert(
+        client,
+        runId,
+        requestKey,
+        requestBytes,
+        usage?.inputTokens ?? null,
+        usage?.outputTokens ?? null,
+      );
       await runBudgetEnsure(client, runId, null, null);
       const tokens = usage ? usage.inputTokens + usage.outputTokens : Math.ceil(requestBytes / 3);
       await runBudgetCharge(client, runId, 1, tokens);
@@ -213,7 +243,8 @@ export async function recordModelRequest(options: RecordModelRequestOptions): Pr
 export async function recordToolCall(options: RunAddress & { proposalId: string; dispatchId: string }): Promise<ToolUnitState> {
   const { pool, scope, proposalId, dispatchId } = options;
   const runId = runIdOf(options.runId, scope);
-  if (typeof dispatchId !== 'string' || dispatchId === '') throw new RunHistoryError('recordToolCall: dispatchId must be a non-empty string');
+  if (typeof dispatchId !== 'string' || dispatchId === '')
+    throw new RunHistoryError('recordToolCall: dispatchId must be a non-empty string');
   return inTransaction(pool, async (client) => {
     await assertRun(client, runId, scope);
     try {
@@ -225,7 +256,9 @@ export async function recordToolCall(options: RunAddress & { proposalId: string;
     const unit = await runToolUnitLock(client, runId, proposalId);
     if (!unit) throw new RunHistoryError(`recordToolCall: no tool call ${proposalId} was proposed in run ${runId}`);
     if (unit.dispatchId === dispatchId) return unit;
-    throw new RunHistoryError(`recordToolCall: tool call ${proposalId} is ${unit.status}${unit.dispatchId ? ` as ${unit.dispatchId}` : ''}`);
+    throw new RunHistoryError(
+      `recordToolCall: tool call ${proposalId} is ${unit.status}${unit.dispatchId ? ` as ${unit.dispatchId}` : ''}`,
+    );
   });
 }
 
@@ -252,16 +285,21 @@ export interface RecordToolResultOptions extends RunAddress {
  * @throws ResultNotFoundError when `resultRef` is not a result of this Run (a version that is not an integer from 1 to
  * 2147483647 never is).
  */
-export async function recordToolResult(options: RecordToolResultOptions): Promise<{ status: Settlement; result: ResultMeta | null; replayed: boolean }> {
+export async function recordToolResult(
+  options: RecordToolResultOptions,
+): Promise<{ status: Settlement; result: ResultMeta | null; replayed: boolean }> {
   const { pool, scope, proposalId, settlement } = options;
   const runId = runIdOf(options.runId, scope);
-  if (!['settled', 'failed', 'unknown'].includes(settlement)) throw new RunHistoryError(`recordToolResult: settlement must be settled, failed or unknown, got ${String(settlement)}`);
+  if (!['settled', 'failed', 'unknown'].includes(settlement))
+    throw new RunHistoryError(`recordToolResult: settlement must be settled, failed or unknown, got ${String(settlement)}`);
   // A plain JS caller's null is an absent value, as for `error` (a null resultRef was destructured: a TypeError).
   const given = (v: unknown) => v !== undefined && v !== null;
   const resultRef = given(options.resultRef) ? options.resultRef : undefined;
   if (given(options.content) && resultRef !== undefined) throw new RunHistoryError('recordToolResult: give content or resultRef, not both');
-  if (settlement === 'settled' && !given(options.content) && resultRef === undefined) throw new RunHistoryError('recordToolResult: a settled call needs its result (content or resultRef)');
-  if (resultRef !== undefined && typeof resultRef !== 'object') throw new RunHistoryError('recordToolResult: resultRef must be {resultId, version}');
+  if (settlement === 'settled' && !given(options.content) && resultRef === undefined)
+    throw new RunHistoryError('recordToolResult: a settled call needs its result (content or resultRef)');
+  if (resultRef !== undefined && typeof resultRef !== 'object')
+    throw new RunHistoryError('recordToolResult: resultRef must be {resultId, version}');
   const content = given(options.content) ? storedText(options.content, 'recordToolResult: content') : undefined;
   const errorText = options.error === undefined || options.error === null ? null : storedText(options.error, 'recordToolResult: error');
   const label = options.label === undefined || options.label === null ? null : storedText(options.label, 'recordToolResult: label');
@@ -277,10 +315,13 @@ export async function recordToolResult(options: RecordToolResultOptions): Promis
       throw new RunHistoryError(`recordToolResult: tool call ${proposalId} is already ${unit.status}`);
     }
     if (options.dispatchId !== undefined && unit.dispatchId !== null && unit.dispatchId !== options.dispatchId) {
-      throw new RunHistoryError(`recordToolResult: tool call ${proposalId} was dispatched as ${unit.dispatchId}, not ${options.dispatchId}`);
+      throw new RunHistoryError(
+        `recordToolResult: tool call ${proposalId} was dispatched as ${unit.dispatchId}, not ${options.dispatchId}`,
+      );
     }
     const dispatchId = unit.dispatchId ?? options.dispatchId ?? null;
-    if (dispatchId === null && settlement !== 'failed') throw new RunHistoryError(`recordToolResult: a ${settlement} call needs its dispatch identity (dispatchId)`);
+    if (dispatchId === null && settlement !== 'failed')
+      throw new RunHistoryError(`recordToolResult: a ${settlement} call needs its dispatch identity (dispatchId)`);
     let result: ResultMeta | null = null;
     let inline = true;
     try {
@@ -294,7 +335,12 @@ export async function recordToolResult(options: RecordToolResultOptions): Promis
         inline = false;
       }
       await runToolUnitSettle(client, runId, proposalId, {
-        status: settlement, dispatchId, resultId: result?.resultId ?? null, resultVersion: result?.version ?? null, inline, error: errorText,
+        status: settlement,
+        dispatchId,
+        resultId: result?.resultId ?? null,
+        resultVersion: result?.version ?? null,
+        inline,
+        error: errorText,
       });
     } catch (error) {
       throw historyErrorFrom(error, 'recordToolResult');

@@ -79,7 +79,9 @@ export interface OpenUnit {
  * is found through its receipt and used. Nothing is ever re-sent here.
  * @throws RunNotFoundError when the Run is not in `scope`.
  */
-export async function recoverRunContext(options: RecoverRunContextOptions): Promise<{ request: RunRequest; body: AnthropicRunRequest; report: RecoveryReport }> {
+export async function recoverRunContext(
+  options: RecoverRunContextOptions,
+): Promise<{ request: RunRequest; body: AnthropicRunRequest; report: RecoveryReport }> {
   const { pool, scope } = options;
   const runId = runIdOf(options.runId, scope);
   const policy = resolvePolicy(options.policy);
@@ -113,8 +115,15 @@ export async function recoverRunContext(options: RecoverRunContextOptions): Prom
         receipts,
         inFlight: receipts.filter((r) => r.status === 'dispatched').map((r) => r.id),
         expiredReceipts: expired,
-        openUnits: state.units.filter((u) => u.status === 'proposed' || u.status === 'dispatched')
-          .map((u) => ({ seq: u.turnSeq, proposalId: u.proposalId, tool: u.tool, status: u.status as OpenUnit['status'], dispatchId: u.dispatchId })),
+        openUnits: state.units
+          .filter((u) => u.status === 'proposed' || u.status === 'dispatched')
+          .map((u) => ({
+            seq: u.turnSeq,
+            proposalId: u.proposalId,
+            tool: u.tool,
+            status: u.status as OpenUnit['status'],
+            dispatchId: u.dispatchId,
+          })),
       },
     };
   });

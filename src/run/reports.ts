@@ -171,8 +171,14 @@ export interface PrepareReport {
 /** A part of the request and the bytes it holds (the parts of a CannotFit add up to its bytes). */
 export interface ByteHolder {
   what:
-    | 'envelope' | 'catalog' | 'response_reserve' | 'protected_originals' | 'checkpoint_summaries'
-    | 'recent_work' | 'work_after_a_pending_effect' | 'older_work';
+    | 'envelope'
+    | 'catalog'
+    | 'response_reserve'
+    | 'protected_originals'
+    | 'checkpoint_summaries'
+    | 'recent_work'
+    | 'work_after_a_pending_effect'
+    | 'older_work';
   bytes: number;
   /** The history entries (seq; a checkpoint by its first seq) that make it up. */
   seqs: number[];
@@ -203,7 +209,11 @@ export interface CompactionObservation {
   compaction: RunCompactionReport;
 }
 
-export type DeepReadonly<T> = T extends (infer U)[] ? readonly DeepReadonly<U>[] : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
+export type DeepReadonly<T> = T extends (infer U)[]
+  ? readonly DeepReadonly<U>[]
+  : T extends object
+    ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+    : T;
 
 /** Observers of compaction. Awaited; a throw or a mutation changes nothing. */
 export interface RunCompactionHooks {

@@ -112,8 +112,15 @@ export function groupsOf(turns: readonly TurnRow[], units: readonly UnitRow[]): 
 
 export function hashedUnits(g: Group): HashedUnit[] {
   return g.units.map((u) => ({
-    proposalId: u.proposalId, tool: u.tool, input: u.input, status: u.status, dispatchId: u.dispatchId,
-    resultId: u.resultId, resultVersion: u.resultVersion, resultSha256: u.sha256, error: u.error,
+    proposalId: u.proposalId,
+    tool: u.tool,
+    input: u.input,
+    status: u.status,
+    dispatchId: u.dispatchId,
+    resultId: u.resultId,
+    resultVersion: u.resultVersion,
+    resultSha256: u.sha256,
+    error: u.error,
   }));
 }
 
@@ -146,7 +153,12 @@ function checkpointHolds(cp: CheckpointRow, groups: Map<number, Group>): boolean
  * full. `extra` is one or more checkpoints under evaluation, oldest first,
  * after the stored ones (trusted: built from these records).
  */
-export function layOutRequest(state: RunState, input: RequestInput, policy: Readonly<RunCompactionPolicy>, extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[]): Projection {
+export function layOutRequest(
+  state: RunState,
+  input: RequestInput,
+  policy: Readonly<RunCompactionPolicy>,
+  extra?: ProjectedCheckpoint | readonly ProjectedCheckpoint[],
+): Projection {
   const groups = groupsOf(state.turns, state.units);
   const compactedBy = new Map<number, ProjectedCheckpoint>();
   const usedCheckpoints: string[] = [];
@@ -197,7 +209,12 @@ export function layOutRequest(state: RunState, input: RequestInput, policy: Read
       continue;
     }
     const g = groups.get(t.seq)!;
-    const turn: RunRequestItem = { kind: 'model_turn', seq: g.seq, text: g.text, toolCalls: g.units.map((u) => ({ id: u.proposalId, name: u.tool, input: u.input })) };
+    const turn: RunRequestItem = {
+      kind: 'model_turn',
+      seq: g.seq,
+      text: g.text,
+      toolCalls: g.units.map((u) => ({ id: u.proposalId, name: u.tool, input: u.input })),
+    };
     if (t.thinking) turn.thinking = t.thinking;
     fixed(turn, g.seq);
     for (const u of g.units) {
@@ -205,7 +222,9 @@ export function layOutRequest(state: RunState, input: RequestInput, policy: Read
       role = 'user';
       blocks++;
       const index = groupIndex.get(g.seq)!;
-      slots.push(unitSlot(u, g.seq, index, opens, index >= visibleGroups.length - policy.keepRecentGroups ? state.excerpts : NO_EXCERPTS, policy));
+      slots.push(
+        unitSlot(u, g.seq, index, opens, index >= visibleGroups.length - policy.keepRecentGroups ? state.excerpts : NO_EXCERPTS, policy),
+      );
     }
   }
 
@@ -242,12 +261,27 @@ function endWithoutTrailingSpace(slots: Slot[]): void {
   slots[slots.length - 1] = { ...end, item, bytes: end.bytes - (itemBytes(end.item, true).bytes - itemBytes(item, true).bytes) };
 }
 
-function unitSlot(u: UnitRow, groupSeq: number, groupIndex: number, opens: boolean, excerpts: ReadonlyMap<string, string>, policy: Readonly<RunCompactionPolicy>): UnitSlot {
-  const head = { kind: 'tool_result' as const, seq: u.turnSeq, proposalId: u.proposalId, tool: u.tool, dispatchId: u.dispatchId, status: u.status };
+function unitSlot(
+  u: UnitRow,
+  groupSeq: number,
+  groupIndex: number,
+  opens: boolean,
+  excerpts: ReadonlyMap<string, string>,
+  policy: Readonly<RunCompactionPolicy>,
+): UnitSlot {
+  const head = {
+    kind: 'tool_result' as const,
+    seq: u.turnSeq,
+    proposalId: u.proposalId,
+    tool: u.tool,
+    dispatchId: u.dispatchId,
+    status: u.status,
+  };
   const withError: ToolResultItem = u.error === null ? head : { ...head, error: u.error };
   const form = (item: ToolResultItem): Form => ({ item, bytes: itemBytes(item, opens).bytes });
   const base = { kind: 'unit' as const, unit: u, groupSeq, groupIndex, opens };
-  if (u.resultId === null || u.resultVersion === null) return { ...base, shown: form(withError), shownBody: false, excerpt: null, reference: null };
+  if (u.resultId === null || u.resultVersion === null)
+    return { ...base, shown: form(withError), shownBody: false, excerpt: null, reference: null };
   // A size is never taken as zero: a result without its sizes is a broken record, not a small one.
   if (u.bytes === null || u.jsonBytes === null || u.lines === null || u.sha256 === null) {
     throw new Error(`result ${u.resultId} of tool call ${u.proposalId} has no recorded size`);
@@ -257,7 +291,10 @@ function unitSlot(u: UnitRow, groupSeq: number, groupIndex: number, opens: boole
   // Externalized results are shown by reference only.
   if (!u.inline) return { ...base, shown: reference, shownBody: false, excerpt: null, reference };
   const raw = u.bytes > policy.excerptBytes ? excerpts.get(`${u.resultId}:${u.resultVersion}`) : undefined;
-  const excerpt = raw === undefined ? null : form({ ...withError, excerpt: cutBytes(raw, policy.excerptBytes), reference: { ...meta, note: EXCERPT_NOTE } });
+  const excerpt =
+    raw === undefined
+      ? null
+      : form({ ...withError, excerpt: cutBytes(raw, policy.excerptBytes), reference: { ...meta, note: EXCERPT_NOTE } });
   // Over the inline limit, a body is never shown whole: the library's guarantee, not the app's.
   if (u.bytes > policy.inlineResultBytes) return { ...base, shown: excerpt ?? reference, shownBody: false, excerpt, reference };
   if (u.bytes === 0) return { ...base, shown: form({ ...withError, body: '' }), shownBody: false, excerpt, reference };
@@ -278,10 +315,15 @@ function boundedCatalog(rows: readonly CatalogRow[], maxBytes: number, labels: b
     const seen = newest.get(r.resultId);
     if (!seen || seen.version < r.version) newest.set(r.resultId, r);
   }
-  const all = rows.filter((r) => newest.get(r.resultId) === r).map((r): CatalogEntry => ({
-    resultId: r.resultId, version: r.version, bytes: r.bytes, lines: r.lines,
-    label: labels && r.label !== null ? cutBytes(r.label.replace(/\s+/g, ' '), CATALOG_LABEL_BYTES) : null,
-  }));
+  const all = rows
+    .filter((r) => newest.get(r.resultId) === r)
+    .map((r): CatalogEntry => ({
+      resultId: r.resultId,
+      version: r.version,
+      bytes: r.bytes,
+      lines: r.lines,
+      label: labels && r.label !== null ? cutBytes(r.label.replace(/\s+/g, ' '), CATALOG_LABEL_BYTES) : null,
+    }));
   // Escaped bytes add up (see anthropic.ts): the header, each line, two per "\n" between lines.
   const header = escapedBytes(catalogText([], 1)) - escapedBytes(omittedLine(1));
   const lineBytes = (e: CatalogEntry) => escapedBytes(catalogLine(e));

@@ -34,7 +34,8 @@ export async function storeResult(options: StoreResultOptions): Promise<ResultMe
   const { pool, scope } = options;
   const runId = runIdOf(options.runId, scope);
   if (typeof options.content !== 'string') throw new RunHistoryError('storeResult: content must be a string');
-  if (options.label !== undefined && options.label !== null && typeof options.label !== 'string') throw new RunHistoryError('storeResult: label must be a string');
+  if (options.label !== undefined && options.label !== null && typeof options.label !== 'string')
+    throw new RunHistoryError('storeResult: label must be a string');
   const content = toStoredText(options.content);
   const label = options.label === undefined || options.label === null ? null : toStoredText(options.label);
   if (!(await runInScopeGet(pool, runId, scope))) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
@@ -101,37 +102,64 @@ export async function readResult(options: ReadResultOptions): Promise<ReadResult
   if (range && 'bytes' in range) {
     const start = range.bytes.start;
     const end = range.bytes.end ?? Number.MAX_SAFE_INTEGER;
-    if (!isInt4(start) || !Number.isSafeInteger(end) || end < start) throw new RangeError(`invalid byte range ${start}..${end} (start from 0 to ${INT4_MAX})`);
+    if (!isInt4(start) || !Number.isSafeInteger(end) || end < start)
+      throw new RangeError(`invalid byte range ${start}..${end} (start from 0 to ${INT4_MAX})`);
     // At most maxBytes from start (the cut to whole characters may return a few less).
     slice = { kind: 'bytes', start, end: Math.min(end, start + maxBytes, INT4_MAX) };
   } else if (range && 'lines' in range) {
     const from = range.lines.from;
     const to = range.lines.to ?? INT4_MAX;
-    if (!isInt4(from, 1) || !Number.isSafeInteger(to) || to < from) throw new RangeError(`invalid line range ${from}..${to} (from 1 to ${INT4_MAX})`);
+    if (!isInt4(from, 1) || !Number.isSafeInteger(to) || to < from)
+      throw new RangeError(`invalid line range ${from}..${to} (from 1 to ${INT4_MAX})`);
     slice = { kind: 'lines', from, to: Math.min(to, INT4_MAX) };
   }
-  const row = isUuid(runId) && isUuid(resultId) && isInt4(version, 1) ? await runResultRead(pool, runId, scope, resultId, version, slice) : null;
+  const row =
+    isUuid(runId) && isUuid(resultId) && isInt4(version, 1) ? await runResultRead(pool, runId, scope, resultId, version, slice) : null;
   if (!row) throw new ResultNotFoundError(`result ${resultId} version ${version} not found in run ${runId}`);
-  const meta: ResultMeta = { resultId: row.resultId, version: row.version, bytes: row.bytes, lines: row.lines, sha256: row.sha256, label: row.label };
+  const meta: ResultMeta = {
+    resultId: row.resultId,
+    version: row.version,
+    bytes: row.bytes,
+    lines: row.lines,
+    sha256: row.sha256,
+    label: row.label,
+  };
   if (slice.kind === 'bytes') {
     const raw = row.raw ?? Buffer.alloc(0);
     const { from, to } = wholeCharacters(raw);
     const start = Math.min(slice.start, row.bytes) + from;
     const end = start + (to - from);
-    const asked = Math.min(range && 'bytes' in range ? range.bytes.end ?? row.bytes : row.bytes, row.bytes);
+    const asked = Math.min(range && 'bytes' in range ? (range.bytes.end ?? row.bytes) : row.bytes, row.bytes);
     const truncated = end < asked;
-    return { ...meta, content: raw.toString('utf8', from, to), range: { kind: 'bytes', start, end }, truncated, next: truncated ? { bytes: { start: end, ...(range && 'bytes' in range && range.bytes.end !== undefined ? { end: range.bytes.end } : {}) } } : null };
+    return {
+      ...meta,
+      content: raw.toString('utf8', from, to),
+      range: { kind: 'bytes', start, end },
+      truncated,
+      next: truncated
+        ? { bytes: { start: end, ...(range && 'bytes' in range && range.bytes.end !== undefined ? { end: range.bytes.end } : {}) } }
+        : null,
+    };
   }
   const text = row.text ?? '';
   const cut = cutToBytes(text, maxBytes);
-  const offset = slice.kind === 'lines' ? row.lineOffset ?? 0 : 0;
+  const offset = slice.kind === 'lines' ? (row.lineOffset ?? 0) : 0;
   // A cut line range goes on by bytes up to the end of its last line (`text` is exactly the lines asked for).
-  const next: ResultRange | null = cut === null ? null
-    : slice.kind === 'lines' ? { bytes: { start: offset + cut.bytes, end: offset + Buffer.byteLength(text, 'utf8') } }
-    : { bytes: { start: cut.bytes } };
+  const next: ResultRange | null =
+    cut === null
+      ? null
+      : slice.kind === 'lines'
+        ? { bytes: { start: offset + cut.bytes, end: offset + Buffer.byteLength(text, 'utf8') } }
+        : { bytes: { start: cut.bytes } };
   const content = cut === null ? text : cut.text;
   if (slice.kind === 'lines') {
-    return { ...meta, content, range: { kind: 'lines', from: slice.from, to: Math.min(slice.to, Math.max(row.lines, slice.from)) }, truncated: cut !== null, next };
+    return {
+      ...meta,
+      content,
+      range: { kind: 'lines', from: slice.from, to: Math.min(slice.to, Math.max(row.lines, slice.from)) },
+      truncated: cut !== null,
+      next,
+    };
   }
   return { ...meta, content, range: { kind: 'all' }, truncated: cut !== null, next };
 }

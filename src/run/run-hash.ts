@@ -80,7 +80,15 @@ export interface CandidateIdentity {
 /** Hex SHA-256 naming one candidate: the key attempts are counted against. */
 export function identityKeyOf(c: CandidateIdentity): string {
   const hash = start('sourcebound/run-candidate\0');
-  for (const value of [c.runId.toLowerCase(), c.predecessorId?.toLowerCase() ?? '', String(c.fromSeq), String(c.toSeq), c.sourceHash, c.model, c.promptVersion]) {
+  for (const value of [
+    c.runId.toLowerCase(),
+    c.predecessorId?.toLowerCase() ?? '',
+    String(c.fromSeq),
+    String(c.toSeq),
+    c.sourceHash,
+    c.model,
+    c.promptVersion,
+  ]) {
     field(hash, value);
   }
   return hash.digest('hex');

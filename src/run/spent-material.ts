@@ -16,11 +16,15 @@ import { type RunCompactionPolicy } from './types.ts';
  * if any. An identity with an answer the gate refused is not exhausted but
  * refused (isRefusedAnswer, latestRefusal).
  */
-export function exhaustedMaterial(receipts: readonly ReceiptRow[], c: Candidate, policy: Readonly<RunCompactionPolicy>, prefix = false): ExhaustedIdentity | null {
+export function exhaustedMaterial(
+  receipts: readonly ReceiptRow[],
+  c: Candidate,
+  policy: Readonly<RunCompactionPolicy>,
+  prefix = false,
+): ExhaustedIdentity | null {
   const spent = new Map<string, ReceiptRow[]>();
-  const within = (seqs: readonly number[]) => prefix
-    ? seqs.length < c.seqs.length && seqs.every((s, i) => c.seqs[i] === s)
-    : seqs.join() === c.seqs.join();
+  const within = (seqs: readonly number[]) =>
+    prefix ? seqs.length < c.seqs.length && seqs.every((s, i) => c.seqs[i] === s) : seqs.join() === c.seqs.join();
   for (const r of receipts) {
     if (r.spent !== true || r.predecessorId !== c.predecessorId || !within(r.compactedSeqs)) continue;
     spent.set(r.identityKey, [...(spent.get(r.identityKey) ?? []), r]);
@@ -29,7 +33,14 @@ export function exhaustedMaterial(receipts: readonly ReceiptRow[], c: Candidate,
     if (rs.length < policy.maxAttempts) continue;
     if (rs.some((r) => isRefusedAnswer(r, policy))) continue;
     const last = rs.at(-1)!;
-    return { identityKey, fromSeq: last.fromSeq, toSeq: last.toSeq, attempts: rs.length, lastOutcome: last.status as ExhaustedIdentity['lastOutcome'], reason: last.reason };
+    return {
+      identityKey,
+      fromSeq: last.fromSeq,
+      toSeq: last.toSeq,
+      attempts: rs.length,
+      lastOutcome: last.status as ExhaustedIdentity['lastOutcome'],
+      reason: last.reason,
+    };
   }
   return null;
 }
@@ -50,7 +61,12 @@ export function latestRefusal(refusals: readonly ReceiptRow[], c: Candidate): Re
   for (const r of refusals) if (r.predecessorId === c.predecessorId && (latest === null || r.toSeq >= latest.toSeq)) latest = r;
   if (latest === null) return null;
   return {
-    identityKey: latest.identityKey, fromSeq: latest.fromSeq, toSeq: latest.toSeq, summaryRequestId: latest.id, attempt: latest.attempt,
-    summaryBytes: Buffer.byteLength(latest.summary!, 'utf8'), reason: latest.reason,
+    identityKey: latest.identityKey,
+    fromSeq: latest.fromSeq,
+    toSeq: latest.toSeq,
+    summaryRequestId: latest.id,
+    attempt: latest.attempt,
+    summaryBytes: Buffer.byteLength(latest.summary!, 'utf8'),
+    reason: latest.reason,
   };
 }

@@ -32,7 +32,8 @@ export function isUuid(value: unknown): value is string {
  * @throws RunNotFoundError when `runId` is not a uuid.
  */
 export function runIdOf(runId: unknown, scope: string): string {
-  if (!isUuid(runId)) throw new RunNotFoundError(`run ${JSON.stringify(String(runId).slice(0, 80))} not found in scope ${scope}: not a uuid`);
+  if (!isUuid(runId))
+    throw new RunNotFoundError(`run ${JSON.stringify(String(runId).slice(0, 80))} not found in scope ${scope}: not a uuid`);
   const hex = runId.replace(/[{}-]/g, '').toLowerCase();
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }

@@ -31,19 +31,33 @@ export async function summaryCall(
   }, deadlineMs);
   // A summarizer that ignores its signal must not hold the Run past the deadline.
   const stopped = new Promise<Outcome>((resolve) => {
-    controller.signal.addEventListener('abort', () => resolve({
-      kind: 'unknown',
-      reason: why === 'deadline' ? `deadline_exceeded:${deadlineMs}ms` : 'cancelled_after_send',
-      requestId: null,
-    }), { once: true });
+    controller.signal.addEventListener(
+      'abort',
+      () =>
+        resolve({
+          kind: 'unknown',
+          reason: why === 'deadline' ? `deadline_exceeded:${deadlineMs}ms` : 'cancelled_after_send',
+          requestId: null,
+        }),
+      { once: true },
+    );
   });
   try {
-    const call = Promise.resolve().then(() => summarizer.summarize({
-      promptVersion: RUN_PROMPT_VERSION, items, maxChars, deadlineMs, signal: controller.signal,
-    }));
+    const call = Promise.resolve().then(() =>
+      summarizer.summarize({
+        promptVersion: RUN_PROMPT_VERSION,
+        items,
+        maxChars,
+        deadlineMs,
+        signal: controller.signal,
+      }),
+    );
     return checked(conformOutcome(await Promise.race([call, stopped]), summarizer.model), maxChars);
   } catch (error) {
-    return conformOutcome({ kind: 'unknown', reason: `summarizer_threw:${error instanceof Error ? error.message : String(error)}`, requestId: null }, summarizer.model);
+    return conformOutcome(
+      { kind: 'unknown', reason: `summarizer_threw:${error instanceof Error ? error.message : String(error)}`, requestId: null },
+      summarizer.model,
+    );
   } finally {
     clearTimeout(timer);
     signal?.removeEventListener('abort', onAbort);
@@ -92,7 +106,6 @@ export function charLimitFor(allowanceBytes: number, items: readonly MaterialIte
   return Math.max(1, Math.floor(allowanceBytes / width));
 }
 
-
 /**
  * What an outcome costs (one place): ok, invalid and unknown spend an attempt
  * and the request; unknown is charged its whole reservation (it may have been
@@ -105,27 +118,57 @@ export function settlementOf(outcome: Outcome, reservedTokens: number, now: numb
     case 'invalid': {
       const used = outcome.usage ? outcome.usage.inputTokens + outcome.usage.outputTokens : reservedTokens;
       return {
-        status: outcome.kind, spent: true, reason: outcome.kind === 'invalid' ? outcome.reason : null,
-        summary: outcome.kind === 'ok' ? outcome.text : null, answerModel: outcome.model,
-        providerRequestId: outcome.requestId, usage: outcome.usage, chargedRequests: 1, chargedTokens: used, notBefore: null,
+        status: outcome.kind,
+        spent: true,
+        reason: outcome.kind === 'invalid' ? outcome.reason : null,
+        summary: outcome.kind === 'ok' ? outcome.text : null,
+        answerModel: outcome.model,
+        providerRequestId: outcome.requestId,
+        usage: outcome.usage,
+        chargedRequests: 1,
+        chargedTokens: used,
+        notBefore: null,
         grounding: outcome.grounding ?? null,
       };
     }
     case 'unknown':
       return {
-        status: 'unknown', spent: true, reason: outcome.reason, summary: null, answerModel: null,
-        providerRequestId: outcome.requestId, usage: null, chargedRequests: 1, chargedTokens: reservedTokens, notBefore: null,
+        status: 'unknown',
+        spent: true,
+        reason: outcome.reason,
+        summary: null,
+        answerModel: null,
+        providerRequestId: outcome.requestId,
+        usage: null,
+        chargedRequests: 1,
+        chargedTokens: reservedTokens,
+        notBefore: null,
       };
     case 'deferred':
       return {
-        status: 'deferred', spent: false, reason: outcome.reason, summary: null, answerModel: null, providerRequestId: null,
-        usage: null, chargedRequests: 0, chargedTokens: 0,
+        status: 'deferred',
+        spent: false,
+        reason: outcome.reason,
+        summary: null,
+        answerModel: null,
+        providerRequestId: null,
+        usage: null,
+        chargedRequests: 0,
+        chargedTokens: 0,
         notBefore: outcome.retryAfterMs === null ? null : new Date(now + outcome.retryAfterMs),
       };
     case 'config':
       return {
-        status: 'config', spent: false, reason: outcome.reason, summary: null, answerModel: null, providerRequestId: null,
-        usage: null, chargedRequests: 0, chargedTokens: 0, notBefore: null,
+        status: 'config',
+        spent: false,
+        reason: outcome.reason,
+        summary: null,
+        answerModel: null,
+        providerRequestId: null,
+        usage: null,
+        chargedRequests: 0,
+        chargedTokens: 0,
+        notBefore: null,
       };
   }
 }

@@ -67,13 +67,15 @@ export async function readResultTool(options: ReadResultToolOptions): Promise<st
   const runId = runIdOf(options.runId, scope);
   const maxBytes = options.maxBytes ?? READ_MAX_BYTES;
   // Under it the read was clamped to 4 bytes and the header and the way on broke the bound (maxBytes 200: 204 bytes).
-  if (!Number.isSafeInteger(maxBytes) || maxBytes < MIN_ANSWER_BYTES) throw new RangeError(`maxBytes must be an integer of at least ${MIN_ANSWER_BYTES}, got ${String(maxBytes)}`);
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < MIN_ANSWER_BYTES)
+    throw new RangeError(`maxBytes must be an integer of at least ${MIN_ANSWER_BYTES}, got ${String(maxBytes)}`);
   const input = (options.input ?? {}) as Record<string, unknown>;
   // The model's numbers end up in integer columns and positions: past INT4_MAX is its mistake, told as one
   // (an end, endByte or toLine, may be larger: past the result it means its end, as in readResult).
   const int = (v: unknown, name: string, min: number, max = INT4_MAX): number | undefined => {
     if (v === undefined || v === null) return undefined;
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max) throw new RunHistoryError(`read_result: ${name} must be an integer from ${min} to ${max}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max)
+      throw new RunHistoryError(`read_result: ${name} must be an integer from ${min} to ${max}`);
     return v;
   };
 
@@ -86,40 +88,67 @@ export async function readResultTool(options: ReadResultToolOptions): Promise<st
       const segment = int(input.checkpoint, 'checkpoint', 1)!;
       const calls = await runCheckpointCallsPage(pool, runId, segment, offset, limit);
       if (calls === null) throw new RunHistoryError(`read_result: no checkpoint ${segment} in this run`);
-      const lines = calls.rows.map((c) => `- ${c.proposalId} ${c.tool}: ${c.settlement}${c.resultId ? `, result ${c.resultId} v${c.version} (${c.bytes} bytes, ${c.lines} lines)` : ', no result'}`);
-      return bounded(`Tool calls of checkpoint ${segment}: ${offset + 1}-${offset + calls.rows.length} of ${calls.total}${more(offset, calls.rows.length, calls.total, segment)}\n${lines.join('\n')}`, maxBytes);
+      const lines = calls.rows.map(
+        (c) =>
+          `- ${c.proposalId} ${c.tool}: ${c.settlement}${c.resultId ? `, result ${c.resultId} v${c.version} (${c.bytes} bytes, ${c.lines} lines)` : ', no result'}`,
+      );
+      return bounded(
+        `Tool calls of checkpoint ${segment}: ${offset + 1}-${offset + calls.rows.length} of ${calls.total}${more(offset, calls.rows.length, calls.total, segment)}\n${lines.join('\n')}`,
+        maxBytes,
+      );
     }
     const catalog = await runResultCatalogPage(pool, runId, offset, limit);
-    const lines = catalog.rows.map((c) => `- ${c.resultId} v${c.version}: ${c.bytes} bytes, ${c.lines} lines${c.label ? `, ${c.label.replace(/\s+/g, ' ').slice(0, 80)}` : ''}`);
-    return bounded(`Stored results ${offset + 1}-${offset + catalog.rows.length} of ${catalog.total}${more(offset, catalog.rows.length, catalog.total, null)}\n${lines.join('\n')}`, maxBytes);
+    const lines = catalog.rows.map(
+      (c) =>
+        `- ${c.resultId} v${c.version}: ${c.bytes} bytes, ${c.lines} lines${c.label ? `, ${c.label.replace(/\s+/g, ' ').slice(0, 80)}` : ''}`,
+    );
+    return bounded(
+      `Stored results ${offset + 1}-${offset + catalog.rows.length} of ${catalog.total}${more(offset, catalog.rows.length, catalog.total, null)}\n${lines.join('\n')}`,
+      maxBytes,
+    );
   }
 
-  if (typeof input.resultId !== 'string' || input.resultId === '') throw new RunHistoryError('read_result: give resultId and version, {"catalog": {}} or {"checkpoint": n}');
+  if (typeof input.resultId !== 'string' || input.resultId === '')
+    throw new RunHistoryError('read_result: give resultId and version, {"catalog": {}} or {"checkpoint": n}');
   const version = int(input.version, 'version', 1);
-  if (version === undefined) throw new RunHistoryError('read_result: version is required (results are versioned; the catalog lists each version)');
+  if (version === undefined)
+    throw new RunHistoryError('read_result: version is required (results are versioned; the catalog lists each version)');
   const startByte = int(input.startByte, 'startByte', 0);
   const endByte = int(input.endByte, 'endByte', 0, Number.MAX_SAFE_INTEGER);
   const fromLine = int(input.fromLine, 'fromLine', 1);
   const toLine = int(input.toLine, 'toLine', 1, Number.MAX_SAFE_INTEGER);
   let range: ResultRange | undefined;
-  if (startByte !== undefined || endByte !== undefined) range = { bytes: { start: startByte ?? 0, ...(endByte === undefined ? {} : { end: endByte }) } };
-  else if (fromLine !== undefined || toLine !== undefined) range = { lines: { from: fromLine ?? 1, ...(toLine === undefined ? {} : { to: toLine }) } };
+  if (startByte !== undefined || endByte !== undefined)
+    range = { bytes: { start: startByte ?? 0, ...(endByte === undefined ? {} : { end: endByte }) } };
+  else if (fromLine !== undefined || toLine !== undefined)
+    range = { lines: { from: fromLine ?? 1, ...(toLine === undefined ? {} : { to: toLine }) } };
   // The header and the "go on" line take some of the answer's bytes.
-  const read = await readResult({ pool, runId, scope, resultId: input.resultId, version, range, maxBytes: maxBytes - FRAME_RESERVE }).catch((error) => {
-    // A range the model got wrong (an end before its start) is its call's failure, like any other input.
-    throw error instanceof RangeError ? new RunHistoryError(`read_result: ${error.message}`, { cause: error }) : error;
-  });
-  const where = read.range.kind === 'bytes' ? `bytes ${read.range.start}-${read.range.end}` : read.range.kind === 'lines' ? `lines ${read.range.from}-${read.range.to}` : 'whole';
+  const read = await readResult({ pool, runId, scope, resultId: input.resultId, version, range, maxBytes: maxBytes - FRAME_RESERVE }).catch(
+    (error) => {
+      // A range the model got wrong (an end before its start) is its call's failure, like any other input.
+      throw error instanceof RangeError ? new RunHistoryError(`read_result: ${error.message}`, { cause: error }) : error;
+    },
+  );
+  const where =
+    read.range.kind === 'bytes'
+      ? `bytes ${read.range.start}-${read.range.end}`
+      : read.range.kind === 'lines'
+        ? `lines ${read.range.from}-${read.range.to}`
+        : 'whole';
   // The way on ends where the asked range ends (a cut line range: the end of its last line).
   const next = read.next !== null && 'bytes' in read.next ? read.next.bytes : null;
   const until = next?.end === undefined ? '' : `, "endByte": ${next.end}`;
-  const tail = next === null ? '' : `\n[cut at ${maxBytes - FRAME_RESERVE} bytes: go on with {"resultId": "${read.resultId}", "version": ${read.version}, "startByte": ${next.start}${until}}]`;
+  const tail =
+    next === null
+      ? ''
+      : `\n[cut at ${maxBytes - FRAME_RESERVE} bytes: go on with {"resultId": "${read.resultId}", "version": ${read.version}, "startByte": ${next.start}${until}}]`;
   return `[result ${read.resultId} version ${read.version}, ${where} of ${read.bytes} bytes]\n${read.content}${tail}`;
 }
 
 function more(offset: number, shown: number, total: number, checkpoint: number | null): string {
   if (offset + shown >= total) return '';
-  const next = checkpoint === null ? `{"catalog": {"offset": ${offset + shown}}}` : `{"checkpoint": ${checkpoint}, "offset": ${offset + shown}}`;
+  const next =
+    checkpoint === null ? `{"catalog": {"offset": ${offset + shown}}}` : `{"checkpoint": ${checkpoint}, "offset": ${offset + shown}}`;
   return ` (more: ${next})`;
 }
 

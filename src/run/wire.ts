@@ -65,7 +65,12 @@ export function toAnthropicRequest(request: RunRequest): AnthropicRunRequest {
     if (last && last.role === role) last.content.push(...blocks);
     else messages.push({ role, content: blocks });
   }
-  return { model: request.model, system: request.system + catalogText(request.resultCatalog, request.resultCatalogOmitted), tools: request.tools, messages };
+  return {
+    model: request.model,
+    system: request.system + catalogText(request.resultCatalog, request.resultCatalogOmitted),
+    tools: request.tools,
+    messages,
+  };
 }
 
 /** The exact bytes of the body toAnthropicRequest gives (no response reserve). */
@@ -95,9 +100,23 @@ export function blocksOf(item: RunRequestItem): [Role, Block[]] {
     case 'user_request':
       return ['user', [{ type: 'text', text: item.text }]];
     case 'correction':
-      return ['user', [{ type: 'text', text: `User correction (revision ${item.revision}); it prevails over earlier instructions:` }, { type: 'text', text: item.text }]];
+      return [
+        'user',
+        [
+          { type: 'text', text: `User correction (revision ${item.revision}); it prevails over earlier instructions:` },
+          { type: 'text', text: item.text },
+        ],
+      ];
     case 'checkpoint_summary':
-      return ['user', [{ type: 'text', text: `[Checkpoint ${item.segment}, turns ${item.fromSeq}-${item.toSeq}. ${item.note}]\n${item.text}\n[${item.toolCalls}]` }]];
+      return [
+        'user',
+        [
+          {
+            type: 'text',
+            text: `[Checkpoint ${item.segment}, turns ${item.fromSeq}-${item.toSeq}. ${item.note}]\n${item.text}\n[${item.toolCalls}]`,
+          },
+        ],
+      ];
     case 'model_turn': {
       const blocks: Block[] = (item.thinking ?? []).map(thinkingBlock);
       if (item.text.trim() !== '') blocks.push({ type: 'text', text: item.text });
@@ -110,7 +129,9 @@ export function blocksOf(item: RunRequestItem): [Role, Block[]] {
 }
 
 function thinkingBlock(t: ThinkingBlock): Block {
-  return t.type === 'redacted_thinking' ? { type: 'redacted_thinking', data: t.data } : { type: 'thinking', thinking: t.thinking, signature: t.signature };
+  return t.type === 'redacted_thinking'
+    ? { type: 'redacted_thinking', data: t.data }
+    : { type: 'thinking', thinking: t.thinking, signature: t.signature };
 }
 
 /**
@@ -140,7 +161,10 @@ export function toolResultParts(item: ToolResultItem): string[] {
   if (item.error !== undefined) parts.push(`Error: ${item.error}`);
   if (item.body !== undefined) parts.push(item.body);
   if (item.excerpt !== undefined) parts.push(item.excerpt);
-  if (item.reference !== undefined) parts.push(`[Result ${item.reference.resultId} version ${item.reference.version}, ${item.reference.bytes} bytes, ${item.reference.lines} lines: ${item.reference.note}]`);
+  if (item.reference !== undefined)
+    parts.push(
+      `[Result ${item.reference.resultId} version ${item.reference.version}, ${item.reference.bytes} bytes, ${item.reference.lines} lines: ${item.reference.note}]`,
+    );
   return parts;
 }
 
@@ -177,11 +201,16 @@ export function turnOfMessage(message: ProviderMessage): ModelTurn {
   for (const block of message.content) {
     const b = block as { type: string } & Record<string, unknown>;
     if (b.type === 'text' && typeof b.text === 'string') texts.push(b.text);
-    else if (b.type === 'tool_use' && typeof b.id === 'string' && typeof b.name === 'string') toolCalls.push({ id: b.id, name: b.name, input: b.input ?? {} });
-    else if (b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string') thinking.push({ type: 'thinking', thinking: b.thinking, signature: b.signature });
+    else if (b.type === 'tool_use' && typeof b.id === 'string' && typeof b.name === 'string')
+      toolCalls.push({ id: b.id, name: b.name, input: b.input ?? {} });
+    else if (b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string')
+      thinking.push({ type: 'thinking', thinking: b.thinking, signature: b.signature });
     else if (b.type === 'redacted_thinking' && typeof b.data === 'string') thinking.push({ type: 'redacted_thinking', data: b.data });
   }
   const u = message.usage;
-  const usage = u && typeof u.input_tokens === 'number' && typeof u.output_tokens === 'number' ? { inputTokens: u.input_tokens, outputTokens: u.output_tokens } : null;
+  const usage =
+    u && typeof u.input_tokens === 'number' && typeof u.output_tokens === 'number'
+      ? { inputTokens: u.input_tokens, outputTokens: u.output_tokens }
+      : null;
   return { id: message.id, text: texts.join('\n\n'), toolCalls, thinking, usage, stopReason: message.stop_reason ?? null };
 }

@@ -28,7 +28,10 @@ const int = (min: number, max = Number.MAX_SAFE_INTEGER, tooLarge = `at most ${m
       return z.NEVER;
     }
     if (parsed.value < min || parsed.value > max) {
-      ctx.addIssue({ code: 'custom', message: parsed.value < min ? `at least ${min}, got ${parsed.value}` : `${tooLarge}, got ${parsed.value}` });
+      ctx.addIssue({
+        code: 'custom',
+        message: parsed.value < min ? `at least ${min}, got ${parsed.value}` : `${tooLarge}, got ${parsed.value}`,
+      });
       return z.NEVER;
     }
     return parsed.value;
@@ -48,7 +51,10 @@ const postgresUrl = z.string().superRefine((text, ctx) => {
     return;
   }
   if (!POSTGRES_SCHEMES.includes(url.protocol)) {
-    ctx.addIssue({ code: 'custom', message: `a PostgreSQL URL starts with postgres:// or postgresql:// (or socket: for a Unix socket), got ${url.protocol}//...` });
+    ctx.addIssue({
+      code: 'custom',
+      message: `a PostgreSQL URL starts with postgres:// or postgresql:// (or socket: for a Unix socket), got ${url.protocol}//...`,
+    });
   }
 });
 
@@ -61,9 +67,11 @@ const httpUrl = z.string().superRefine((text, ctx) => {
     ctx.addIssue({ code: 'custom', message: 'not a URL; expected http(s)://host[:port][/path]' });
     return;
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') ctx.addIssue({ code: 'custom', message: `an http:// or https:// URL, got ${url.protocol}//...` });
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    ctx.addIssue({ code: 'custom', message: `an http:// or https:// URL, got ${url.protocol}//...` });
   // A key in the URL would be logged and sent where a key does not belong; every request would then be refused and spend an attempt.
-  if (url.username !== '' || url.password !== '') ctx.addIssue({ code: 'custom', message: 'holds credentials (user:password@): remove them and pass the key in the API key variable' });
+  if (url.username !== '' || url.password !== '')
+    ctx.addIssue({ code: 'custom', message: 'holds credentials (user:password@): remove them and pass the key in the API key variable' });
 });
 
 /** The summarizers configuration can choose (a custom one is plugged in through code or `sourcebound worker --summarizer`). */
@@ -73,9 +81,7 @@ export type SummarizerKind = (typeof SUMMARIZER_KINDS)[number];
 /** The Anthropic model when SOURCEBOUND_MODEL is unset. */
 export const DEFAULT_ANTHROPIC_MODEL = 'claude-haiku-4-5';
 
-const bool = z
-  .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off'])
-  .transform((v) => ['1', 'true', 'yes', 'on'].includes(v));
+const bool = z.enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off']).transform((v) => ['1', 'true', 'yes', 'on'].includes(v));
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -108,9 +114,11 @@ const schema = z.object({
   /** Model used for summaries, as the provider knows it. (Default: claude-haiku-4-5 for Anthropic; required for openai) */
   SOURCEBOUND_MODEL: z.string().min(1).regex(/^\S+$/, 'a model name, without spaces').optional(),
   /** Maximum characters of an accepted summary; the contract's ceiling is 6000, a lower limit may be set. (Default: 6000) */
-  SOURCEBOUND_SUMMARY_MAX_CHARS: int(100, SUMMARY_CHAR_CEILING,
-    `at most ${SUMMARY_CHAR_CEILING}: the 6,000-character cap is the summary contract's ceiling; a lower limit may be configured, a higher one may not`)
-    .default(SUMMARY_CHAR_CEILING),
+  SOURCEBOUND_SUMMARY_MAX_CHARS: int(
+    100,
+    SUMMARY_CHAR_CEILING,
+    `at most ${SUMMARY_CHAR_CEILING}: the 6,000-character cap is the summary contract's ceiling; a lower limit may be configured, a higher one may not`,
+  ).default(SUMMARY_CHAR_CEILING),
   /** What a summary fact not found in its material does: reject (invalid answer, attempt spent) or flag (completed, labelled). (Default: reject) */
   SOURCEBOUND_GROUNDING: z.enum(GROUNDING_POLICIES as [GroundingPolicy, ...GroundingPolicy[]]).default('reject'),
   /** Deadline of one model call in milliseconds. (Default: 120000) */
@@ -202,15 +210,21 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, defaults: { log
   }
   if (summarizer === 'openai') {
     if (e.SOURCEBOUND_MODEL === undefined) {
-      problems.push('SOURCEBOUND_MODEL: required with SOURCEBOUND_SUMMARIZER=openai: the model name as the server knows it (e.g. gpt-4o-mini, or llama3.1:8b on Ollama)');
+      problems.push(
+        'SOURCEBOUND_MODEL: required with SOURCEBOUND_SUMMARIZER=openai: the model name as the server knows it (e.g. gpt-4o-mini, or llama3.1:8b on Ollama)',
+      );
     }
     if (e.OPENAI_API_KEY === undefined && e.OPENAI_BASE_URL === undefined) {
-      problems.push('OPENAI_API_KEY: required for OpenAI\'s endpoint; for a server of your own (Ollama, vLLM, llama.cpp) set OPENAI_BASE_URL instead, e.g. http://localhost:11434/v1');
+      problems.push(
+        "OPENAI_API_KEY: required for OpenAI's endpoint; for a server of your own (Ollama, vLLM, llama.cpp) set OPENAI_BASE_URL instead, e.g. http://localhost:11434/v1",
+      );
     }
   }
   const leaseRenewMs = e.SOURCEBOUND_LEASE_RENEW_MS ?? Math.floor(e.SOURCEBOUND_LEASE_MS / 3);
   if (leaseRenewMs > 0 && leaseRenewMs * 2 > e.SOURCEBOUND_LEASE_MS) {
-    problems.push(`SOURCEBOUND_LEASE_RENEW_MS: at most half of SOURCEBOUND_LEASE_MS (${e.SOURCEBOUND_LEASE_MS}), so one late renewal does not lose the lease; 0 turns renewal off`);
+    problems.push(
+      `SOURCEBOUND_LEASE_RENEW_MS: at most half of SOURCEBOUND_LEASE_MS (${e.SOURCEBOUND_LEASE_MS}), so one late renewal does not lose the lease; 0 turns renewal off`,
+    );
   }
   if (problems.length > 0) {
     throw new ConfigError(`invalid configuration; fix these environment variables:\n${problems.map((p) => `  ${p}`).join('\n')}`);
@@ -221,8 +235,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, defaults: { log
     dataDir: resolve(e.SOURCEBOUND_DATA_DIR),
     embeddedPort: e.SOURCEBOUND_EMBEDDED_PORT,
     summarizer,
-    anthropic: Object.freeze({ apiKey: e.ANTHROPIC_API_KEY, baseURL: e.ANTHROPIC_BASE_URL, model: e.SOURCEBOUND_MODEL ?? DEFAULT_ANTHROPIC_MODEL }),
-    openai: summarizer === 'openai' ? Object.freeze({ apiKey: e.OPENAI_API_KEY, baseURL: e.OPENAI_BASE_URL, model: e.SOURCEBOUND_MODEL! }) : undefined,
+    anthropic: Object.freeze({
+      apiKey: e.ANTHROPIC_API_KEY,
+      baseURL: e.ANTHROPIC_BASE_URL,
+      model: e.SOURCEBOUND_MODEL ?? DEFAULT_ANTHROPIC_MODEL,
+    }),
+    openai:
+      summarizer === 'openai'
+        ? Object.freeze({ apiKey: e.OPENAI_API_KEY, baseURL: e.OPENAI_BASE_URL, model: e.SOURCEBOUND_MODEL! })
+        : undefined,
     summaryMaxChars: e.SOURCEBOUND_SUMMARY_MAX_CHARS,
     grounding: e.SOURCEBOUND_GROUNDING,
     modelTimeoutMs: e.SOURCEBOUND_MODEL_TIMEOUT_MS,

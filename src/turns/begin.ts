@@ -38,7 +38,15 @@ export async function beginTurn(options: BeginTurnOptions): Promise<BegunTurn> {
   const scope = requireScope(operation, given.scope);
   const conversationId = given.conversationId === undefined ? undefined : requireUuid(operation, 'conversationId', given.conversationId);
   const userText = requireText(operation, 'userText', given.userText);
-  const write = { operation, scope, conversationId, role: 'user' as const, runStatus: 'running', messageStatus: 'completed', text: { field: 'userText', value: userText } };
+  const write = {
+    operation,
+    scope,
+    conversationId,
+    role: 'user' as const,
+    runStatus: 'running',
+    messageStatus: 'completed',
+    text: { field: 'userText', value: userText },
+  };
   try {
     return await inTurnTransaction(db, operation, async (client) => {
       let conversation = conversationId;
@@ -48,7 +56,13 @@ export async function beginTurn(options: BeginTurnOptions): Promise<BegunTurn> {
         throw new TurnNotFoundError(operation, 'conversationId', conversation, scope);
       }
       const runId = await runInsert(client, conversation, 'running');
-      const userMessageId = await messageInsert(client, { conversationId: conversation, runId, role: 'user', content: userText, status: 'completed' });
+      const userMessageId = await messageInsert(client, {
+        conversationId: conversation,
+        runId,
+        role: 'user',
+        content: userText,
+        status: 'completed',
+      });
       return { conversationId: conversation, runId, userMessageId };
     });
   } catch (error) {

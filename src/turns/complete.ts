@@ -46,16 +46,34 @@ export async function completeTurn(options: CompleteTurnOptions): Promise<{ assi
         throw settledError(run, operation, 'be completed');
       }
       if (run.reply !== null) {
-        throw new TurnStateError(run.reply.status === 'streaming'
-          ? `${operation}: run ${runId} has a streaming reply (startReply); finish it with finishReply, or end it with failTurn`
-          : `${operation}: run ${runId} already has a ${run.reply.status} reply`, runId, run.status);
+        throw new TurnStateError(
+          run.reply.status === 'streaming'
+            ? `${operation}: run ${runId} has a streaming reply (startReply); finish it with finishReply, or end it with failTurn`
+            : `${operation}: run ${runId} already has a ${run.reply.status} reply`,
+          runId,
+          run.status,
+        );
       }
       assertUserMessage(run, operation);
-      const assistantMessageId = await messageInsert(client, { conversationId: run.conversationId, runId, role: 'assistant', content: text, status: 'completed' });
+      const assistantMessageId = await messageInsert(client, {
+        conversationId: run.conversationId,
+        runId,
+        role: 'assistant',
+        content: text,
+        status: 'completed',
+      });
       await runStatusUpdate(client, runId, status);
       return { assistantMessageId };
     });
   } catch (error) {
-    throw turnErrorFrom(error, { operation, scope, runId, role: 'assistant', runStatus: status, messageStatus: 'completed', text: { field: 'assistantText', value: text } });
+    throw turnErrorFrom(error, {
+      operation,
+      scope,
+      runId,
+      role: 'assistant',
+      runStatus: status,
+      messageStatus: 'completed',
+      text: { field: 'assistantText', value: text },
+    });
   }
 }

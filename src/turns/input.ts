@@ -28,8 +28,12 @@ export function requireOptions(operation: string, options: unknown, known: reado
  */
 export function requireDatabase(operation: string, value: unknown): TurnDatabase {
   const db = value as { query?: unknown; connect?: unknown; getTransactionStatus?: unknown } | null;
-  if (typeof db !== 'object' || db === null || typeof db.query !== 'function' ||
-    (typeof db.connect !== 'function' && typeof db.getTransactionStatus !== 'function')) {
+  if (
+    typeof db !== 'object' ||
+    db === null ||
+    typeof db.query !== 'function' ||
+    (typeof db.connect !== 'function' && typeof db.getTransactionStatus !== 'function')
+  ) {
     throw new TurnInputError(operation, 'pool', 'a pg Pool or a connected pg client', value);
   }
   return value as TurnDatabase;
@@ -74,6 +78,7 @@ export function requireChunk(operation: string, field: string, value: unknown): 
 /** One of `allowed`, or `fallback` when the option is absent. */
 export function requireOneOf<T extends string>(operation: string, field: string, value: unknown, allowed: readonly T[], fallback?: T): T {
   if (value === undefined && fallback !== undefined) return fallback;
-  if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value)) throw new TurnInputError(operation, field, allowed, value);
+  if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value))
+    throw new TurnInputError(operation, field, allowed, value);
   return value as T;
 }

@@ -45,8 +45,15 @@ export async function startReply(options: ReplyAddress): Promise<{ assistantMess
     return await inTurnTransaction(db, operation, async (client) => {
       const run = await lockRun(client, operation, runId, scope);
       if (!isOpen(run.status)) throw settledError(run, operation, 'start a reply');
-      if (run.reply !== null) throw new TurnStateError(`${operation}: run ${runId} already has a ${run.reply.status} reply`, runId, run.status);
-      const assistantMessageId = await messageInsert(client, { conversationId: run.conversationId, runId, role: 'assistant', content: '', status: 'streaming' });
+      if (run.reply !== null)
+        throw new TurnStateError(`${operation}: run ${runId} already has a ${run.reply.status} reply`, runId, run.status);
+      const assistantMessageId = await messageInsert(client, {
+        conversationId: run.conversationId,
+        runId,
+        role: 'assistant',
+        content: '',
+        status: 'streaming',
+      });
       return { assistantMessageId };
     });
   } catch (error) {
@@ -70,8 +77,7 @@ export async function appendReply(options: ReplyAddress & { text: string }): Pro
       if (assistantMessageId !== null) return { assistantMessageId };
       const status = await runInScopeStatusGet(client, runId, scope);
       if (status === null) throw new TurnNotFoundError(operation, 'runId', runId, scope);
-      throw new TurnStateError(
-        `${operation}: run ${runId} (${status}) has no streaming reply; start one with startReply`, runId, status);
+      throw new TurnStateError(`${operation}: run ${runId} (${status}) has no streaming reply; start one with startReply`, runId, status);
     });
   } catch (error) {
     throw turnErrorFrom(error, { operation, scope, runId, text: { field: 'text', value: text } });
@@ -99,10 +105,18 @@ export async function finishReply(options: ReplyAddress & { status?: CompletedTu
         throw settledError(run, operation, 'finish a reply');
       }
       if (reply === null || reply.status !== 'streaming') {
-        throw new TurnStateError(`${operation}: run ${runId} has ${reply === null ? 'no reply' : `a ${reply.status} reply`} to finish; start one with startReply, or write the whole reply with completeTurn`, runId, run.status);
+        throw new TurnStateError(
+          `${operation}: run ${runId} has ${reply === null ? 'no reply' : `a ${reply.status} reply`} to finish; start one with startReply, or write the whole reply with completeTurn`,
+          runId,
+          run.status,
+        );
       }
       if (reply.content.trim() === '') {
-        throw new TurnStateError(`${operation}: the reply of run ${runId} holds no text yet, and a blank reply never forms a pair; appendReply text first, or end the turn with failTurn`, runId, run.status);
+        throw new TurnStateError(
+          `${operation}: the reply of run ${runId} holds no text yet, and a blank reply never forms a pair; appendReply text first, or end the turn with failTurn`,
+          runId,
+          run.status,
+        );
       }
       assertUserMessage(run, operation);
       await messageStatusUpdate(client, reply.id, 'completed');

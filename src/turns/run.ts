@@ -38,11 +38,17 @@ export function assertUserMessage(run: LockedRun, operation: string): void {
   if (user !== null && user.status === 'completed' && user.content.trim() !== '') return;
   const what = user === null ? 'no user message' : user.status !== 'completed' ? `a ${user.status} user message` : 'a blank user message';
   throw new TurnStateError(
-    `${operation}: run ${run.runId} has ${what}, so it would never form a pair; begin turns with beginTurn`, run.runId, run.status);
+    `${operation}: run ${run.runId} has ${what}, so it would never form a pair; begin turns with beginTurn`,
+    run.runId,
+    run.status,
+  );
 }
 
 /** @throws TurnStateError saying the run is already settled and which statuses the call needs. */
 export function settledError(run: LockedRun, operation: string, doing: string): TurnStateError {
   return new TurnStateError(
-    `${operation}: run ${run.runId} is already ${run.status}; only a run that is ${OPEN_RUN_STATUSES.join(' or ')} can ${doing}`, run.runId, run.status);
+    `${operation}: run ${run.runId} is already ${run.status}; only a run that is ${OPEN_RUN_STATUSES.join(' or ')} can ${doing}`,
+    run.runId,
+    run.status,
+  );
 }

@@ -101,7 +101,10 @@ export function turnErrorFrom(error: unknown, write: TurnWrite): unknown {
     case 'unique_violation:messages_run_role_key':
       return new TurnStateError(
         `${operation}: run ${write.runId} already has ${write.role === 'user' ? 'a user message' : 'an assistant reply'} (another writer added it meanwhile)`,
-        write.runId ?? '', undefined, cause);
+        write.runId ?? '',
+        undefined,
+        cause,
+      );
     // The conversation (or run) was deleted between the check and the insert.
     case 'foreign_key_violation:runs_conversation_id_conversations_id_fk':
     case 'foreign_key_violation:messages_conversation_id_conversations_id_fk':
@@ -109,9 +112,13 @@ export function turnErrorFrom(error: unknown, write: TurnWrite): unknown {
     case 'foreign_key_violation:messages_run_same_conversation_fk':
       return new TurnNotFoundError(operation, 'runId', write.runId ?? '', write.scope, cause);
     case 'limit_exceeded:message_size_limit':
-      return new TurnInputError(operation, write.text?.field ?? 'text',
+      return new TurnInputError(
+        operation,
+        write.text?.field ?? 'text',
         'at most sourcebound.max_message_bytes bytes of UTF-8, a limit the database sets (docs/trust-boundaries.md#limits)',
-        write.text === undefined ? undefined : `a text of ${Buffer.byteLength(write.text.value, 'utf8')} bytes`, cause);
+        write.text === undefined ? undefined : `a text of ${Buffer.byteLength(write.text.value, 'utf8')} bytes`,
+        cause,
+      );
     default:
       return error;
   }

@@ -42,7 +42,10 @@ export function trackTask(gen: Generation, task: Task): Task {
     const running = Promise.resolve().then(() => task(payload, { ...helpers, abortSignal }));
     const conversationId = (payload as { conversationId?: unknown } | null)?.conversationId;
     gen.tasks.set(running, { jobId: String(helpers.job.id), conversationId: typeof conversationId === 'string' ? conversationId : null });
-    void running.then(() => gen.tasks.delete(running), () => gen.tasks.delete(running));
+    void running.then(
+      () => gen.tasks.delete(running),
+      () => gen.tasks.delete(running),
+    );
     return running;
   };
 }
@@ -60,7 +63,10 @@ export async function retire(gen: Generation, graceMs: number, logger: Logger, w
   await bounded(Promise.allSettled([stopped, ...gen.tasks.keys()]), graceMs + 5000);
   clearTimeout(abortAt);
   if (gen.tasks.size > 0) {
-    logger.warn({ workerId, generation: gen.n, tasks: gen.tasks.size }, 'tasks of the retired runner are still running after their deadline; their claims are released now');
+    logger.warn(
+      { workerId, generation: gen.n, tasks: gen.tasks.size },
+      'tasks of the retired runner are still running after their deadline; their claims are released now',
+    );
   }
   if (!(await bounded(poolEnd(gen.pool, 5000), 6000))) {
     logger.warn({ workerId, generation: gen.n }, 'the retired runner still holds PostgreSQL clients; its pool is left to close');
@@ -89,14 +95,27 @@ export async function releaseOwn(gen: Generation, context: ReleaseContext, optio
     try {
       const running = options.all ? [] : [...gen.tasks.values()];
       const busy = [...new Set(running.flatMap((t) => (t.conversationId === null ? [] : [t.conversationId])))];
-      const unlockedJobs = await workerJobsUnlock(pool, [...gen.graphileWorkerIds], running.map((t) => t.jobId));
+      const unlockedJobs = await workerJobsUnlock(
+        pool,
+        [...gen.graphileWorkerIds],
+        running.map((t) => t.jobId),
+      );
       const resumed = await ownClaimsRelease(pool, gen.claimOwner, busy);
-      logger.info({ workerId, generation: gen.n, graphileWorkerIds: [...gen.graphileWorkerIds], unlockedJobs, resumedClaims: resumed.length, stillRunning: gen.tasks.size },
-        'the retired runner\'s jobs and claims are handed back');
+      logger.info(
+        {
+          workerId,
+          generation: gen.n,
+          graphileWorkerIds: [...gen.graphileWorkerIds],
+          unlockedJobs,
+          resumedClaims: resumed.length,
+          stillRunning: gen.tasks.size,
+        },
+        "the retired runner's jobs and claims are handed back",
+      );
       return;
     } catch (error) {
       if (context.stopping()) return;
-      logger.warn({ err: error, workerId, generation: gen.n }, 'handing back the retired runner\'s jobs and claims failed; retrying');
+      logger.warn({ err: error, workerId, generation: gen.n }, "handing back the retired runner's jobs and claims failed; retrying");
       await sleep(jitter(delay), context.wake);
     }
   }
@@ -111,17 +130,28 @@ export async function releaseOwn(gen: Generation, context: ReleaseContext, optio
  */
 export async function handBack(old: Generation, retired: Promise<void>, context: ReleaseContext & { running(): boolean }): Promise<void> {
   let retiredDone = false;
-  void retired.then(() => { retiredDone = true; });
+  void retired.then(() => {
+    retiredDone = true;
+  });
   await releaseOwn(old, context);
   while (old.tasks.size > 0 && !retiredDone && !context.stopping()) {
-    await Promise.race([retired, ...[...old.tasks.keys()].map((task) => task.then(() => {}, () => {}))]);
+    await Promise.race([
+      retired,
+      ...[...old.tasks.keys()].map((task) =>
+        task.then(
+          () => {},
+          () => {},
+        ),
+      ),
+    ]);
     await releaseOwn(old, context, { all: retiredDone });
   }
   for (const ms of [2000, 8000]) {
     await sleep(ms, context.wake);
     if (!context.running()) return;
     const undeferred = await ownOutageDeferralsRelease(context.pool, context.workerId).catch(() => []);
-    if (undeferred.length > 0) context.logger.info({ workerId: context.workerId, conversations: undeferred.length }, 'calls deferred by the outage made claimable');
+    if (undeferred.length > 0)
+      context.logger.info({ workerId: context.workerId, conversations: undeferred.length }, 'calls deferred by the outage made claimable');
   }
 }
 

@@ -15,7 +15,13 @@ export interface WorkerHealth {
 }
 
 /** Before the worker has started: not running, nothing answered yet. */
-export const NOT_STARTED: WorkerHealth = Object.freeze({ running: false, recovering: false, databaseOkAt: null, restarts: 0, beatOkAt: null });
+export const NOT_STARTED: WorkerHealth = Object.freeze({
+  running: false,
+  recovering: false,
+  databaseOkAt: null,
+  restarts: 0,
+  beatOkAt: null,
+});
 
 /** The health the supervisor's state shows. A give-up, and a stop that came while recovering, still say recovering. */
 export function healthOf(state: SupervisorState, databaseOkAt: number | null, restarts: number, beatOkAt: number | null): WorkerHealth {

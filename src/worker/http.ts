@@ -27,12 +27,20 @@ export class MetricsListenError extends SourceboundError {
   override name = 'MetricsListenError';
   readonly exitQuietly = true;
   constructor(host: string, port: number, cause: NodeJS.ErrnoException) {
-    const why = cause.code === 'EADDRINUSE' ? 'the port is already in use'
-      : cause.code === 'ENOTFOUND' || cause.code === 'EAI_AGAIN' ? 'the host name does not resolve'
-        : cause.code === 'EADDRNOTAVAIL' ? 'the address is not one of this machine\'s'
-          : cause.code === 'EACCES' ? 'permission denied (a port below 1024 needs privileges)'
-            : cause.message;
-    super(`cannot serve /healthz and /metrics on ${host}:${port} (SOURCEBOUND_METRICS_HOST, SOURCEBOUND_METRICS_PORT): ${why} (${cause.code ?? cause.message})`, { cause });
+    const why =
+      cause.code === 'EADDRINUSE'
+        ? 'the port is already in use'
+        : cause.code === 'ENOTFOUND' || cause.code === 'EAI_AGAIN'
+          ? 'the host name does not resolve'
+          : cause.code === 'EADDRNOTAVAIL'
+            ? "the address is not one of this machine's"
+            : cause.code === 'EACCES'
+              ? 'permission denied (a port below 1024 needs privileges)'
+              : cause.message;
+    super(
+      `cannot serve /healthz and /metrics on ${host}:${port} (SOURCEBOUND_METRICS_HOST, SOURCEBOUND_METRICS_PORT): ${why} (${cause.code ?? cause.message})`,
+      { cause },
+    );
   }
 }
 
@@ -57,11 +65,15 @@ export async function startWorkerHttp(options: {
       const h = options.health();
       const databaseAgeMs = h.databaseOkAt === null ? null : Date.now() - h.databaseOkAt;
       const beatAgeMs = h.beatOkAt === null ? null : Date.now() - h.beatOkAt;
-      const problem = !h.running ? (h.recovering ? 'recovering: reconnecting to PostgreSQL' : 'no runner')
-        : databaseAgeMs === null || databaseAgeMs > staleAfterMs ? `PostgreSQL has not answered for ${databaseAgeMs ?? 'ever'} ms`
-        : beatAgeMs === null || beatAgeMs > options.beatStaleAfterMs
-          ? `the heartbeat has not been recorded for ${beatAgeMs ?? 'ever'} ms: the other workers take this worker's jobs and claims over`
-          : null;
+      const problem = !h.running
+        ? h.recovering
+          ? 'recovering: reconnecting to PostgreSQL'
+          : 'no runner'
+        : databaseAgeMs === null || databaseAgeMs > staleAfterMs
+          ? `PostgreSQL has not answered for ${databaseAgeMs ?? 'ever'} ms`
+          : beatAgeMs === null || beatAgeMs > options.beatStaleAfterMs
+            ? `the heartbeat has not been recorded for ${beatAgeMs ?? 'ever'} ms: the other workers take this worker's jobs and claims over`
+            : null;
       const body = JSON.stringify({ status: problem === null ? 'ok' : 'unhealthy', problem, ...h, databaseAgeMs, beatAgeMs });
       res.writeHead(problem === null ? 200 : 503, { 'content-type': 'application/json' }).end(body);
       return;
@@ -90,9 +102,10 @@ export async function startWorkerHttp(options: {
   const port = typeof address === 'object' && address !== null ? address.port : options.port;
   return {
     port,
-    close: () => new Promise((resolve) => {
-      server.close(() => resolve());
-      server.closeAllConnections();
-    }),
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
 }

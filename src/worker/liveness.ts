@@ -54,21 +54,36 @@ export function createLiveness(options: {
       metrics.deadWorkers.inc({ what: 'workers' });
       metrics.deadWorkers.inc({ what: 'jobs' }, dead.jobsUnlocked);
       metrics.deadWorkers.inc({ what: 'claims' }, dead.claimsReleased);
-      logger.warn({ workerId, deadWorkerId: dead.workerId, silentMs: Math.round(dead.silentMs), jobsUnlocked: dead.jobsUnlocked, claimsReleased: dead.claimsReleased },
-        'a worker stopped beating: its jobs are unlocked and its claims released for the others to take over');
+      logger.warn(
+        {
+          workerId,
+          deadWorkerId: dead.workerId,
+          silentMs: Math.round(dead.silentMs),
+          jobsUnlocked: dead.jobsUnlocked,
+          claimsReleased: dead.claimsReleased,
+        },
+        'a worker stopped beating: its jobs are unlocked and its claims released for the others to take over',
+      );
     }
   }
 
   function tick(): void {
     timer = setTimeout(() => {
-      void beat().then(
-        () => { if (failing) logger.info({ workerId }, 'heartbeat recorded again'); failing = false; },
-        (err: unknown) => {
-          // The supervisor's probe reports a lost database; one line here when beats start failing.
-          if (!failing) logger.warn({ err, workerId }, 'heartbeat failed; trying again at the next beat');
-          failing = true;
-        },
-      ).finally(() => { if (!left) tick(); });
+      void beat()
+        .then(
+          () => {
+            if (failing) logger.info({ workerId }, 'heartbeat recorded again');
+            failing = false;
+          },
+          (err: unknown) => {
+            // The supervisor's probe reports a lost database; one line here when beats start failing.
+            if (!failing) logger.warn({ err, workerId }, 'heartbeat failed; trying again at the next beat');
+            failing = true;
+          },
+        )
+        .finally(() => {
+          if (!left) tick();
+        });
     }, BEAT_MS);
     timer.unref();
   }
@@ -76,15 +91,24 @@ export function createLiveness(options: {
   return {
     beat,
     okAt: () => okAt,
-    start() { if (timer === null && !left) tick(); },
+    start() {
+      if (timer === null && !left) tick();
+    },
     async leave() {
       left = true;
       if (timer !== null) clearTimeout(timer);
-      const handedBack = await bounded(workerLeave(pool, workerId).then(
-        (r) => { if (r.jobsUnlocked + r.claimsReleased > 0) logger.warn({ workerId, ...r }, 'left jobs or claims behind at stop: handed back'); },
-        (err: unknown) => logger.warn({ err, workerId }, 'could not leave the worker registry: the others reap this worker once it is silent'),
-      ), 5000);
-      if (!handedBack) logger.warn({ workerId }, 'leaving the worker registry did not answer in time: the others reap this worker once it is silent');
+      const handedBack = await bounded(
+        workerLeave(pool, workerId).then(
+          (r) => {
+            if (r.jobsUnlocked + r.claimsReleased > 0) logger.warn({ workerId, ...r }, 'left jobs or claims behind at stop: handed back');
+          },
+          (err: unknown) =>
+            logger.warn({ err, workerId }, 'could not leave the worker registry: the others reap this worker once it is silent'),
+        ),
+        5000,
+      );
+      if (!handedBack)
+        logger.warn({ workerId }, 'leaving the worker registry did not answer in time: the others reap this worker once it is silent');
     },
   };
 }

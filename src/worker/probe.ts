@@ -30,7 +30,10 @@ export interface Probe {
  * cuts every session; the worker then asks a new session); a slow answer
  * only on the second in a row.
  */
-export function createProbe(connectionString: string, on: { ok(serverStartedAt: string): void; lost(error: unknown, definite: boolean): void }): Probe {
+export function createProbe(
+  connectionString: string,
+  on: { ok(serverStartedAt: string): void; lost(error: unknown, definite: boolean): void },
+): Probe {
   let client: pg.Client | null = null;
   let okAt: number | null = null;
   let timer: NodeJS.Timeout | null = null;
@@ -44,13 +47,24 @@ export function createProbe(connectionString: string, on: { ok(serverStartedAt: 
   };
   async function connected(): Promise<pg.Client> {
     if (client) return client;
-    const c = new pg.Client({ connectionString, application_name: 'sourcebound-health', connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS });
+    const c = new pg.Client({
+      connectionString,
+      application_name: 'sourcebound-health',
+      connectionTimeoutMillis: PROBE_TIMEOUT_MS,
+      query_timeout: PROBE_TIMEOUT_MS,
+    });
     c.on('error', (error) => {
       drop(c);
       if (!closed) on.lost(error, true);
     });
-    await c.connect().catch((error: unknown) => { c.end().catch(() => {}); throw error; });
-    if (closed) { c.end().catch(() => {}); throw new Error('probe closed'); }
+    await c.connect().catch((error: unknown) => {
+      c.end().catch(() => {});
+      throw error;
+    });
+    if (closed) {
+      c.end().catch(() => {});
+      throw new Error('probe closed');
+    }
     client = c;
     return c;
   }
@@ -67,7 +81,9 @@ export function createProbe(connectionString: string, on: { ok(serverStartedAt: 
       okAt = Date.now();
       slow = 0;
       on.ok(startedAt);
-    })().finally(() => { inFlight = null; });
+    })().finally(() => {
+      inFlight = null;
+    });
     return inFlight;
   }
   const tick = async () => {
@@ -82,7 +98,9 @@ export function createProbe(connectionString: string, on: { ok(serverStartedAt: 
     if (!closed) timer = setTimeout(tick, PROBE_INTERVAL_MS);
   };
   return {
-    start() { if (!closed && timer === null) timer = setTimeout(tick, PROBE_INTERVAL_MS); },
+    start() {
+      if (!closed && timer === null) timer = setTimeout(tick, PROBE_INTERVAL_MS);
+    },
     check,
     okAt: () => okAt,
     async close() {

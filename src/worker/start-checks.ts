@@ -11,8 +11,10 @@ import { WorkerStartError } from './worker-errors.ts';
 export async function assertMigrated(pool: pg.Pool): Promise<void> {
   const missing = (await missingSchemasList(pool)).map((m) => `"${m}"`);
   if (missing.length > 0) {
-    throw new WorkerStartError(`the database is not migrated (${missing.length > 1 ? `schemas ${missing.join(' and ')} do` : `schema ${missing[0]} does`} not exist): `
-      + 'run `sourcebound migrate` first (or start the worker without --no-migrate)');
+    throw new WorkerStartError(
+      `the database is not migrated (${missing.length > 1 ? `schemas ${missing.join(' and ')} do` : `schema ${missing[0]} does`} not exist): ` +
+        'run `sourcebound migrate` first (or start the worker without --no-migrate)',
+    );
   }
 }
 
@@ -20,6 +22,8 @@ export async function assertMigrated(pool: pg.Pool): Promise<void> {
 export function assertSummarizer(value: unknown): asserts value is Summarizer {
   const s = value as Partial<Summarizer> | null;
   if (s === null || typeof s !== 'object' || typeof s.summarize !== 'function' || typeof s.model !== 'string' || s.model.trim() === '') {
-    throw new WorkerStartError('the summarizer given to the worker is not one: it needs a non-empty `model` (the identity its summaries record) and a `summarize(request)` function');
+    throw new WorkerStartError(
+      'the summarizer given to the worker is not one: it needs a non-empty `model` (the identity its summaries record) and a `summarize(request)` function',
+    );
   }
 }

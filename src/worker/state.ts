@@ -34,13 +34,13 @@ export type SupervisorState =
   | { kind: 'recovering'; from: Generation; reason: string }
   | { kind: 'gave_up'; error: WorkerRunnerStoppedError }
   | {
-    kind: 'stopping';
-    done: Promise<void>;
-    /** The give-up, when there was one before or during the stop: stop() rejects with it. */
-    gaveUp: WorkerRunnerStoppedError | null;
-    /** It was recovering (or had given up) when stop() came: health keeps saying so. */
-    wasRecovering: boolean;
-  };
+      kind: 'stopping';
+      done: Promise<void>;
+      /** The give-up, when there was one before or during the stop: stop() rejects with it. */
+      gaveUp: WorkerRunnerStoppedError | null;
+      /** It was recovering (or had given up) when stop() came: health keeps saying so. */
+      wasRecovering: boolean;
+    };
 
 export type SupervisorEvent =
   | { type: 'started'; generation: Generation }

@@ -66,8 +66,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   // Without renewal a claim must outlive the admission wait plus the model call, or another
   // worker takes over a call that is still running (bounded by the two attempts, but wasted).
   if (config.leaseRenewMs === 0 && config.leaseMs < config.admissionWaitMs + config.modelTimeoutMs) {
-    logger.warn({ leaseMs: config.leaseMs, admissionWaitMs: config.admissionWaitMs, modelTimeoutMs: config.modelTimeoutMs },
-      'lease renewal is off and SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs');
+    logger.warn(
+      { leaseMs: config.leaseMs, admissionWaitMs: config.admissionWaitMs, modelTimeoutMs: config.modelTimeoutMs },
+      'lease renewal is off and SOURCEBOUND_LEASE_MS is shorter than the admission wait plus the model deadline: a slow call may be taken over while it still runs',
+    );
   }
   const metrics = createWorkerMetrics({ pool: database.pool });
   // /healthz and /metrics listen before any job can be taken: a port that cannot be
@@ -77,7 +79,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   let http: WorkerHttp | null = null;
   if (config.metricsPort !== undefined) {
     http = await startWorkerHttp({
-      host: config.metricsHost, port: config.metricsPort, registry: metrics.registry, health: () => health(), probeIntervalMs: PROBE_INTERVAL_MS, beatStaleAfterMs: DEAD_AFTER_MS,
+      host: config.metricsHost,
+      port: config.metricsPort,
+      registry: metrics.registry,
+      health: () => health(),
+      probeIntervalMs: PROBE_INTERVAL_MS,
+      beatStaleAfterMs: DEAD_AFTER_MS,
     });
     logger.info({ port: http.port, host: config.metricsHost }, 'metrics and health listening');
   }
@@ -86,9 +93,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   let configured: ReturnType<typeof gatewayFromConfig>;
   try {
     if (options.summarizer !== undefined) assertSummarizer(options.summarizer);
-    configured = gatewayFromConfig(config, database.directConnectionString, logger, {
-      admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
-    }, options.summarizer);
+    configured = gatewayFromConfig(
+      config,
+      database.directConnectionString,
+      logger,
+      {
+        admissionWait: (seconds, result) => metrics.admissionWaitSeconds.observe({ result }, seconds),
+      },
+      options.summarizer,
+    );
   } catch (error) {
     // Nothing may stay open behind a failed start (the process would not exit).
     await http?.close();
@@ -114,14 +127,18 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
 
   // The supervisor's one state (state.ts); `move` is the only way it changes.
   let state: SupervisorState = { kind: 'starting' };
-  const move = (event: SupervisorEvent) => { state = transition(state, event); };
+  const move = (event: SupervisorEvent) => {
+    state = transition(state, event);
+  };
   const isStopping = () => state.kind === 'stopping';
   /** Retired generations whose retirement is not over, and that retirement. */
   const retiring = new Map<Generation, Promise<void>>();
   let generations = 0;
   let restarts = 0;
   let settle!: { resolve: () => void; reject: (e: unknown) => void };
-  const promise = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
+  const promise = new Promise<void>((resolve, reject) => {
+    settle = { resolve, reject };
+  });
   // Marked handled here: a caller that never looks at runner.promise must not crash on it.
   promise.catch(() => {});
   const wake = new AbortController();
@@ -144,19 +161,42 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       forward(name as never, payload as never);
       return events.emit(name as never, payload as never);
     }) as typeof own.emit;
-    const gen: Generation = { n, claimOwner, pool, runner: null!, graphileWorkerIds: new Set(), tasks: new Map(), abort: new AbortController(), retired: false };
+    const gen: Generation = {
+      n,
+      claimOwner,
+      pool,
+      runner: null!,
+      graphileWorkerIds: new Set(),
+      tasks: new Map(),
+      abort: new AbortController(),
+      retired: false,
+    };
     // graphile-worker 0.17 locks jobs with its worker *pool's* id (get_job's worker_id is `pool-...`).
-    own.on('pool:create', ({ workerPool }) => { gen.graphileWorkerIds.add(workerPool.id); graphileWorkerIds.add(workerPool.id); });
+    own.on('pool:create', ({ workerPool }) => {
+      gen.graphileWorkerIds.add(workerPool.id);
+      graphileWorkerIds.add(workerPool.id);
+    });
     // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
-    own.on('worker:fatalError', ({ error }) => { if (!gen.retired) void recover('worker_fatal_error', error); });
-    own.on('pool:listen:error', ({ error }) => { if (!gen.retired) void suspect('listen_connection_lost', error); });
+    own.on('worker:fatalError', ({ error }) => {
+      if (!gen.retired) void recover('worker_fatal_error', error);
+    });
+    own.on('pool:listen:error', ({ error }) => {
+      if (!gen.retired) void suspect('listen_connection_lost', error);
+    });
 
     // Tasks see graphile-worker's abort signal or ours, whichever comes first: we decide when calls are cut.
     const track = (task: Parameters<typeof trackTask>[1]) => trackTask(gen, task);
     // Named prepared statements for the claim and the commit on a direct connection only, as for graphile-worker's own below.
     const ctx = {
-      pool: database.pool, summarizer, logger, workerId: claimOwner, leaseMs: config.leaseMs, leaseRenewMs: config.leaseRenewMs, grounding: config.grounding,
-      scopeCallsPerHour: config.scopeCallsPerHour, preparedStatements: !database.pooled,
+      pool: database.pool,
+      summarizer,
+      logger,
+      workerId: claimOwner,
+      leaseMs: config.leaseMs,
+      leaseRenewMs: config.leaseRenewMs,
+      grounding: config.grounding,
+      scopeCallsPerHour: config.scopeCallsPerHour,
+      preparedStatements: !database.pooled,
     };
     try {
       gen.runner = await run({
@@ -189,8 +229,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     generations++;
     // A runner that ends without our stop() (its worker pool failed) is replaced.
     gen.runner.promise.then(
-      () => { if (!gen.retired) void recover('runner_stopped', null); },
-      (error: unknown) => { if (!gen.retired) void recover('runner_failed', error); },
+      () => {
+        if (!gen.retired) void recover('runner_stopped', null);
+      },
+      (error: unknown) => {
+        if (!gen.retired) void recover('runner_failed', error);
+      },
     );
     return gen;
   }
@@ -212,8 +256,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     metrics.runnerUp.set(0);
     const since = Date.now();
     const deadline = since + config.recoveryTimeoutMs;
-    logger.error({ err: error ?? undefined, reason, workerId, generation: old.n },
-      'worker lost its database or its graphile-worker runner: retiring the runner, reconnecting');
+    logger.error(
+      { err: error ?? undefined, reason, workerId, generation: old.n },
+      'worker lost its database or its graphile-worker runner: retiring the runner, reconnecting',
+    );
     const retired = retireGen(old, callGraceMs);
     retiring.set(old, retired);
     void retired.finally(() => retiring.delete(old));
@@ -228,7 +274,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           if (isStopping()) return;
           const started = await startGeneration();
           // stop() came while the runner started: it is not ours to keep.
-          if (isStopping()) { await retireGen(started, config.shutdownTimeoutMs); return; }
+          if (isStopping()) {
+            await retireGen(started, config.shutdownTimeoutMs);
+            return;
+          }
           move({ type: 'restarted', generation: started });
           break;
         } catch (startError) {
@@ -238,11 +287,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         lastError = answer;
       }
       if (Date.now() + delay > deadline) {
-        giveUp(new WorkerRunnerStoppedError(
-          `the worker lost PostgreSQL (${reason}) and could not start again within ${config.recoveryTimeoutMs} ms `
-            + `(SOURCEBOUND_RECOVERY_TIMEOUT_MS): ${(lastError as Error)?.message ?? lastError}`,
-          { cause: lastError },
-        ));
+        giveUp(
+          new WorkerRunnerStoppedError(
+            `the worker lost PostgreSQL (${reason}) and could not start again within ${config.recoveryTimeoutMs} ms ` +
+              `(SOURCEBOUND_RECOVERY_TIMEOUT_MS): ${(lastError as Error)?.message ?? lastError}`,
+            { cause: lastError },
+          ),
+        );
         return;
       }
       await sleep(jitter(delay), wake.signal);
@@ -253,7 +304,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // The new runner's id, in the registry now rather than at the next beat.
     void liveness.beat().catch(() => {});
     metrics.runnerUp.set(1);
-    logger.info({ workerId, generation: runningGeneration(state)!.n, reason, recoveredInMs: Date.now() - since }, 'worker runner restarted');
+    logger.info(
+      { workerId, generation: runningGeneration(state)!.n, reason, recoveredInMs: Date.now() - since },
+      'worker runner restarted',
+    );
     await handBack(old, retired, { ...release, running: () => state.kind === 'running' });
   }
 
@@ -269,7 +323,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     try {
       const answer = await databaseAnswer(database);
       if (answer === null) {
-        logger.warn({ err: error ?? undefined, reason, workerId }, 'a worker connection was lost but PostgreSQL answers a new session: no recovery');
+        logger.warn(
+          { err: error ?? undefined, reason, workerId },
+          'a worker connection was lost but PostgreSQL answers a new session: no recovery',
+        );
         return;
       }
       if (state.kind === 'running') void recover(reason, answer);
@@ -313,7 +370,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     await retireGen(runningGeneration(state)!, 0);
     await probe.close();
     await closeServices();
-    throw new WorkerStartError(`the worker could not record its heartbeat (sourcebound.worker_beat): ${(error as Error).message}`, { cause: error });
+    throw new WorkerStartError(`the worker could not record its heartbeat (sourcebound.worker_beat): ${(error as Error).message}`, {
+      cause: error,
+    });
   }
   liveness.start();
   metrics.runnerUp.set(1);
@@ -337,7 +396,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       fleetModels.stop();
       const probeClosed = bounded(probe.close(), 5000);
       const closing = (async () => {
-        await Promise.all([gen ? retireGen(gen, config.shutdownTimeoutMs) : Promise.resolve(), ...retiring.values(), recovery, probeClosed]);
+        await Promise.all([
+          gen ? retireGen(gen, config.shutdownTimeoutMs) : Promise.resolve(),
+          ...retiring.values(),
+          recovery,
+          probeClosed,
+        ]);
         await liveness.leave();
         await closeServices();
       })();
@@ -346,7 +410,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         // Given up: the database is gone, so the retired runner's calls cannot commit, and stopping
         // can hang on it (graphile-worker's runner.stop() and the pool's sockets on a pooler that
         // hangs): its calls get the shutdown deadline, as on SIGTERM, not their whole grace.
-        const cut = setTimeout(() => { for (const g of retiring.keys()) g.abort.abort(); }, config.shutdownTimeoutMs);
+        const cut = setTimeout(() => {
+          for (const g of retiring.keys()) g.abort.abort();
+        }, config.shutdownTimeoutMs);
         clean = await bounded(closing, config.shutdownTimeoutMs);
         clearTimeout(cut);
       } else {
@@ -356,8 +422,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       if (clean) {
         logger.info({ workerId }, 'worker stopped');
       } else {
-        logger.warn({ workerId, shutdownTimeoutMs: config.shutdownTimeoutMs, retiredRunners: retiring.size },
-          'worker stopped without a clean stop: what had not stopped within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS after the give-up is left (its database does not answer)');
+        logger.warn(
+          { workerId, shutdownTimeoutMs: config.shutdownTimeoutMs, retiredRunners: retiring.size },
+          'worker stopped without a clean stop: what had not stopped within SOURCEBOUND_SHUTDOWN_TIMEOUT_MS after the give-up is left (its database does not answer)',
+        );
       }
       const gaveUp = gaveUpError(state);
       if (gaveUp) throw gaveUp;

@@ -67,7 +67,9 @@ describe('the claim path of a compaction job', () => {
     // named by its pair number (conversation-compaction@5).
     const { rows: replies } = await db.pool.query<{ id: string; text: string }>(
       `select pair_index::text as id, assistant_text as text from sourcebound.eligible_pairs
-       where conversation_id = $1 and pair_index between 0 and 9 order by pair_index`, [c]);
+       where conversation_id = $1 and pair_index between 0 and 9 order by pair_index`,
+      [c],
+    );
     expect(replies).toHaveLength(10);
     expect(requests.map((r) => r.items)).toEqual([replies]);
     // The commit says no mark is left: no statement to find that out.

@@ -10,7 +10,10 @@ import { compactionSetup } from './setup.ts';
 
 const { db, server, ctx } = await compactionSetup();
 
-const canaryText = (i: number) => ({ user: `USER-CANARY-${i} what about fund ${i}?`, assistant: `Fund ${i} had a NAV of ${100 + i}.25 on 2026-10-0${i % 9 + 1}.` });
+const canaryText = (i: number) => ({
+  user: `USER-CANARY-${i} what about fund ${i}?`,
+  assistant: `Fund ${i} had a NAV of ${100 + i}.25 on 2026-10-0${(i % 9) + 1}.`,
+});
 
 async function conversationWith(pairs: number) {
   const c = await createConversation(db.pool);
@@ -29,7 +32,15 @@ describe('compact_conversation', () => {
     expect(report.ranges).toEqual([{ fromPair: 0, toPair: 9, result: 'completed', recordId: expect.any(String) }]);
     const [record, ...others] = await summariesOfConversationRead(db.pool, c);
     expect(others).toEqual([]);
-    expect(record).toMatchObject({ status: 'completed', fromPair: 0, toPair: 9, model: 'anthropic/claude-test', promptVersion: 'conversation-compaction@5', attemptsSpent: 1, hashVersion: 1 });
+    expect(record).toMatchObject({
+      status: 'completed',
+      fromPair: 0,
+      toPair: 9,
+      model: 'anthropic/claude-test',
+      promptVersion: 'conversation-compaction@5',
+      attemptsSpent: 1,
+      hashVersion: 1,
+    });
     expect(record!.sourceMessageIds).toEqual(written.slice(0, 10).flatMap((w) => [w.userMessageId, w.assistantMessageId]));
     expect(record!.summary).toMatch(/Summary of 10 items/);
     // The model saw every assistant reply of the range, named by its pair number, and no user text at all.
@@ -50,7 +61,9 @@ describe('compact_conversation', () => {
       await compactConversation(offline, c);
       const records = await summariesOfConversationRead(db.pool, c);
       expect(records.map((r) => [r.fromPair, r.status, r.model, r.promptVersion])).toEqual([
-        [0, 'completed', OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION], [10, 'completed', OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION]]);
+        [0, 'completed', OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION],
+        [10, 'completed', OFFLINE_MODEL, CONVERSATION_PROMPT_VERSION],
+      ]);
       summaries.push(records.map((r) => r.summary).join('\n---\n'));
     }
     expect(summaries[1]).toBe(summaries[0]);
@@ -62,7 +75,10 @@ describe('compact_conversation', () => {
   it('40 pairs -> 10-19 too; 39 -> only 0-9', async () => {
     const forty = await conversationWith(40);
     await compactConversation(ctx(), forty.c);
-    expect((await summariesOfConversationRead(db.pool, forty.c)).map((r) => [r.fromPair, r.status])).toEqual([[0, 'completed'], [10, 'completed']]);
+    expect((await summariesOfConversationRead(db.pool, forty.c)).map((r) => [r.fromPair, r.status])).toEqual([
+      [0, 'completed'],
+      [10, 'completed'],
+    ]);
     const thirtyNine = await conversationWith(39);
     await compactConversation(ctx(), thirtyNine.c);
     expect((await summariesOfConversationRead(db.pool, thirtyNine.c)).map((r) => [r.fromPair, r.status])).toEqual([[0, 'completed']]);
@@ -120,7 +136,10 @@ describe('compact_conversation', () => {
     const third = await compactConversation(ctx(), c);
     expect(third.ranges[0]!.result).toBe('failed');
     expect(server.count).toBe(2);
-    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent])).toEqual([['invalid', true], ['invalid', true]]);
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent])).toEqual([
+      ['invalid', true],
+      ['invalid', true],
+    ]);
   });
 
   it('529 then success -> completed with one spent attempt; the 529 spends none and reschedules the job', async () => {
@@ -128,12 +147,17 @@ describe('compact_conversation', () => {
     server.enqueue(behaviours.overloaded());
     const first = await compactConversation(ctx(), c);
     expect(first.ranges[0]!.result).toBe('deferred');
-    const { rows: jobs } = await db.pool.query(`select run_at from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`]);
+    const { rows: jobs } = await db.pool.query(`select run_at from graphile_worker._private_jobs where key = $1`, [
+      `sourcebound:compact:${c}`,
+    ]);
     expect(jobs).toHaveLength(1);
     await compactConversation(ctx(), c);
     const [record] = await summariesOfConversationRead(db.pool, c);
     expect(record).toMatchObject({ status: 'completed', attemptsSpent: 1 });
-    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent])).toEqual([['deferred', false], ['ok', true]]);
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent])).toEqual([
+      ['deferred', false],
+      ['ok', true],
+    ]);
   });
 
   it('429 with retry-after defers until then without spending an attempt', async () => {
@@ -174,7 +198,9 @@ describe('compact_conversation', () => {
     server.enqueue(behaviours.delayed(400, behaviours.text('A fine summary of the old text.')));
     const running = compactConversation(ctx(), c);
     await server.waitFor(() => server.inFlight === 1);
-    await db.pool.query(`update sourcebound.messages set content = 'edited while in flight' where id = $1`, [written[4]!.assistantMessageId]);
+    await db.pool.query(`update sourcebound.messages set content = 'edited while in flight' where id = $1`, [
+      written[4]!.assistantMessageId,
+    ]);
     const report = await running;
     // The edit moved the range's mark: the same job's next pass summarizes the new source under a new identity.
     expect(report.ranges.map((r) => r.result)).toEqual(['stale', 'completed']);
@@ -208,13 +234,18 @@ describe('compact_conversation', () => {
     const first = records.find((r) => r.createdAt.getTime() === Math.min(...records.map((x) => x.createdAt.getTime())))!;
     expect(first).toMatchObject({ status: 'failed', attemptsSpent: 2 });
     const attempts = (await attemptsOfConversationRead(db.pool, c)).filter((a) => a.summaryId === first.id);
-    expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([['stale', true], ['stale', true]]);
+    expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([
+      ['stale', true],
+      ['stale', true],
+    ]);
     // Two calls for the original source, one for the edited one (completed in round 0, reused after).
     expect(server.count).toBe(3);
     // The database agrees: no identity has more dispatches than its two attempts.
     const { rows } = await db.pool.query(
       `select s.id from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
-       where s.conversation_id = $1 and a.outcome not in ('deferred', 'config') group by s.id having count(*) > 2`, [c]);
+       where s.conversation_id = $1 and a.outcome not in ('deferred', 'config') group by s.id having count(*) > 2`,
+      [c],
+    );
     expect(rows).toEqual([]);
   });
 
@@ -229,7 +260,10 @@ describe('compact_conversation', () => {
     expect(second.rescheduleAt).toBeNull();
     // More pairs arrive while the holder is still in its call: the crossing's job runs now, not at the lease's end.
     await addPairs(db.pool, c, 10, canaryText, { startAt: 30 });
-    const { rows } = await db.pool.query(`select run_at <= now() + interval '1 second' as soon from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`]);
+    const { rows } = await db.pool.query(
+      `select run_at <= now() + interval '1 second' as soon from graphile_worker._private_jobs where key = $1`,
+      [`sourcebound:compact:${c}`],
+    );
     expect(rows).toEqual([{ soon: true }]);
     server.releaseHeld();
     const report = await holder;
@@ -241,7 +275,11 @@ describe('compact_conversation', () => {
     // A worker claims the range and dies mid-call: the claim is never settled.
     server.enqueue(behaviours.hang());
     const abort = new AbortController();
-    const dying = compactConversation(ctx({ workerId: 'dead-worker', summarizer: gatewayFor(server, { timeoutMs: 60_000 }) }), c, abort.signal);
+    const dying = compactConversation(
+      ctx({ workerId: 'dead-worker', summarizer: gatewayFor(server, { timeoutMs: 60_000 }) }),
+      c,
+      abort.signal,
+    );
     await server.waitFor(() => server.inFlight === 1);
     const busy = await compactConversation(ctx(), c);
     expect(busy.ranges[0]!.result).toBe('busy');
@@ -249,7 +287,10 @@ describe('compact_conversation', () => {
     expect(busy.rescheduleAt).toBeNull();
     expect(busy.leaseWatchAt).not.toBeNull();
     // The lease runs out (moved into the past instead of waiting for it).
-    await db.pool.query(`update sourcebound.conversation_summaries set lease_expires_at = now() - interval '1 second' where conversation_id = $1`, [c]);
+    await db.pool.query(
+      `update sourcebound.conversation_summaries set lease_expires_at = now() - interval '1 second' where conversation_id = $1`,
+      [c],
+    );
     const taken = await compactConversation(ctx(), c);
     expect(taken.ranges[0]!.result).toBe('completed');
     const [record] = await summariesOfConversationRead(db.pool, c);
@@ -267,9 +308,14 @@ describe('compact_conversation', () => {
 
   it('nothing in compaction writes to messages or runs', async () => {
     const { c } = await conversationWith(45);
-    const snapshot = async () => (await db.pool.query(
-      `select (select md5(string_agg(m::text, ',' order by m.id)) from sourcebound.messages m where m.conversation_id = $1) as m,
-              (select md5(string_agg(r::text, ',' order by r.id)) from sourcebound.runs r where r.conversation_id = $1) as r`, [c])).rows[0];
+    const snapshot = async () =>
+      (
+        await db.pool.query(
+          `select (select md5(string_agg(m::text, ',' order by m.id)) from sourcebound.messages m where m.conversation_id = $1) as m,
+              (select md5(string_agg(r::text, ',' order by r.id)) from sourcebound.runs r where r.conversation_id = $1) as r`,
+          [c],
+        )
+      ).rows[0];
     const before = await snapshot();
     server.enqueue(behaviours.toolUse());
     await compactConversation(ctx(), c);
@@ -283,40 +329,76 @@ describe('summary records in the database', () => {
     const { c } = await conversationWith(30);
     await compactConversation(ctx(), c);
     const [record] = await summariesOfConversationRead(db.pool, c);
-    await expect(db.pool.query(`update sourcebound.conversation_summaries set summary = 'rewritten' where id = $1`, [record!.id])).rejects.toThrow(/immutable/);
-    await expect(db.pool.query(`update sourcebound.conversation_summaries set status = 'pending' where id = $1`, [record!.id])).rejects.toThrow(/immutable/);
-    await expect(db.pool.query(`delete from sourcebound.conversation_summaries where id = $1`, [record!.id])).rejects.toThrow(/cannot be deleted/);
-    await expect(db.pool.query(`update sourcebound.conversation_summary_attempts set reason = 'x' where summary_id = $1`, [record!.id])).rejects.toThrow(/immutable/);
-    await expect(db.pool.query(`delete from sourcebound.conversation_summary_attempts where summary_id = $1`, [record!.id])).rejects.toThrow(/cannot be deleted/);
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summaries set summary = 'rewritten' where id = $1`, [record!.id]),
+    ).rejects.toThrow(/immutable/);
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summaries set status = 'pending' where id = $1`, [record!.id]),
+    ).rejects.toThrow(/immutable/);
+    await expect(db.pool.query(`delete from sourcebound.conversation_summaries where id = $1`, [record!.id])).rejects.toThrow(
+      /cannot be deleted/,
+    );
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summary_attempts set reason = 'x' where summary_id = $1`, [record!.id]),
+    ).rejects.toThrow(/immutable/);
+    await expect(
+      db.pool.query(`delete from sourcebound.conversation_summary_attempts where summary_id = $1`, [record!.id]),
+    ).rejects.toThrow(/cannot be deleted/);
     await db.pool.query('delete from sourcebound.conversations where id = $1', [c]);
     expect(await summariesOfConversationRead(db.pool, c)).toEqual([]);
-    const { rows } = await db.pool.query('select count(*)::int as n from sourcebound.conversation_summary_attempts where summary_id = $1', [record!.id]);
+    const { rows } = await db.pool.query('select count(*)::int as n from sourcebound.conversation_summary_attempts where summary_id = $1', [
+      record!.id,
+    ]);
     expect(rows[0].n).toBe(0);
   });
 
-  it('the guards refuse the same writes when the statement sets updated_at = now() itself (0027 WHEN clauses), and keep updated_at the database\'s', async () => {
+  it("the guards refuse the same writes when the statement sets updated_at = now() itself (0027 WHEN clauses), and keep updated_at the database's", async () => {
     const { c } = await conversationWith(30);
     await compactConversation(ctx(), c);
     const [record] = await summariesOfConversationRead(db.pool, c);
     // Setting updated_at = now() skips the guard only for a write it would let through.
-    await expect(db.pool.query(`update sourcebound.conversation_summaries set updated_at = now(), summary = 'rewritten' where id = $1`, [record!.id])).rejects.toThrow(/immutable/);
-    await expect(db.pool.query(`update sourcebound.conversation_summary_attempts set reason = 'x' where summary_id = $1`, [record!.id])).rejects.toThrow(/immutable/);
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summaries set updated_at = now(), summary = 'rewritten' where id = $1`, [record!.id]),
+    ).rejects.toThrow(/immutable/);
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summary_attempts set reason = 'x' where summary_id = $1`, [record!.id]),
+    ).rejects.toThrow(/immutable/);
     const { c: open } = await conversationWith(30);
     server.enqueue(behaviours.refusal());
     await compactConversation(ctx(), open);
     const [pending] = await summariesOfConversationRead(db.pool, open);
     expect(pending!.status).toBe('pending');
-    for (const change of [`updated_at = now(), source_hash = repeat('b', 64)`, `updated_at = now(), scope = 'tenant-b'`, `updated_at = now(), model = 'other'`, `updated_at = now(), from_pair = 10, to_pair = 19`]) {
-      await expect(db.pool.query(`update sourcebound.conversation_summaries set ${change} where id = $1`, [pending!.id]), change).rejects.toThrow(/identity|violates/);
+    for (const change of [
+      `updated_at = now(), source_hash = repeat('b', 64)`,
+      `updated_at = now(), scope = 'tenant-b'`,
+      `updated_at = now(), model = 'other'`,
+      `updated_at = now(), from_pair = 10, to_pair = 19`,
+    ]) {
+      await expect(
+        db.pool.query(`update sourcebound.conversation_summaries set ${change} where id = $1`, [pending!.id]),
+        change,
+      ).rejects.toThrow(/identity|violates/);
     }
-    await expect(db.pool.query(`update sourcebound.conversation_summaries set updated_at = now(), attempts_spent = 0 where id = $1`, [pending!.id])).rejects.toThrow(/cannot decrease/);
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summaries set updated_at = now(), attempts_spent = 0 where id = $1`, [pending!.id]),
+    ).rejects.toThrow(/cannot decrease/);
     // A writer that sets another updated_at (or none) still gets the transaction's now().
-    const { rows: [t] } = await db.pool.query<{ same: boolean }>(
+    const {
+      rows: [t],
+    } = await db.pool.query<{ same: boolean }>(
       `with u as (update sourcebound.conversation_summaries set updated_at = '2000-01-01', failure_reason = 'x' where id = $1 returning updated_at)
-       select (select updated_at from u) = now() as same`, [pending!.id]);
+       select (select updated_at from u) = now() as same`,
+      [pending!.id],
+    );
     expect(t!.same).toBe(true);
-    const { rows: [attempt] } = await db.pool.query<{ id: string }>(`select id from sourcebound.conversation_summary_attempts where summary_id = $1`, [pending!.id]);
-    await expect(db.pool.query(`update sourcebound.conversation_summary_attempts set worker_id = 'other' where id = $1`, [attempt!.id])).rejects.toThrow(/immutable|identity/);
+    const {
+      rows: [attempt],
+    } = await db.pool.query<{ id: string }>(`select id from sourcebound.conversation_summary_attempts where summary_id = $1`, [
+      pending!.id,
+    ]);
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summary_attempts set worker_id = 'other' where id = $1`, [attempt!.id]),
+    ).rejects.toThrow(/immutable|identity/);
   });
 
   it('a failed record is final in the database too', async () => {
@@ -326,7 +408,12 @@ describe('summary records in the database', () => {
     await compactConversation(ctx(), c);
     const [record] = await summariesOfConversationRead(db.pool, c);
     expect(record!.status).toBe('failed');
-    await expect(db.pool.query(`update sourcebound.conversation_summaries set status = 'running', lease_owner = 'x', lease_expires_at = now() where id = $1`, [record!.id])).rejects.toThrow(/immutable/);
+    await expect(
+      db.pool.query(
+        `update sourcebound.conversation_summaries set status = 'running', lease_owner = 'x', lease_expires_at = now() where id = $1`,
+        [record!.id],
+      ),
+    ).rejects.toThrow(/immutable/);
   });
 
   it('the database refuses a third spent attempt, a misaligned range and a wrong number of source ids', async () => {
@@ -334,18 +421,28 @@ describe('summary records in the database', () => {
     server.enqueue(behaviours.refusal());
     await compactConversation(ctx(), c);
     const [record] = await summariesOfConversationRead(db.pool, c);
-    await expect(db.pool.query(`update sourcebound.conversation_summaries set attempts_spent = 3 where id = $1`, [record!.id])).rejects.toThrow(/attempts_bounded/);
-    await expect(db.pool.query(`update sourcebound.conversation_summaries set attempts_spent = 0 where id = $1`, [record!.id])).rejects.toThrow(/cannot decrease/);
-    const insert = (from: number, to: number, ids: number) => db.pool.query(
-      `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status)
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summaries set attempts_spent = 3 where id = $1`, [record!.id]),
+    ).rejects.toThrow(/attempts_bounded/);
+    await expect(
+      db.pool.query(`update sourcebound.conversation_summaries set attempts_spent = 0 where id = $1`, [record!.id]),
+    ).rejects.toThrow(/cannot decrease/);
+    const insert = (from: number, to: number, ids: number) =>
+      db.pool.query(
+        `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status)
        values ($1, 'tenant-a', $2, $3, array(select gen_random_uuid() from generate_series(1, $4)), repeat('a', 64), 1, 'm', 'conversation-compaction@3', 'pending')`,
-      [c, from, to, ids]);
+        [c, from, to, ids],
+      );
     await expect(insert(5, 14, 20)).rejects.toThrow(/range_aligned/);
     await expect(insert(10, 20, 20)).rejects.toThrow(/range_aligned/);
     await expect(insert(10, 19, 19)).rejects.toThrow(/twenty_sources/);
     // And a record can never claim a scope its conversation is not in.
-    await expect(db.pool.query(
-      `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status)
-       values ($1, 'tenant-b', 10, 19, array(select gen_random_uuid() from generate_series(1, 20)), repeat('a', 64), 1, 'm', 'v', 'pending')`, [c])).rejects.toThrow(/conversation_summaries_conversation_fk/);
+    await expect(
+      db.pool.query(
+        `insert into sourcebound.conversation_summaries (conversation_id, scope, from_pair, to_pair, source_message_ids, source_hash, hash_version, model, prompt_version, status)
+       values ($1, 'tenant-b', 10, 19, array(select gen_random_uuid() from generate_series(1, 20)), repeat('a', 64), 1, 'm', 'v', 'pending')`,
+        [c],
+      ),
+    ).rejects.toThrow(/conversation_summaries_conversation_fk/);
   });
 });

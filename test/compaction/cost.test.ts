@@ -33,14 +33,24 @@ async function measured(fn: (db: pg.ClientBase) => Promise<void>): Promise<Cost>
   let statements = 0;
   const counting = new Proxy(client, {
     get(target, prop, receiver) {
-      if (prop === 'query') return (...args: unknown[]) => { statements++; return (target.query as (...a: unknown[]) => unknown)(...args); };
+      if (prop === 'query')
+        return (...args: unknown[]) => {
+          statements++;
+          return (target.query as (...a: unknown[]) => unknown)(...args);
+        };
       return Reflect.get(target, prop, receiver);
     },
   });
   // The view also shows counts of this backend's earlier transactions not yet
   // flushed, and nothing is flushed inside a transaction: take the difference.
-  const read = async () => Number((await client.query<{ n: string }>(
-    `select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) as n from pg_stat_xact_user_tables where schemaname = 'sourcebound'`)).rows[0]!.n);
+  const read = async () =>
+    Number(
+      (
+        await client.query<{ n: string }>(
+          `select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) as n from pg_stat_xact_user_tables where schemaname = 'sourcebound'`,
+        )
+      ).rows[0]!.n,
+    );
 
   try {
     await client.query('begin');
@@ -55,7 +65,11 @@ async function measured(fn: (db: pg.ClientBase) => Promise<void>): Promise<Cost>
 }
 
 const ctxOn = (client: pg.ClientBase): CompactionContext => ({
-  pool: client as unknown as pg.Pool, summarizer, logger: silentLogger, workerId: 'cost', leaseMs: 60_000,
+  pool: client as unknown as pg.Pool,
+  summarizer,
+  logger: silentLogger,
+  workerId: 'cost',
+  leaseMs: 60_000,
 });
 
 /** A conversation of `pairs` pairs whose every plannable range is compacted. */
@@ -75,7 +89,7 @@ async function jobAfterTenMore(c: string, pairs: number): Promise<Cost> {
     const report = await compactConversation(ctxOn(client), c, undefined, pairs + 10);
     ranges = report.ranges.map((r) => `${r.fromPair}:${r.result}`);
   });
-  expect(ranges).toEqual([`${(pairs + 10 - 30)}:completed`]);
+  expect(ranges).toEqual([`${pairs + 10 - 30}:completed`]);
   return cost;
 }
 
@@ -103,7 +117,8 @@ describe('what a compaction job costs', () => {
       await client.query('begin');
       expect((await compactConversation(ctxOn(client), c, undefined, 30)).ranges.map((r) => r.result)).toEqual(['completed']);
       const { rows } = await client.query<{ name: string; calls: number }>(
-        `select funcname as name, sum(calls)::int as calls from pg_stat_xact_user_functions where schemaname = 'sourcebound' group by funcname order by funcname`);
+        `select funcname as name, sum(calls)::int as calls from pg_stat_xact_user_functions where schemaname = 'sourcebound' group by funcname order by funcname`,
+      );
       await client.query('commit');
       // claim_range twice: the next-mark form and the one-range form it runs. Not
       // compaction_mark_clear (0027 clears the mark in the commit's own DELETE), nor
@@ -156,11 +171,15 @@ describe('named prepared statements on a direct connection', () => {
         }
         // custom + generic plans: executions of each named statement on this backend (PostgreSQL 14+).
         const { rows } = await client.query<{ name: string; runs: number }>(
-          `select name, (custom_plans + generic_plans)::int as runs from pg_prepared_statements where name like 'sourcebound.%' order by name`);
+          `select name, (custom_plans + generic_plans)::int as runs from pg_prepared_statements where name like 'sourcebound.%' order by name`,
+        );
         return rows;
       };
       expect(await run(false)).toEqual([]);
-      expect(await run(true)).toEqual([{ name: 'sourcebound.range_next_claim', runs: 3 }, { name: 'sourcebound.summary_commit', runs: 3 }]);
+      expect(await run(true)).toEqual([
+        { name: 'sourcebound.range_next_claim', runs: 3 },
+        { name: 'sourcebound.summary_commit', runs: 3 },
+      ]);
     } finally {
       client.release(true);
     }
@@ -178,8 +197,14 @@ describe('what a commit retry costs after a cut commit that landed', () => {
     let kind = '';
     const cost = await measured(async (client) => {
       const claim = await claimNextRange(client, {
-        conversationId: c, after: -1, wrap: true, skip: new Map(), model: summarizer.model,
-        promptVersion: 'conversation-compaction@3', workerId: 'cost', leaseMs: 60_000,
+        conversationId: c,
+        after: -1,
+        wrap: true,
+        skip: new Map(),
+        model: summarizer.model,
+        promptVersion: 'conversation-compaction@3',
+        workerId: 'cost',
+        leaseMs: 60_000,
       });
       if (claim.kind !== 'claimed') throw new Error(`expected a claim, got ${claim.kind}`);
       let cut = false;
@@ -194,9 +219,20 @@ describe('what a commit retry costs after a cut commit that landed', () => {
           return result;
         },
       };
-      const result = await commitRetrying(cutting as never, { record: claim.record, attemptId: claim.attemptId, workerId: 'cost' },
-        { kind: 'ok', text: 'summary of ten replies', model: summarizer.model, usage: null, requestId: null, grounding: { checked: [], ungrounded: [] } },
-        DEFAULT_RETRY_DELAYS, { logger: silentLogger, deadlineAt: Date.now() + 30_000 });
+      const result = await commitRetrying(
+        cutting as never,
+        { record: claim.record, attemptId: claim.attemptId, workerId: 'cost' },
+        {
+          kind: 'ok',
+          text: 'summary of ten replies',
+          model: summarizer.model,
+          usage: null,
+          requestId: null,
+          grounding: { checked: [], ungrounded: [] },
+        },
+        DEFAULT_RETRY_DELAYS,
+        { logger: silentLogger, deadlineAt: Date.now() + 30_000 },
+      );
       kind = result.kind;
     });
     return { cost, kind };
@@ -220,13 +256,21 @@ describe('what a commit retry costs after a cut commit that landed', () => {
     const c = await compacted(50);
     const { rows } = await db.pool.query<{ id: string; attempt: string }>(
       `select s.id, a.id as attempt from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
-       where s.conversation_id = $1 order by s.from_pair`, [c]);
+       where s.conversation_id = $1 order by s.from_pair`,
+      [c],
+    );
     expect(rows).toHaveLength(3);
     const [first, second] = rows as [{ id: string; attempt: string }, { id: string; attempt: string }];
     expect(await summaryAttemptRead(db.pool, first.id, Number(second.attempt))).toBeNull();
     const read = await summaryAttemptRead(db.pool, second.id, Number(second.attempt));
     expect(read?.record).toMatchObject({ id: second.id, conversationId: c, fromPair: 10, status: 'completed' });
-    expect(read?.attempt).toMatchObject({ id: Number(second.attempt), summaryId: second.id, outcome: 'ok', spent: true, workerId: 'setup' });
+    expect(read?.attempt).toMatchObject({
+      id: Number(second.attempt),
+      summaryId: second.id,
+      outcome: 'ok',
+      spent: true,
+      workerId: 'setup',
+    });
     expect(read?.attempt.startedAt).toBeInstanceOf(Date);
   });
 });
@@ -238,7 +282,9 @@ describe('what the sweep costs', () => {
     // Marks left over by other tests would be repaired: clear them so nothing needs repair.
     await db.pool.query('delete from sourcebound.compaction_marks');
     let enqueued = -1;
-    const cost = await measured(async (client) => { enqueued = await compactionSweepRun(client); });
+    const cost = await measured(async (client) => {
+      enqueued = await compactionSweepRun(client);
+    });
     expect(enqueued).toBe(0);
     expect(cost.statements).toBe(1);
     // The cursor row at most: no pairs, messages or summaries.
@@ -254,7 +300,9 @@ describe('what the sweep costs', () => {
     }
     await db.pool.query('delete from graphile_worker._private_jobs');
     let enqueued = -1;
-    const cost = await measured(async (client) => { enqueued = await compactionSweepRun(client); });
+    const cost = await measured(async (client) => {
+      enqueued = await compactionSweepRun(client);
+    });
     expect(enqueued).toBeGreaterThanOrEqual(20);
     const marks = Number((await db.pool.query('select count(*) from sourcebound.compaction_marks')).rows[0].count);
     // Each mark once and each enqueued conversation's row (enqueue_compaction checks it

@@ -23,7 +23,14 @@ const db = await createTestDatabase();
 
 /** A claim whose worker is gone; leaseMs 0: its lease is over once its statement is (no clock to wait for). */
 async function deadClaim(c: string, workerId: string, leaseMs = 0, model = offlineContext(db.pool).summarizer.model) {
-  const claim = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId, leaseMs });
+  const claim = await claimRange(db.pool, {
+    conversationId: c,
+    range: rangeAt(0),
+    model,
+    promptVersion: CONVERSATION_PROMPT_VERSION,
+    workerId,
+    leaseMs,
+  });
   if (claim.kind !== 'claimed') throw new Error(`claim: ${claim.kind}`);
   return claim;
 }
@@ -31,7 +38,9 @@ async function deadClaim(c: string, workerId: string, leaseMs = 0, model = offli
 async function editReply(c: string, pairIndex: number, suffix: string) {
   await db.pool.query(
     `update sourcebound.messages set content = content || $3
-     where id = (select assistant_message_id from sourcebound.pairs where conversation_id = $1 and pair_index = $2)`, [c, pairIndex, suffix]);
+     where id = (select assistant_message_id from sourcebound.pairs where conversation_id = $1 and pair_index = $2)`,
+    [c, pairIndex, suffix],
+  );
 }
 
 /** Removes the conversation's newest pairs (their messages), so that range 0 lies in the newest 20 again. */
@@ -39,7 +48,9 @@ async function removeNewest(c: string, pairs: number) {
   await db.pool.query(
     `delete from sourcebound.messages where id in (
        select unnest(array[user_message_id, assistant_message_id]) from sourcebound.pairs
-       where conversation_id = $1 and pair_index >= (select max(pair_index) + 1 from sourcebound.pairs where conversation_id = $1) - $2)`, [c, pairs]);
+       where conversation_id = $1 and pair_index >= (select max(pair_index) + 1 from sourcebound.pairs where conversation_id = $1) - $2)`,
+    [c, pairs],
+  );
 }
 
 const shape = async (c: string) => (await summariesOfConversationRead(db.pool, c)).map((r) => [r.status, r.attemptsSpent, r.leaseOwner]);
@@ -52,10 +63,16 @@ describe('a dead claim whose source changed', () => {
     await editReply(c, 3, ' (edited)');
     expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
     // Was: ['running', 0, 'dead-worker'] for good.
-    expect(await shape(c)).toEqual([['running', 0, 'dead-worker'], ['completed', 1, null]]);
+    expect(await shape(c)).toEqual([
+      ['running', 0, 'dead-worker'],
+      ['completed', 1, null],
+    ]);
 
     await compactionSweepRun(db.pool);
-    expect(await shape(c)).toEqual([['stale', 1, null], ['completed', 1, null]]);
+    expect(await shape(c)).toEqual([
+      ['stale', 1, null],
+      ['completed', 1, null],
+    ]);
     expect((await summariesOfConversationRead(db.pool, c))[0]!.id).toBe(dead.record.id);
     expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.workerId, a.outcome, a.spent])).toEqual([
       ['dead-worker', 'unknown', true],
@@ -104,13 +121,26 @@ describe('a dead claim no claim will come for, its source unchanged (0035)', () 
     const dead = await deadClaim(c, 'dead-worker');
     await removeNewest(c, 5);
     // No claim can come: the range is not plannable at 25 pairs.
-    expect((await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: dead.record.model, promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'w', leaseMs: 60_000 })).kind).toBe('gone');
+    expect(
+      (
+        await claimRange(db.pool, {
+          conversationId: c,
+          range: rangeAt(0),
+          model: dead.record.model,
+          promptVersion: CONVERSATION_PROMPT_VERSION,
+          workerId: 'w',
+          leaseMs: 60_000,
+        })
+      ).kind,
+    ).toBe('gone');
     // Was: ['running', 0, 'dead-worker'], after every sweep, for as long as the conversation stayed short.
     await compactionSweepRun(db.pool);
     expect(await shape(c)).toEqual([['stale', 1, null]]);
     const [record] = await summariesOfConversationRead(db.pool, c);
     expect(record!.failureReason).toBe('lease expired, and the range is no longer plannable');
-    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.workerId, a.outcome, a.spent])).toEqual([['dead-worker', 'unknown', true]]);
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.workerId, a.outcome, a.spent])).toEqual([
+      ['dead-worker', 'unknown', true],
+    ]);
 
     // The conversation grows back: the same source is claimed again, the dead attempt counted.
     await addPairs(db.pool, c, 5, undefined, { startAt: 25 });
@@ -139,12 +169,24 @@ describe('a dead claim no claim will come for, its source unchanged (0035)', () 
     await addPairs(db.pool, c, 30);
     const dead = await deadClaim(c, 'dead-worker');
     // A fleet upgraded to another model: it claims and completes the same source under its own identity.
-    const other = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: 'another-model', promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'upgraded', leaseMs: 60_000 });
+    const other = await claimRange(db.pool, {
+      conversationId: c,
+      range: rangeAt(0),
+      model: 'another-model',
+      promptVersion: CONVERSATION_PROMPT_VERSION,
+      workerId: 'upgraded',
+      leaseMs: 60_000,
+    });
     if (other.kind !== 'claimed') throw new Error(`claim: ${other.kind}`);
-    const committed = await commitOutcome(db.pool, { record: other.record, attemptId: other.attemptId, workerId: 'upgraded' },
-      { kind: 'ok', text: 'A summary.', model: 'another-model', usage: null, requestId: null });
+    const committed = await commitOutcome(
+      db.pool,
+      { record: other.record, attemptId: other.attemptId, workerId: 'upgraded' },
+      { kind: 'ok', text: 'A summary.', model: 'another-model', usage: null, requestId: null },
+    );
     expect(committed.kind).toBe('completed');
-    expect((await db.pool.query('select count(*)::int as n from sourcebound.compaction_marks where conversation_id = $1', [c])).rows[0].n).toBe(0);
+    expect(
+      (await db.pool.query('select count(*)::int as n from sourcebound.compaction_marks where conversation_id = $1', [c])).rows[0].n,
+    ).toBe(0);
 
     // Was: ['running', 0, 'dead-worker'] for good.
     await compactionSweepRun(db.pool);
@@ -153,7 +195,9 @@ describe('a dead claim no claim will come for, its source unchanged (0035)', () 
       [dead.record.model, 'stale', 1, null],
       ['another-model', 'completed', 1, null],
     ]);
-    expect(records[0]!.failureReason).toBe('lease expired, and its range is no longer marked (a record of another model or prompt version binds its source)');
+    expect(records[0]!.failureReason).toBe(
+      'lease expired, and its range is no longer marked (a record of another model or prompt version binds its source)',
+    );
   });
 
   it('leaves a live claim of a range that is no longer plannable alone (its worker may still commit)', async () => {
@@ -170,8 +214,12 @@ describe('a pending record no claim will come for (0036)', () => {
   /** A record left pending by an invalid answer (one attempt spent), its retry due after `afterSpentMs`. */
   async function pendingRecord(c: string, afterSpentMs = 0, model?: string) {
     const claim = await deadClaim(c, 'w', 60_000, model);
-    const committed = await commitOutcome(db.pool, { record: claim.record, attemptId: claim.attemptId, workerId: 'w' },
-      { kind: 'invalid', reason: 'empty summary', model: claim.record.model, usage: null, requestId: null }, { deferMs: 0, afterSpentMs });
+    const committed = await commitOutcome(
+      db.pool,
+      { record: claim.record, attemptId: claim.attemptId, workerId: 'w' },
+      { kind: 'invalid', reason: 'empty summary', model: claim.record.model, usage: null, requestId: null },
+      { deferMs: 0, afterSpentMs },
+    );
     expect(committed.kind).toBe('spent');
     return claim.record;
   }
@@ -183,18 +231,27 @@ describe('a pending record no claim will come for (0036)', () => {
     await editReply(c, 3, ' (edited)');
     expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
     // Was: ['pending', 1, null] for good, after every sweep.
-    expect(await shape(c)).toEqual([['pending', 1, null], ['completed', 1, null]]);
+    expect(await shape(c)).toEqual([
+      ['pending', 1, null],
+      ['completed', 1, null],
+    ]);
 
     await compactionSweepRun(db.pool);
     const records = await summariesOfConversationRead(db.pool, c);
-    expect(records.map((r) => [r.id, r.status, r.attemptsSpent, r.notBefore])).toEqual([[pending.id, 'stale', 1, null], [records[1]!.id, 'completed', 1, null]]);
+    expect(records.map((r) => [r.id, r.status, r.attemptsSpent, r.notBefore])).toEqual([
+      [pending.id, 'stale', 1, null],
+      [records[1]!.id, 'completed', 1, null],
+    ]);
     expect(records[0]!.failureReason).toBe('pending, and the source changed since');
     // Nothing was in flight: no attempt is added or spent.
     expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent, a.reason])).toEqual([
       ['invalid', true, 'empty summary'],
       ['ok', true, null],
     ]);
-    const open = await db.pool.query(`select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status in ('running', 'pending')`, [c]);
+    const open = await db.pool.query(
+      `select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status in ('running', 'pending')`,
+      [c],
+    );
     expect(open.rows[0].n).toBe(0);
   });
 
@@ -221,8 +278,13 @@ describe('a pending record no claim will come for (0036)', () => {
     expect((await compactOffline(db.pool, c)).ranges.map((r) => r.result)).toEqual(['completed']);
     await compactionSweepRun(db.pool);
     const records = await summariesOfConversationRead(db.pool, c);
-    expect(records.map((r) => [r.model, r.status])).toEqual([['old-model', 'stale'], [records[1]!.model, 'completed']]);
-    expect(records[0]!.failureReason).toBe('pending, and its range is no longer marked (a record of another model or prompt version binds its source)');
+    expect(records.map((r) => [r.model, r.status])).toEqual([
+      ['old-model', 'stale'],
+      [records[1]!.model, 'completed'],
+    ]);
+    expect(records[0]!.failureReason).toBe(
+      'pending, and its range is no longer marked (a record of another model or prompt version binds its source)',
+    );
   });
 
   it('is left pending while its retry is still due (a deferral not over), or when its claim will come', async () => {

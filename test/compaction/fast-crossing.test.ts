@@ -25,7 +25,12 @@ const SUMMARIZER_MS = 800;
 describe('a conversation written faster than it is summarized', () => {
   it('150 pairs written at speed with an 800 ms summarizer: every range settles seconds after the last write, not after a lease', async () => {
     // A long lease (5 minutes, the default when this was found): the old behaviour waits for it.
-    const config = loadConfig({ DATABASE_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: '200', SOURCEBOUND_LEASE_MS: '300000', LOG_LEVEL: 'silent' });
+    const config = loadConfig({
+      DATABASE_URL: db.url,
+      SOURCEBOUND_POLL_INTERVAL_MS: '200',
+      SOURCEBOUND_LEASE_MS: '300000',
+      LOG_LEVEL: 'silent',
+    });
     const database = await openDatabase(config, silentLogger, 8);
     const worker = await startWorker({ config, logger: silentLogger, database, summarizer: gatewayFor(server), skipMigrations: true });
     try {
@@ -34,7 +39,10 @@ describe('a conversation written faster than it is summarized', () => {
       const lastWrite = performance.now();
       const ranges = 13; // (150 - 30) / 10 + 1
       await until(async () => {
-        const { rows } = await db.pool.query(`select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`, [c]);
+        const { rows } = await db.pool.query(
+          `select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`,
+          [c],
+        );
         return rows[0].n === ranges;
       }, 60_000);
       const settledAfterMs = performance.now() - lastWrite;
@@ -44,7 +52,9 @@ describe('a conversation written faster than it is summarized', () => {
       expect(server.count).toBe(ranges);
       // Nothing is left waiting under the conversation's key for a far-off time.
       const { rows: far } = await db.pool.query(
-        `select key, run_at from graphile_worker._private_jobs where key = $1 and run_at > now() + interval '30 seconds'`, [`sourcebound:compact:${c}`]);
+        `select key, run_at from graphile_worker._private_jobs where key = $1 and run_at > now() + interval '30 seconds'`,
+        [`sourcebound:compact:${c}`],
+      );
       expect(far).toEqual([]);
     } finally {
       await worker.stop();

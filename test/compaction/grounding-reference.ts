@@ -94,7 +94,11 @@ const REASON_FACTS = 5;
  * one with its `grounding` attached, and, under `reject`, turned `invalid`
  * (reason `ungrounded:...`) when a fact is not in the material.
  */
-export function groundOutcome(outcome: Outcome, material: readonly MaterialItem[], policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY): Outcome {
+export function groundOutcome(
+  outcome: Outcome,
+  material: readonly MaterialItem[],
+  policy: GroundingPolicy = DEFAULT_GROUNDING_POLICY,
+): Outcome {
   if (outcome.kind !== 'ok') return outcome;
   const grounding = groundSummary(outcome.text, material);
   if (grounding.ungrounded.length === 0 || policy === 'flag') return { ...outcome, grounding };
@@ -196,7 +200,8 @@ function normalizeMaterial(joined: string): NormalizedMaterial {
         // Groups of three digits after plain spaces (`50 000`, French and SI style): also the figure
         // they may be (`50,000` in a summary); the summary's own spaces stay no separator.
         SPACED_GROUPS.lastIndex = 0;
-        for (let m = SPACED_GROUPS.exec(exact); m !== null; m = SPACED_GROUPS.exec(exact)) keys.add(`n:${canonicalNumber(m[0].replace(/ /g, ''))}`);
+        for (let m = SPACED_GROUPS.exec(exact); m !== null; m = SPACED_GROUPS.exec(exact))
+          keys.add(`n:${canonicalNumber(m[0].replace(/ /g, ''))}`);
         for (const key of rangeKeys(exact)) keys.add(key);
       }
       return keys;
@@ -248,7 +253,8 @@ function rangeKeys(exact: string): string[] {
   }
   for (const { at, fact } of locatedFacts(joined).facts) {
     // The fact that starts a text: the end with its unit (a figure with a unit, money, or a time: `2pm` of `2-4pm`).
-    if (starts.has(at) && (fact.kind === 'money' || fact.kind === 'time' || (fact.kind === 'number' && /\D$/.test(fact.key)))) keys.push(`range:${fact.kind}:${fact.key}`);
+    if (starts.has(at) && (fact.kind === 'money' || fact.kind === 'time' || (fact.kind === 'number' && /\D$/.test(fact.key))))
+      keys.push(`range:${fact.kind}:${fact.key}`);
   }
   return keys;
 }
@@ -261,7 +267,10 @@ function rangeKeys(exact: string): string[] {
  */
 function dateRangeKeys(exact: string): string[] {
   const keys: string[] = [];
-  for (const [regex, month, first, second, year] of [[MONTH_DAYS, 1, 2, 3, 4], [DAYS_MONTH, 3, 1, 2, 4]] as const) {
+  for (const [regex, month, first, second, year] of [
+    [MONTH_DAYS, 1, 2, 3, 4],
+    [DAYS_MONTH, 3, 1, 2, 4],
+  ] as const) {
     regex.lastIndex = 0;
     for (let m = regex.exec(exact); m !== null; m = regex.exec(exact)) {
       for (const day of [m[first]!, m[second]!]) {
@@ -290,7 +299,8 @@ const RANGE_START = /(?<![A-Za-z0-9.,$€£¥₹\/:\-–—])\d+(?:\.\d+)?(?: ?[
  * A bare first end, `-` `–` `—` or `to` (`and` after `between`), a second end directly followed by
  * what can be a unit or currency.
  */
-const RANGE_UNIT = /(?<![A-Za-z0-9.,$€£¥₹])(\d+(?:\.\d+)?)(?: ?[-–—] ?| to | and (?<=[Bb]etween \d+(?:\.\d+)? and ))(\d+(?:[.,]\d+)*)(?= ?[%‰°A-Za-zµμ€£¥₹$円元원万亿億兆])/g;
+const RANGE_UNIT =
+  /(?<![A-Za-z0-9.,$€£¥₹])(\d+(?:\.\d+)?)(?: ?[-–—] ?| to | and (?<=[Bb]etween \d+(?:\.\d+)? and ))(\d+(?:[.,]\d+)*)(?= ?[%‰°A-Za-zµμ€£¥₹$円元원万亿億兆])/g;
 /** A currency symbol and an amount, `-` `–` `—` or `to` (`and` after `between`), a second amount without one. */
 const RANGE_MONEY = /([$€£¥₹])(\d+(?:[.,]\d+)*)(?: ?[-–—] ?| to | and (?<=[Bb]etween [$€£¥₹]\d+(?:[.,]\d+)* and ))(\d+(?:[.,]\d+)*)/g;
 /**
@@ -377,7 +387,9 @@ function namedApart(fact: Fact, keys: Set<string>, folded: string): boolean {
   if (fact.kind === 'money') {
     const at = fact.key.indexOf(':');
     if (!keys.has(`number:${fact.key.slice(at + 1)}`)) return false;
-    return (currencySpellings().get(fact.key.slice(0, at)) ?? []).some((s) => (s.length === 1 ? folded.includes(s) : occurs(folded, s, false)));
+    return (currencySpellings().get(fact.key.slice(0, at)) ?? []).some((s) =>
+      s.length === 1 ? folded.includes(s) : occurs(folded, s, false),
+    );
   }
   const m = /^(\d+(?:\.\d+)?)(\D.*)$/.exec(fact.key);
   if (m === null || SCALE_ZEROS[m[2]!] !== undefined || !keys.has(`number:${m[1]}`)) return false;
@@ -416,12 +428,17 @@ function occursAsWritten(fact: Fact, index: NormalizedMaterial): boolean {
     case 'path': {
       const path = normalizeText(fact.text);
       // `./src/a.ts` is `src/a.ts`; a Windows path as JSON writes it has its backslashes doubled.
-      return occurs(index.exact, path, fact.truncated) || (path.startsWith('./') && occurs(index.exact, path.slice(2), fact.truncated))
-        || (path.includes('\\') && occurs(index.exact, path.replace(/\\/g, '\\\\'), fact.truncated));
+      return (
+        occurs(index.exact, path, fact.truncated) ||
+        (path.startsWith('./') && occurs(index.exact, path.slice(2), fact.truncated)) ||
+        (path.includes('\\') && occurs(index.exact, path.replace(/\\/g, '\\\\'), fact.truncated))
+      );
     }
     default:
-      return occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated)
-        || (fact.kind === 'version' && occurs(index.folded, fact.key, fact.truncated));
+      return (
+        occurs(index.folded, normalizeText(fact.text).toLowerCase(), fact.truncated) ||
+        (fact.kind === 'version' && occurs(index.folded, fact.key, fact.truncated))
+      );
   }
 }
 
@@ -471,7 +488,8 @@ function unchangedIn(raw: string, needle: string, bounded: boolean, prefix: bool
       // A figure's decimal part is no figure (`5%` is not in `0.5%`).
       if (before === 0x2e && isAsciiDigit(raw.charCodeAt(at)) && isAsciiDigit(raw.charCodeAt(at - 2))) continue;
       const after = raw.charCodeAt(at + n);
-      if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1))))) continue;
+      if (!prefix && (isAsciiAlnum(after) || ((after === 0x2e || isGroupMark(after)) && isAsciiDigit(raw.charCodeAt(at + n + 1)))))
+        continue;
     }
     // A hard neighbour ends the context on its side: no rule reaches across it.
     const hardBefore = isHard(raw.charCodeAt(at - 1));
@@ -535,7 +553,8 @@ function materialKeys(fact: Fact): string[] {
   if (tail !== null) keys.push(`n:${canonicalNumber(tail[1]!)}`);
   if (fact.kind === 'money') keys.push(`n:${fact.key.replace(/^[^:]*:/, '').replace(/[^\d.]+$/, '')}`);
   // An ambiguous slashed or dotted date (`03/05/2024`): both of its readings.
-  if (fact.kind === 'date') for (const iso of dateReadings(fact.key)) keys.push(`date:${iso}`, `date:${iso.slice(0, 7)}`, `date:--${iso.slice(5)}`);
+  if (fact.kind === 'date')
+    for (const iso of dateReadings(fact.key)) keys.push(`date:${iso}`, `date:${iso.slice(0, 7)}`, `date:--${iso.slice(5)}`);
   // `v18.2`: also the figure `18.2`, as `18.2` written without its `v` is (`v1.10` the figure 1.1, as `1.10` is).
   if (fact.kind === 'version' && /^\d+\.\d+$/.test(fact.key)) keys.push(`n:${canonicalNumber(fact.key)}`);
   // `150 pounds` is money or a weight: also `150 lb`.
@@ -603,12 +622,18 @@ function prepare(text: string): string {
   // NFKC leaves ASCII as it is: a pure-ASCII text (most are) skips it.
   if (NON_ASCII.test(t)) {
     // Invisible characters and marks after a digit dropped, every script's digits ASCII, Arabic separators plain, hyphens and the minus sign `-`.
-    const nfkc = t.normalize('NFKC').replace(/\p{Default_Ignorable_Code_Point}/gu, '').replace(/(?<=\p{Nd})\p{M}+/gu, '')
+    const nfkc = t
+      .normalize('NFKC')
+      .replace(/\p{Default_Ignorable_Code_Point}/gu, '')
+      .replace(/(?<=\p{Nd})\p{M}+/gu, '')
       .replace(/(?![0-9])\p{Nd}/gu, (d) => {
         let zero = d.codePointAt(0)!;
         while (/^\p{Nd}$/u.test(String.fromCodePoint(zero - 1))) zero--;
         return String((d.codePointAt(0)! - zero) % 10);
-      }).replace(/\u066B/g, '.').replace(/\u066C/g, ',').replace(/[\u2010-\u2012\u2212]/g, '-');
+      })
+      .replace(/\u066B/g, '.')
+      .replace(/\u066C/g, ',')
+      .replace(/[\u2010-\u2012\u2212]/g, '-');
     // Again when NFKC changed something: full-width digits are digits only after it.
     if (nfkc !== t) t = nfkc.replace(THOUSANDS, '$1');
   }
@@ -630,9 +655,15 @@ const YEAR = String.raw`(\d{4})`;
 /** A range's join between two days: `-` `–` `—` or `to`. */
 const DAY_JOIN = String.raw`(?:\s?[-–—]\s?|\s+to\s+)`;
 /** `March 5-7, 2024`: the month, the days, the year (rangeKeys). */
-const MONTH_DAYS = new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}${DAY_JOIN}${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi');
+const MONTH_DAYS = new RegExp(
+  String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}${DAY_JOIN}${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`,
+  'gi',
+);
 /** `5-7 March 2024`: the days, the month, the year (rangeKeys). */
-const DAYS_MONTH = new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}${DAY_JOIN}${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'gi');
+const DAYS_MONTH = new RegExp(
+  String.raw`(?<![A-Za-z0-9])${DAY}${DAY_JOIN}${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`,
+  'gi',
+);
 
 /**
  * Units a figure may carry, each with its canonical name (plural and singular
@@ -641,37 +672,143 @@ const DAYS_MONTH = new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}${DAY_JOIN}${DAY}
  * space it is more often a word (`5 a day`, `100 in total`).
  */
 const UNIT_ALIASES: Readonly<Record<string, readonly string[]>> = {
-  '%': ['%', 'percent'], '‰': ['‰'], pp: ['pp', 'percentage points', 'percentage point'], bps: ['bps', 'basis points', 'basis point'],
-  ns: ['ns', 'nanoseconds', 'nanosecond'], µs: ['µs', 'μs', 'us', 'microseconds', 'microsecond'], ms: ['ms', 'milliseconds', 'millisecond'], s: ['s', 'sec', 'secs', 'seconds', 'second'],
-  min: ['min', 'mins', 'minutes', 'minute'], h: ['h', 'hr', 'hrs', 'hours', 'hour'],
-  day: ['days', 'day'], week: ['weeks', 'week'], month: ['months', 'month'], year: ['years', 'year', 'yrs', 'yr'],
-  byte: ['bytes', 'byte'], bit: ['bits', 'bit'], kb: ['kb', 'kilobytes', 'kilobyte'], mb: ['mb', 'megabytes', 'megabyte'], gb: ['gb', 'gigabytes', 'gigabyte'], tb: ['tb', 'terabytes', 'terabyte'], pb: ['pb', 'petabytes', 'petabyte'],
-  kib: ['kib'], mib: ['mib'], gib: ['gib'], tib: ['tib'], kbps: ['kbps', 'kbit/s'], mbps: ['mbps', 'mbit/s'], gbps: ['gbps', 'gbit/s'], b: ['b'],
-  hz: ['hz', 'hertz'], khz: ['khz', 'kilohertz'], mhz: ['mhz', 'megahertz'], ghz: ['ghz', 'gigahertz'], rpm: ['rpm'], fps: ['fps'], dpi: ['dpi'], px: ['px'], pt: ['pt'], em: ['em'], rem: ['rem'],
-  nm: ['nm', 'nanometers', 'nanometres', 'nanometer', 'nanometre'], mm: ['mm', 'millimeters', 'millimetres', 'millimeter', 'millimetre'],
-  cm: ['cm', 'centimeters', 'centimetres', 'centimeter', 'centimetre'], m: ['m'], km: ['km', 'kilometers', 'kilometres', 'kilometer', 'kilometre'],
-  'km/h': ['km/h', 'kph', 'kilometers per hour', 'kilometres per hour'], 'm/s': ['m/s'], mph: ['mph', 'miles per hour'],
-  in: ['in', 'inch', 'inches'], ft: ['ft', 'feet', 'foot'], yd: ['yd', 'yards', 'yard'], mi: ['mi', 'miles', 'mile'],
-  mg: ['mg', 'milligrams', 'milligram'], g: ['g'], kg: ['kg', 'kilograms', 'kilogram', 'kilos'], lb: ['lb', 'lbs'], oz: ['oz', 'ounces', 'ounce'], t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
-  ml: ['ml', 'milliliters', 'millilitres', 'milliliter', 'millilitre'], l: ['l', 'liters', 'litres', 'liter', 'litre'], gal: ['gal', 'gallons', 'gallon'], cup: ['cups', 'cup'], tbsp: ['tbsp'], tsp: ['tsp'],
-  '°c': ['°c', 'degrees celsius', 'degree celsius', 'degrees c', 'degree c'], '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit', 'degrees f', 'degree f'], '°': ['°', 'degrees', 'degree'], c: ['c'], f: ['f'], k: ['k', 'kelvin'],
-  w: ['w'], kw: ['kw', 'kilowatts', 'kilowatt'], mw: ['mw', 'megawatts', 'megawatt'], kwh: ['kwh', 'kilowatt-hours', 'kilowatt hours', 'kilowatt-hour', 'kilowatt hour'], mwh: ['mwh'], v: ['v'], mv: ['mv'], kv: ['kv'], a: ['a'], ma: ['ma'], mah: ['mah'], ah: ['ah'],
-  j: ['j'], kj: ['kj', 'kilojoules', 'kilojoule'], cal: ['cal', 'calories', 'calorie'], kcal: ['kcal'], ppm: ['ppm'], mol: ['mol'],
-  x: ['x', '×'], thousand: ['thousand'], million: ['million', 'mn', 'mln'], billion: ['billion', 'bn'], trillion: ['trillion'],
+  '%': ['%', 'percent'],
+  '‰': ['‰'],
+  pp: ['pp', 'percentage points', 'percentage point'],
+  bps: ['bps', 'basis points', 'basis point'],
+  ns: ['ns', 'nanoseconds', 'nanosecond'],
+  µs: ['µs', 'μs', 'us', 'microseconds', 'microsecond'],
+  ms: ['ms', 'milliseconds', 'millisecond'],
+  s: ['s', 'sec', 'secs', 'seconds', 'second'],
+  min: ['min', 'mins', 'minutes', 'minute'],
+  h: ['h', 'hr', 'hrs', 'hours', 'hour'],
+  day: ['days', 'day'],
+  week: ['weeks', 'week'],
+  month: ['months', 'month'],
+  year: ['years', 'year', 'yrs', 'yr'],
+  byte: ['bytes', 'byte'],
+  bit: ['bits', 'bit'],
+  kb: ['kb', 'kilobytes', 'kilobyte'],
+  mb: ['mb', 'megabytes', 'megabyte'],
+  gb: ['gb', 'gigabytes', 'gigabyte'],
+  tb: ['tb', 'terabytes', 'terabyte'],
+  pb: ['pb', 'petabytes', 'petabyte'],
+  kib: ['kib'],
+  mib: ['mib'],
+  gib: ['gib'],
+  tib: ['tib'],
+  kbps: ['kbps', 'kbit/s'],
+  mbps: ['mbps', 'mbit/s'],
+  gbps: ['gbps', 'gbit/s'],
+  b: ['b'],
+  hz: ['hz', 'hertz'],
+  khz: ['khz', 'kilohertz'],
+  mhz: ['mhz', 'megahertz'],
+  ghz: ['ghz', 'gigahertz'],
+  rpm: ['rpm'],
+  fps: ['fps'],
+  dpi: ['dpi'],
+  px: ['px'],
+  pt: ['pt'],
+  em: ['em'],
+  rem: ['rem'],
+  nm: ['nm', 'nanometers', 'nanometres', 'nanometer', 'nanometre'],
+  mm: ['mm', 'millimeters', 'millimetres', 'millimeter', 'millimetre'],
+  cm: ['cm', 'centimeters', 'centimetres', 'centimeter', 'centimetre'],
+  m: ['m'],
+  km: ['km', 'kilometers', 'kilometres', 'kilometer', 'kilometre'],
+  'km/h': ['km/h', 'kph', 'kilometers per hour', 'kilometres per hour'],
+  'm/s': ['m/s'],
+  mph: ['mph', 'miles per hour'],
+  in: ['in', 'inch', 'inches'],
+  ft: ['ft', 'feet', 'foot'],
+  yd: ['yd', 'yards', 'yard'],
+  mi: ['mi', 'miles', 'mile'],
+  mg: ['mg', 'milligrams', 'milligram'],
+  g: ['g'],
+  kg: ['kg', 'kilograms', 'kilogram', 'kilos'],
+  lb: ['lb', 'lbs'],
+  oz: ['oz', 'ounces', 'ounce'],
+  t: ['t', 'tons', 'tonnes', 'ton', 'tonne'],
+  ml: ['ml', 'milliliters', 'millilitres', 'milliliter', 'millilitre'],
+  l: ['l', 'liters', 'litres', 'liter', 'litre'],
+  gal: ['gal', 'gallons', 'gallon'],
+  cup: ['cups', 'cup'],
+  tbsp: ['tbsp'],
+  tsp: ['tsp'],
+  '°c': ['°c', 'degrees celsius', 'degree celsius', 'degrees c', 'degree c'],
+  '°f': ['°f', 'degrees fahrenheit', 'degree fahrenheit', 'degrees f', 'degree f'],
+  '°': ['°', 'degrees', 'degree'],
+  c: ['c'],
+  f: ['f'],
+  k: ['k', 'kelvin'],
+  w: ['w'],
+  kw: ['kw', 'kilowatts', 'kilowatt'],
+  mw: ['mw', 'megawatts', 'megawatt'],
+  kwh: ['kwh', 'kilowatt-hours', 'kilowatt hours', 'kilowatt-hour', 'kilowatt hour'],
+  mwh: ['mwh'],
+  v: ['v'],
+  mv: ['mv'],
+  kv: ['kv'],
+  a: ['a'],
+  ma: ['ma'],
+  mah: ['mah'],
+  ah: ['ah'],
+  j: ['j'],
+  kj: ['kj', 'kilojoules', 'kilojoule'],
+  cal: ['cal', 'calories', 'calorie'],
+  kcal: ['kcal'],
+  ppm: ['ppm'],
+  mol: ['mol'],
+  x: ['x', '×'],
+  thousand: ['thousand'],
+  million: ['million', 'mn', 'mln'],
+  billion: ['billion', 'bn'],
+  trillion: ['trillion'],
   // Chinese and Japanese scales, attached to their figure (`3.5亿` is 350,000,000).
-  '万': ['万', '萬'], '亿': ['亿', '億'], '兆': ['兆'],
+  万: ['万', '萬'],
+  亿: ['亿', '億'],
+  兆: ['兆'],
 };
-const UNIT_OF = new Map<string, string>(Object.entries(UNIT_ALIASES).flatMap(([canon, names]) => names.map((n) => [n, canon] as [string, string])));
+const UNIT_OF = new Map<string, string>(
+  Object.entries(UNIT_ALIASES).flatMap(([canon, names]) => names.map((n) => [n, canon] as [string, string])),
+);
 const byLength = (a: string, b: string) => b.length - a.length;
 const ANY_UNIT = `(?:${[...UNIT_OF.keys()].sort(byLength).map(escapeRegex).join('|')})`;
-const SPACED_UNIT = `(?:${[...UNIT_OF.keys()].filter((u) => (u.length >= 2 && u !== 'in' && u !== 'am') || /^[%‰°×]/.test(u)).sort(byLength).map(escapeRegex).join('|')})`;
+const SPACED_UNIT = `(?:${[...UNIT_OF.keys()]
+  .filter((u) => (u.length >= 2 && u !== 'in' && u !== 'am') || /^[%‰°×]/.test(u))
+  .sort(byLength)
+  .map(escapeRegex)
+  .join('|')})`;
 
-const CURRENCY_SYMBOL: Readonly<Record<string, string>> = { '$': 'USD', 'us$': 'USD', '€': 'EUR', '£': 'GBP', '¥': 'JPY', '₹': 'INR' };
+const CURRENCY_SYMBOL: Readonly<Record<string, string>> = { $: 'USD', us$: 'USD', '€': 'EUR', '£': 'GBP', '¥': 'JPY', '₹': 'INR' };
 const CURRENCY_WORD: Readonly<Record<string, string>> = {
-  usd: 'USD', dollar: 'USD', dollars: 'USD', 'us dollar': 'USD', 'us dollars': 'USD', eur: 'EUR', euro: 'EUR', euros: 'EUR', gbp: 'GBP', pound: 'GBP', pounds: 'GBP',
-  jpy: 'JPY', yen: 'JPY', inr: 'INR', rupee: 'INR', rupees: 'INR', chf: 'CHF', cad: 'CAD', aud: 'AUD', cny: 'CNY', rmb: 'CNY',
+  usd: 'USD',
+  dollar: 'USD',
+  dollars: 'USD',
+  'us dollar': 'USD',
+  'us dollars': 'USD',
+  eur: 'EUR',
+  euro: 'EUR',
+  euros: 'EUR',
+  gbp: 'GBP',
+  pound: 'GBP',
+  pounds: 'GBP',
+  jpy: 'JPY',
+  yen: 'JPY',
+  inr: 'INR',
+  rupee: 'INR',
+  rupees: 'INR',
+  chf: 'CHF',
+  cad: 'CAD',
+  aud: 'AUD',
+  cny: 'CNY',
+  rmb: 'CNY',
   // After a figure in Japanese, Chinese and Korean text (`1,200円`, `35元`, `1,200원`).
-  '円': 'JPY', '元': 'CNY', '원': 'KRW', krw: 'KRW',
+  円: 'JPY',
+  元: 'CNY',
+  원: 'KRW',
+  krw: 'KRW',
 };
 /** Each currency's spellings but `$` (lower case): codes, words and the other symbols (built on first need). */
 let spellings: Map<string, string[]> | undefined;
@@ -730,11 +867,18 @@ interface Pattern {
  * digit) and look around it: V8 runs `iu` regexes and unanchored `\p{L}`
  * scans many times slower, and the check must stay a small part of a commit.
  */
-function byRegex(regex: RegExp, key: (m: RegExpExecArray) => string | null, text?: (m: RegExpExecArray) => string): (input: string) => Iterable<Match> {
+function byRegex(
+  regex: RegExp,
+  key: (m: RegExpExecArray) => string | null,
+  text?: (m: RegExpExecArray) => string,
+): (input: string) => Iterable<Match> {
   return function* find(input: string) {
     regex.lastIndex = 0;
     for (let m = regex.exec(input); m !== null; m = regex.exec(input)) {
-      if (m[0].length === 0) { regex.lastIndex++; continue; }
+      if (m[0].length === 0) {
+        regex.lastIndex++;
+        continue;
+      }
       yield { index: m.index, length: m[0].length, text: text ? text(m) : m[0], key: key(m) };
     }
   };
@@ -766,7 +910,12 @@ function tokenAround(text: string, at: number, stop: RegExp): [number, number] {
   return [from, to];
 }
 
-function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: string) => { text: string; key: string } | null): Iterable<Match> {
+function* around(
+  input: string,
+  anchor: RegExp,
+  stop: RegExp,
+  judge: (token: string) => { text: string; key: string } | null,
+): Iterable<Match> {
   anchor.lastIndex = 0;
   let consumed = -1;
   for (let m = anchor.exec(input); m !== null; m = anchor.exec(input)) {
@@ -779,7 +928,8 @@ function* around(input: string, anchor: RegExp, stop: RegExp, judge: (token: str
 }
 
 const EMAIL = /^[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}$/u;
-const PATH = /^(?:(?:~|\.{1,2})?\/[\p{L}\p{N}._@%+-]+(?:\/[\p{L}\p{N}._@%+-]*)*|[A-Za-z]:\\[^\s"'<>|]+|[\p{L}\p{N}._-]+(?:[\/\\][\p{L}\p{N}._@-]+)+\.[A-Za-z][A-Za-z0-9]{0,7})$/u;
+const PATH =
+  /^(?:(?:~|\.{1,2})?\/[\p{L}\p{N}._@%+-]+(?:\/[\p{L}\p{N}._@%+-]*)*|[A-Za-z]:\\[^\s"'<>|]+|[\p{L}\p{N}._-]+(?:[\/\\][\p{L}\p{N}._@-]+)+\.[A-Za-z][A-Za-z0-9]{0,7})$/u;
 const IDENTIFIER = /^[\p{L}\p{N}]+(?:[-_.#+][\p{L}\p{N}]+)*$/u;
 const IDENTIFIER_ASCII = /^[A-Za-z0-9]+(?:[-_.#+][A-Za-z0-9]+)*$/;
 
@@ -800,14 +950,26 @@ function* identifiers(input: string): Iterable<Match> {
     if (m.index < consumed) continue;
     let from = m.index;
     for (;;) {
-      if (isWordAt(input, from - 1)) { from--; continue; }
-      if (isConnector(input.charCodeAt(from - 1)) && isWordAt(input, from - 2)) { from -= 2; continue; }
+      if (isWordAt(input, from - 1)) {
+        from--;
+        continue;
+      }
+      if (isConnector(input.charCodeAt(from - 1)) && isWordAt(input, from - 2)) {
+        from -= 2;
+        continue;
+      }
       break;
     }
     let to = m.index + 1;
     for (;;) {
-      if (isWordAt(input, to)) { to++; continue; }
-      if (isConnector(input.charCodeAt(to)) && isWordAt(input, to + 1)) { to += 2; continue; }
+      if (isWordAt(input, to)) {
+        to++;
+        continue;
+      }
+      if (isConnector(input.charCodeAt(to)) && isWordAt(input, to + 1)) {
+        to += 2;
+        continue;
+      }
       break;
     }
     consumed = to;
@@ -826,8 +988,14 @@ const isConnector = (c: number): boolean => c === 0x2d || c === 0x5f || c === 0x
 /** A scale word followed by a unit (`4.5 billion years`, `225 million km`): both read, the figure multiplied out. */
 const SCALE_THEN = String.raw`(thousand|million|billion|trillion|mn|bn) (${SPACED_UNIT})`;
 /** A decimal without its leading zero: a `.` no letter, digit, `.` or `,` comes before, digits, maybe a unit. */
-const DOT_NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`, 'gi');
-const NUMBER = new RegExp(String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`, 'gi');
+const DOT_NUMBER = new RegExp(
+  String.raw`(?<![A-Za-z0-9.,])\.(\d+)(?:[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°]|[.,]\d)`,
+  'gi',
+);
+const NUMBER = new RegExp(
+  String.raw`(?<![A-Za-z0-9.,])(\d+(?:[.,']\d+)*)(?:[ \t\u00A0-]?${SCALE_THEN}|[ \t\u00A0-]?(${SPACED_UNIT})|(${ANY_UNIT}))?(?![A-Za-z0-9°])`,
+  'gi',
+);
 
 const PATTERNS: readonly Pattern[] = [
   // Quoted code: fenced blocks (fences at line starts), then inline spans on one line.
@@ -835,16 +1003,24 @@ const PATTERNS: readonly Pattern[] = [
   { kind: 'code', find: byRegex(/(?<!`)`([^`\n]{1,400})`(?!`)/g, (m) => m[1]!.trim()), needs: ['`'] },
   {
     kind: 'url',
-    find: byRegex(/(?<![A-Za-z0-9])(?:(?:https?|ftp):\/\/|www\.)[^\s<>"'`]+/gi,
-      (m) => trimTrailing(m[0]).toLowerCase().replace(/^(?:https?|ftp):\/\//, '').replace(/^www\./, '').replace(/\/+$/, ''),
-      (m) => trimTrailing(m[0])),
+    find: byRegex(
+      /(?<![A-Za-z0-9])(?:(?:https?|ftp):\/\/|www\.)[^\s<>"'`]+/gi,
+      (m) =>
+        trimTrailing(m[0])
+          .toLowerCase()
+          .replace(/^(?:https?|ftp):\/\//, '')
+          .replace(/^www\./, '')
+          .replace(/\/+$/, ''),
+      (m) => trimTrailing(m[0]),
+    ),
   },
   {
     kind: 'email',
-    find: (input) => around(input, /@/g, /[\s<>()[\]"',;:`]/, (token) => {
-      const t = trimTrailing(token);
-      return EMAIL.test(t) ? { text: t, key: t.toLowerCase() } : null;
-    }),
+    find: (input) =>
+      around(input, /@/g, /[\s<>()[\]"',;:`]/, (token) => {
+        const t = trimTrailing(token);
+        return EMAIL.test(t) ? { text: t, key: t.toLowerCase() } : null;
+      }),
   },
   { kind: 'path', find: (input) => around(input, /[\/\\]/g, /[\s"'`<>|]/, pathFact) },
   {
@@ -855,47 +1031,79 @@ const PATTERNS: readonly Pattern[] = [
       return m[1] === undefined || month < 1 || month > 12 ? null : `${m[1]}-${String(month).padStart(2, '0')}`;
     }),
   },
-  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-SU-Za-su-z0-9]|[Tt](?!\d)|-\d)`, 'g'), (m) => isoKey(m[1]!, m[2]!, m[3]!)), needs: ['-'] },
   {
     kind: 'date',
-    find: byRegex(/(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/g, (m) => isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!)),
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${YEAR}-(\d{1,2})-(\d{1,2})(?![A-SU-Za-su-z0-9]|[Tt](?!\d)|-\d)`, 'g'), (m) =>
+      isoKey(m[1]!, m[2]!, m[3]!),
+    ),
+    needs: ['-'],
   },
   {
     kind: 'date',
-    find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!)),
+    find: byRegex(/(?<![A-Za-z0-9.\/])(\d{4})(?:\/(\d{1,2})\/(\d{1,2})|\.\s(\d{1,2})\.\s(\d{1,2})\.?)(?![A-Za-z0-9]|[./]\d)/g, (m) =>
+      isoKey(m[1]!, m[2] ?? m[4]!, m[3] ?? m[5]!),
+    ),
   },
   {
     kind: 'date',
-    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'gi'), (m) => isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!)),
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${DAY}(?![A-Za-z0-9])(?:,?\s+${YEAR}(?![A-Za-z0-9]))?`, 'gi'), (m) =>
+      isoKey(m[3] ?? null, monthNumber(m[1]!), m[2]!),
+    ),
   },
-  { kind: 'date', find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'gi'), (m) => `${m[2]}-${monthNumber(m[1]!)}`) },
-  { kind: 'date', find: byRegex(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/g, (m) => slashedKey(m[0])) },
+  {
+    kind: 'date',
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9])${DAY}(?:\s+of)?\s+(${MONTH})(?:,?\s+${YEAR})?(?![A-Za-z0-9])`, 'gi'), (m) =>
+      isoKey(m[3] ?? null, monthNumber(m[2]!), m[1]!),
+    ),
+  },
+  {
+    kind: 'date',
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z])(${MONTH})\s+${YEAR}(?![A-Za-z0-9])`, 'gi'), (m) => `${m[2]}-${monthNumber(m[1]!)}`),
+  },
+  {
+    kind: 'date',
+    find: byRegex(/(?<![A-Za-z0-9.\/])\d{1,2}[./]\d{1,2}[./](?:\d{4}|\d{2})(?![A-Za-z0-9]|[./]\d)/g, (m) => slashedKey(m[0])),
+  },
   {
     kind: 'time',
-    find: byRegex(/(?<![A-SU-Za-su-z0-9:]|[A-Za-z0-9][Tt])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Ya-y0-9]|[Zz][A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/gi,
-      (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null)),
+    find: byRegex(
+      /(?<![A-SU-Za-su-z0-9:]|[A-Za-z0-9][Tt])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?(?![A-Ya-y0-9]|[Zz][A-Za-z0-9]|:\d)|(?<![A-Za-z0-9])(\d{1,2})\s?([ap])\.?m\.?(?![A-Za-z0-9])/gi,
+      (m) => timeKey(m[1] ?? m[5]!, m[2] ?? '00', m[3] ?? null, m[4] ?? m[6] ?? null),
+    ),
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) => moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3])),
+    find: byRegex(new RegExp(String.raw`(US\$|[$€£¥₹])\s?${AMOUNT}${SCALE}${AMOUNT_END}`, 'gi'), (m) =>
+      moneyKey(CURRENCY_SYMBOL[m[1]!.toLowerCase()] ?? m[1]!, m[2]!, m[3]),
+    ),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9.,]|\d\s)${AMOUNT}\s?([$€£¥₹])(?![A-Za-z0-9])`, 'g'), (m) => moneyKey(CURRENCY_SYMBOL[m[2]!]!, m[1]!, undefined)),
+    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9.,]|\d\s)${AMOUNT}\s?([$€£¥₹])(?![A-Za-z0-9])`, 'g'), (m) =>
+      moneyKey(CURRENCY_SYMBOL[m[2]!]!, m[1]!, undefined),
+    ),
     needs: ['$', '€', '£', '¥', '₹'],
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'gi'), (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2])),
+    find: byRegex(
+      new RegExp(String.raw`(?<![A-Za-z0-9.,])${AMOUNT}${SCALE}\s?(${Object.keys(CURRENCY_WORD).join('|')})(?![A-Za-z0-9])`, 'gi'),
+      (m) => moneyKey(CURRENCY_WORD[m[3]!.toLowerCase()]!, m[1]!, m[2]),
+    ),
   },
   {
     kind: 'money',
-    find: byRegex(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE_ANY_CASE}${AMOUNT_END}`, 'g'), (m) => moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3])),
+    find: byRegex(new RegExp(String.raw`\b(USD|EUR|GBP|JPY|INR|CHF|CAD|AUD|CNY)\s?${AMOUNT}${SCALE_ANY_CASE}${AMOUNT_END}`, 'g'), (m) =>
+      moneyKey(CURRENCY_WORD[m[1]!.toLowerCase()]!, m[2]!, m[3]),
+    ),
   },
   {
     kind: 'version',
-    find: byRegex(/(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/g, (m) => m[0].toLowerCase().replace(/^v/, '')),
+    find: byRegex(
+      /(?<![A-Za-z0-9.])(?:[vV]\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*)(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![A-Za-z0-9]|\.\d)/g,
+      (m) => m[0].toLowerCase().replace(/^v/, ''),
+    ),
   },
   { kind: 'identifier', find: identifiers },
   {
@@ -904,7 +1112,13 @@ const PATTERNS: readonly Pattern[] = [
       NUMBER.lastIndex = 0;
       for (let m = NUMBER.exec(input); m !== null; m = NUMBER.exec(input)) {
         const unit = m[2] ?? m[4] ?? m[5] ?? null;
-        yield { index: m.index, length: m[0].length, text: m[0], key: numberKey(m[1]!, unit, m[3] ?? null), checked: isCheckedNumber(m[1]!, unit) };
+        yield {
+          index: m.index,
+          length: m[0].length,
+          text: m[0],
+          key: numberKey(m[1]!, unit, m[3] ?? null),
+          checked: isCheckedNumber(m[1]!, unit),
+        };
       }
     },
   },
@@ -916,7 +1130,7 @@ const PATTERNS: readonly Pattern[] = [
         yield { index: m.index, length: m[0].length, text: m[0], key: canonicalNumber(m[1]!), checked: isCheckedNumber(m[1]!, null) };
       }
     },
-  },  // A decimal written without its leading zero (`.5%`, `.45 in`): the figure with it, after every other kind.
+  }, // A decimal written without its leading zero (`.5%`, `.45 in`): the figure with it, after every other kind.
   { kind: 'number', find: byRegex(DOT_NUMBER, (m) => numberKey(`0.${m[1]}`, m[2] ?? m[3] ?? null)), needs: ['.'] },
 ];
 
@@ -978,7 +1192,10 @@ function matchAll(text: string, at: (index: number) => number, patterns: readonl
       spans.push([m.index, m.index + m.length]);
       if (m.checked === false) continue;
       const end = m.index + m.text.length;
-      found.push({ at: at(m.index), fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) } });
+      found.push({
+        at: at(m.index),
+        fact: { kind: pattern.kind, text: m.text.trim(), key: m.key, truncated: rest.startsWith('…', end) || rest.startsWith('...', end) },
+      });
     }
     // Mask what this kind matched, so a later kind does not match inside it.
     if (spans.length > 0) rest = mask(rest, spans);
@@ -1066,7 +1283,10 @@ function canonicalNumber(digits: string): string {
   // the first has three digits (`2.500.000` = 2500000), else all but the last (`1.234.567,89`).
   const points = d.split('.');
   if (points.length > 2) {
-    d = !digits.includes(',') && points.slice(1).every((g) => g.length === 3) ? points.join('') : points.slice(0, -1).join('') + '.' + points.at(-1);
+    d =
+      !digits.includes(',') && points.slice(1).every((g) => g.length === 3)
+        ? points.join('')
+        : points.slice(0, -1).join('') + '.' + points.at(-1);
   }
   if (d.includes('.')) d = d.replace(/0+$/, '').replace(/\.$/, '');
   return d.replace(/^0+(?=\d)/, '');
@@ -1074,14 +1294,22 @@ function canonicalNumber(digits: string): string {
 
 function moneyKey(currency: string, amount: string, scale: string | undefined): string {
   const s = scale?.trim().toLowerCase();
-  const zeros = s === undefined ? 0 : s === 'k' || s === 'thousand' ? 3
-    : s === 'm' || s === 'mn' || s === 'mm' || s === 'mln' || s === 'million' ? 6 : s === 'b' || s === 'bn' || s === 'billion' ? 9 : 12;
+  const zeros =
+    s === undefined
+      ? 0
+      : s === 'k' || s === 'thousand'
+        ? 3
+        : s === 'm' || s === 'mn' || s === 'mm' || s === 'mln' || s === 'million'
+          ? 6
+          : s === 'b' || s === 'bn' || s === 'billion'
+            ? 9
+            : 12;
   // `$1.25M` = `$1.25 million` = `$1,250,000`.
   return `${currency}:${scaled(canonicalNumber(amount.replace(/[.,]$/, '')), zeros)}`;
 }
 
 /** Zeros each scale word (a UNIT_ALIASES name) stands for. */
-const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12, '万': 4, '亿': 8, '兆': 12 };
+const SCALE_ZEROS: Readonly<Record<string, number>> = { thousand: 3, million: 6, billion: 9, trillion: 12, 万: 4, 亿: 8, 兆: 12 };
 
 /** A canonical number times 10^zeros, canonical again (decimal digits moved, not multiplied: exact). */
 function scaled(value: string, zeros: number): string {

@@ -17,9 +17,11 @@ import { compactionSetup } from './setup.ts';
 const { db, server, ctx } = await compactionSetup();
 
 // Pair 3's reply holds one fact of every kind; the others are plain.
-const FACTS = 'Order INV-2231 costs $1,250.00 with a fee of 0.5% and weighs 12 kg; billed on 2024-03-05 at 14:30. '
-  + 'Docs: https://example.com/fees and src/billing/fees.ts, mail billing@example.com, upgrade to v2.3.1 and run `npm ci --no-audit`.';
-const reply = (i: number) => (i === 3 ? FACTS : `Reply ${i} says the plan is fine. ${"It goes on about the plan at some length. ".repeat(8)}`);
+const FACTS =
+  'Order INV-2231 costs $1,250.00 with a fee of 0.5% and weighs 12 kg; billed on 2024-03-05 at 14:30. ' +
+  'Docs: https://example.com/fees and src/billing/fees.ts, mail billing@example.com, upgrade to v2.3.1 and run `npm ci --no-audit`.';
+const reply = (i: number) =>
+  i === 3 ? FACTS : `Reply ${i} says the plan is fine. ${'It goes on about the plan at some length. '.repeat(8)}`;
 
 async function conversation() {
   const c = await createConversation(db.pool);
@@ -33,7 +35,8 @@ async function conversation() {
  * a history that fits is sent raw, so a summary shows only when the budget needs it.
  */
 async function projectNeedingSummary(c: string) {
-  const at = (budgetBytes: number) => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first' });
+  const at = (budgetBytes: number) =>
+    projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first' });
   let budget = (await at(1 << 20)).bytes;
   for (let i = 0; i < 30; i++, budget = Math.floor(budget * 0.9)) {
     const p = await at(budget);
@@ -58,8 +61,12 @@ const WRONG: Record<FactKind, [string, string]> = {
 describe('grounding at commit', () => {
   it('accepts a faithful summary that reformats its figures (separators, percent spacing, date style, case)', async () => {
     const c = await conversation();
-    server.enqueue(behaviours.text('Order inv-2231 costs $1250 (fee 0.5 %), weighs 12kg, billed March 5, 2024 at 2:30 pm; '
-      + 'docs HTTPS://EXAMPLE.COM/fees, src/billing/fees.ts, Billing@Example.com, 2.3.1, `npm ci --no-audit`.'));
+    server.enqueue(
+      behaviours.text(
+        'Order inv-2231 costs $1250 (fee 0.5 %), weighs 12kg, billed March 5, 2024 at 2:30 pm; ' +
+          'docs HTTPS://EXAMPLE.COM/fees, src/billing/fees.ts, Billing@Example.com, 2.3.1, `npm ci --no-audit`.',
+      ),
+    );
     const report = await compactConversation(ctx(), c);
     expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
     const [attempt] = await attemptsOfConversationRead(db.pool, c);
@@ -69,20 +76,34 @@ describe('grounding at commit', () => {
 
   it('accepts the rewrites a model makes of figures written other ways (units in words, 10k, points as separators, short hashes, JSON fields)', async () => {
     const c = await createConversation(db.pool);
-    const material = 'It weighs 12 kilograms, serves 10k users and costs 2.500.000 €; fixed in commit a1b2c3d4e5f6a7b8c9d0 '
-      + 'on 03/05/2024 in src/app/main.ts with Python 3.11. {"size_bytes": 1048576, "amount": 1250.5, "currency": "USD"}';
+    const material =
+      'It weighs 12 kilograms, serves 10k users and costs 2.500.000 €; fixed in commit a1b2c3d4e5f6a7b8c9d0 ' +
+      'on 03/05/2024 in src/app/main.ts with Python 3.11. {"size_bytes": 1048576, "amount": 1250.5, "currency": "USD"}';
     await addPairs(db.pool, c, 30, (i) => ({ user: `question ${i}`, assistant: i === 3 ? material : reply(i) }));
-    server.enqueue(behaviours.text('It weighs 12 kg, serves 10,000 users and costs €2,500,000; fixed in a1b2c3d on March 5, 2024 '
-      + 'in ./src/app/main.ts with Python3.11; 1,048,576 bytes, $1,250.50.'));
+    server.enqueue(
+      behaviours.text(
+        'It weighs 12 kg, serves 10,000 users and costs €2,500,000; fixed in a1b2c3d on March 5, 2024 ' +
+          'in ./src/app/main.ts with Python3.11; 1,048,576 bytes, $1,250.50.',
+      ),
+    );
     const report = await compactConversation(ctx(), c);
     expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
     const [attempt] = await attemptsOfConversationRead(db.pool, c);
     expect(attempt).toMatchObject({ outcome: 'ok', groundingUngrounded: [] });
-    expect(attempt!.groundingChecked).toEqual(['number:12 kg', 'number:10000', 'money:€2500000', 'identifier:a1b2c3d', 'date:March 5, 2024',
-      'path:./src/app/main.ts', 'identifier:Python3.11', 'number:1048576 bytes', 'money:$1250.50']);
+    expect(attempt!.groundingChecked).toEqual([
+      'number:12 kg',
+      'number:10000',
+      'money:€2500000',
+      'identifier:a1b2c3d',
+      'date:March 5, 2024',
+      'path:./src/app/main.ts',
+      'identifier:Python3.11',
+      'number:1048576 bytes',
+      'money:$1250.50',
+    ]);
   });
 
-  it('rejects a figure made of another one\'s decimal part (5% against 0.5%), spending one attempt', async () => {
+  it("rejects a figure made of another one's decimal part (5% against 0.5%), spending one attempt", async () => {
     const c = await conversation();
     server.enqueue(behaviours.text('Reply 3 says the fee is 5%.'));
     const report = await compactConversation(ctx(), c);
@@ -92,24 +113,27 @@ describe('grounding at commit', () => {
   });
 
   describe('policy reject (default)', () => {
-    it.each(Object.entries(WRONG) as [FactKind, [string, string]][])('an invented %s makes the answer invalid and spends exactly one attempt', async (_kind, [text, fact]) => {
-      const c = await conversation();
-      server.enqueue(behaviours.text(`Reply 3 says: ${text}`));
-      const report = await compactConversation(ctx(), c);
-      expect(server.count).toBe(1);
-      expect(report.ranges.map((r) => r.result)).toEqual(['attempt_spent']);
-      const [record] = await summariesOfConversationRead(db.pool, c);
-      expect(record).toMatchObject({ status: 'pending', attemptsSpent: 1, summary: null });
-      expect(record!.failureReason).toBe(`invalid: ungrounded: 1 fact(s) not in the material: ${fact}`);
-      const attempts = await attemptsOfConversationRead(db.pool, c);
-      expect(attempts).toHaveLength(1);
-      expect(attempts[0]).toMatchObject({ outcome: 'invalid', spent: true, groundingUngrounded: [fact] });
-      expect(attempts[0]!.groundingChecked).toContain(fact);
-      // The raw pairs stay in use: nothing is projected as a summary.
-      const projection = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 1 << 20 });
-      expect(projection.items.filter((i) => i.kind === 'summary')).toEqual([]);
-      expect(projection.items).toHaveLength(30);
-    });
+    it.each(Object.entries(WRONG) as [FactKind, [string, string]][])(
+      'an invented %s makes the answer invalid and spends exactly one attempt',
+      async (_kind, [text, fact]) => {
+        const c = await conversation();
+        server.enqueue(behaviours.text(`Reply 3 says: ${text}`));
+        const report = await compactConversation(ctx(), c);
+        expect(server.count).toBe(1);
+        expect(report.ranges.map((r) => r.result)).toEqual(['attempt_spent']);
+        const [record] = await summariesOfConversationRead(db.pool, c);
+        expect(record).toMatchObject({ status: 'pending', attemptsSpent: 1, summary: null });
+        expect(record!.failureReason).toBe(`invalid: ungrounded: 1 fact(s) not in the material: ${fact}`);
+        const attempts = await attemptsOfConversationRead(db.pool, c);
+        expect(attempts).toHaveLength(1);
+        expect(attempts[0]).toMatchObject({ outcome: 'invalid', spent: true, groundingUngrounded: [fact] });
+        expect(attempts[0]!.groundingChecked).toContain(fact);
+        // The raw pairs stay in use: nothing is projected as a summary.
+        const projection = await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 1 << 20 });
+        expect(projection.items.filter((i) => i.kind === 'summary')).toEqual([]);
+        expect(projection.items).toHaveLength(30);
+      },
+    );
 
     it('a second ungrounded answer fails the identity for good, like any invalid answer; no third call', async () => {
       const c = await conversation();
@@ -119,7 +143,10 @@ describe('grounding at commit', () => {
       expect(server.count).toBe(2);
       const [record] = await summariesOfConversationRead(db.pool, c);
       expect(record).toMatchObject({ status: 'failed', attemptsSpent: 2 });
-      expect((await attemptsOfConversationRead(db.pool, c)).map((a) => a.groundingUngrounded)).toEqual([['number:0.9%'], ['identifier:INV-9999']]);
+      expect((await attemptsOfConversationRead(db.pool, c)).map((a) => a.groundingUngrounded)).toEqual([
+        ['number:0.9%'],
+        ['identifier:INV-9999'],
+      ]);
       server.reset();
       expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['failed']);
       expect(server.count).toBe(0);
@@ -136,18 +163,23 @@ describe('grounding at commit', () => {
   });
 
   describe('policy flag', () => {
-    it.each(Object.entries(WRONG) as [FactKind, [string, string]][])('an invented %s completes, is recorded, and the projection names it in the label', async (_kind, [text, fact]) => {
-      const c = await conversation();
-      server.enqueue(behaviours.text(`Reply 3 says: ${text}`));
-      const report = await compactConversation(ctx({ grounding: 'flag' }), c);
-      expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
-      const [attempt] = await attemptsOfConversationRead(db.pool, c);
-      expect(attempt).toMatchObject({ outcome: 'ok', spent: true, groundingUngrounded: [fact] });
-      const projection = await projectNeedingSummary(c);
-      const [summary] = projection.items.filter((i): i is SummaryItem => i.kind === 'summary');
-      expect(summary).toMatchObject({ fromPair: 0, ungrounded: [fact] });
-      expect(summary!.label).toContain(`Warning: this figure is not in the replies it summarizes and may be wrong: ${fact.slice(fact.indexOf(':') + 1)}.`);
-    });
+    it.each(Object.entries(WRONG) as [FactKind, [string, string]][])(
+      'an invented %s completes, is recorded, and the projection names it in the label',
+      async (_kind, [text, fact]) => {
+        const c = await conversation();
+        server.enqueue(behaviours.text(`Reply 3 says: ${text}`));
+        const report = await compactConversation(ctx({ grounding: 'flag' }), c);
+        expect(report.ranges.map((r) => r.result)).toEqual(['completed']);
+        const [attempt] = await attemptsOfConversationRead(db.pool, c);
+        expect(attempt).toMatchObject({ outcome: 'ok', spent: true, groundingUngrounded: [fact] });
+        const projection = await projectNeedingSummary(c);
+        const [summary] = projection.items.filter((i): i is SummaryItem => i.kind === 'summary');
+        expect(summary).toMatchObject({ fromPair: 0, ungrounded: [fact] });
+        expect(summary!.label).toContain(
+          `Warning: this figure is not in the replies it summarizes and may be wrong: ${fact.slice(fact.indexOf(':') + 1)}.`,
+        );
+      },
+    );
 
     it('a grounded summary under flag has a plain label', async () => {
       const c = await conversation();

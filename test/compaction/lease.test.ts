@@ -27,7 +27,7 @@ function workerRolePool(): pg.Pool {
   return pool;
 }
 
-describe('a claim\'s lease while the call runs', () => {
+describe("a claim's lease while the call runs", () => {
   it('is renewed: a call four leases long is never taken over and completes with one attempt', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 30);
@@ -36,7 +36,14 @@ describe('a claim\'s lease while the call runs', () => {
     await server.waitFor(() => server.held === 1);
     await sleep(1600);
     // Another worker finds it busy, with a lease still ahead.
-    const other = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: model(), promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'other', leaseMs: 60_000 });
+    const other = await claimRange(db.pool, {
+      conversationId: c,
+      range: rangeAt(0),
+      model: model(),
+      promptVersion: CONVERSATION_PROMPT_VERSION,
+      workerId: 'other',
+      leaseMs: 60_000,
+    });
     expect(other.kind).toBe('busy');
     server.releaseHeld();
     expect((await job).ranges.map((r) => r.result)).toEqual(['completed']);
@@ -52,7 +59,14 @@ describe('a claim\'s lease while the call runs', () => {
     const job = compactConversation(ctx({ leaseMs: 400, leaseRenewMs: 0 }), c);
     await server.waitFor(() => server.held === 1);
     await sleep(600);
-    const other = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: model(), promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'other', leaseMs: 60_000 });
+    const other = await claimRange(db.pool, {
+      conversationId: c,
+      range: rangeAt(0),
+      model: model(),
+      promptVersion: CONVERSATION_PROMPT_VERSION,
+      workerId: 'other',
+      leaseMs: 60_000,
+    });
     expect(other.kind).toBe('claimed');
     server.releaseHeld();
     expect((await job).ranges.map((r) => r.result)).toEqual(['lease_lost']);
@@ -66,7 +80,14 @@ describe('a claim\'s lease while the call runs', () => {
     await server.waitFor(() => server.held === 1);
     // The lease ends under it (a partition, a reaper) and another worker takes the range over.
     await db.pool.query(`update sourcebound.conversation_summaries set lease_expires_at = now() where conversation_id = $1`, [c]);
-    const other = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: model(), promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'other', leaseMs: 60_000 });
+    const other = await claimRange(db.pool, {
+      conversationId: c,
+      range: rangeAt(0),
+      model: model(),
+      promptVersion: CONVERSATION_PROMPT_VERSION,
+      workerId: 'other',
+      leaseMs: 60_000,
+    });
     expect(other.kind).toBe('claimed');
     // The held request is never released: only the abandonment ends the job.
     expect((await job).ranges.map((r) => r.result)).toEqual(['lease_lost']);
@@ -83,10 +104,23 @@ describe('a worker that stops beating', () => {
       const c = await createConversation(db.pool);
       await addPairs(db.pool, c, 30);
       // The dead worker: a runner after one recovery (lease owner <id>/r1), a job locked by its graphile id.
-      const claim = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: model(), promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'dead-host:1:ab/r1', leaseMs: 300_000 });
+      const claim = await claimRange(db.pool, {
+        conversationId: c,
+        range: rangeAt(0),
+        model: model(),
+        promptVersion: CONVERSATION_PROMPT_VERSION,
+        workerId: 'dead-host:1:ab/r1',
+        leaseMs: 300_000,
+      });
       expect(claim.kind).toBe('claimed');
-      await db.pool.query(`select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::text), job_key := 'lease-test:' || $1)`, [c]);
-      await db.pool.query(`update graphile_worker._private_jobs set locked_by = 'pool-dead', locked_at = now() where key = 'lease-test:' || $1`, [c]);
+      await db.pool.query(
+        `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', $1::text), job_key := 'lease-test:' || $1)`,
+        [c],
+      );
+      await db.pool.query(
+        `update graphile_worker._private_jobs set locked_by = 'pool-dead', locked_at = now() where key = 'lease-test:' || $1`,
+        [c],
+      );
       expect(await workerBeat(worker, 'dead-host:1:ab', ['pool-dead'], 20_000)).toEqual([]);
 
       // Not yet silent long enough: nothing happens.
@@ -97,12 +131,21 @@ describe('a worker that stops beating', () => {
       expect(reaped[0]).toMatchObject({ workerId: 'dead-host:1:ab', jobsUnlocked: 1, claimsReleased: 1 });
       expect(reaped[0]!.silentMs).toBeGreaterThanOrEqual(21_000);
 
-      const { rows: [job] } = await db.pool.query(`select locked_by from graphile_worker._private_jobs where key = 'lease-test:' || $1`, [c]);
+      const {
+        rows: [job],
+      } = await db.pool.query(`select locked_by from graphile_worker._private_jobs where key = 'lease-test:' || $1`, [c]);
       expect(job).toEqual({ locked_by: null });
-      const { rows: [lease] } = await db.pool.query<{ over: boolean }>(
-        `select lease_expires_at <= now() as over from sourcebound.conversation_summaries where conversation_id = $1`, [c]);
+      const {
+        rows: [lease],
+      } = await db.pool.query<{ over: boolean }>(
+        `select lease_expires_at <= now() as over from sourcebound.conversation_summaries where conversation_id = $1`,
+        [c],
+      );
       expect(lease!.over).toBe(true);
-      const { rows: resume } = await db.pool.query(`select 1 from graphile_worker._private_jobs where key = 'sourcebound:compact-resume:' || $1`, [c]);
+      const { rows: resume } = await db.pool.query(
+        `select 1 from graphile_worker._private_jobs where key = 'sourcebound:compact-resume:' || $1`,
+        [c],
+      );
       expect(resume).toHaveLength(1);
       // Reaped once: the row is gone, the next beat reaps nothing.
       expect(await workerBeat(worker, 'live-host:2:cd', ['pool-live'], 20_000)).toEqual([]);
@@ -110,10 +153,20 @@ describe('a worker that stops beating', () => {
       expect(left).toEqual([{ worker_id: 'live-host:2:cd' }]);
 
       // The next claim takes the range over at once and settles the dead attempt.
-      const takeover = await claimRange(db.pool, { conversationId: c, range: rangeAt(0), model: model(), promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'live-host:2:cd', leaseMs: 30_000 });
+      const takeover = await claimRange(db.pool, {
+        conversationId: c,
+        range: rangeAt(0),
+        model: model(),
+        promptVersion: CONVERSATION_PROMPT_VERSION,
+        workerId: 'live-host:2:cd',
+        leaseMs: 30_000,
+      });
       expect(takeover.kind).toBe('claimed');
       const attempts = await attemptsOfConversationRead(db.pool, c);
-      expect(attempts.map((a) => [a.workerId, a.outcome])).toEqual([['dead-host:1:ab/r1', 'unknown'], ['live-host:2:cd', null]]);
+      expect(attempts.map((a) => [a.workerId, a.outcome])).toEqual([
+        ['dead-host:1:ab/r1', 'unknown'],
+        ['live-host:2:cd', null],
+      ]);
 
       // A stopping worker leaves the registry, handing back what it still holds.
       expect(await workerLeave(worker, 'live-host:2:cd')).toEqual({ jobsUnlocked: 0, claimsReleased: 1 });
@@ -132,7 +185,9 @@ describe('a worker that stops beating', () => {
       await client.query('rollback');
       await client.query('begin');
       await client.query('set local role sourcebound_app');
-      await expect(client.query(`select sourcebound.claim_renew(gen_random_uuid(), 1, 'x', 1000)`)).rejects.toMatchObject({ code: '42501' });
+      await expect(client.query(`select sourcebound.claim_renew(gen_random_uuid(), 1, 'x', 1000)`)).rejects.toMatchObject({
+        code: '42501',
+      });
     } finally {
       await client.query('rollback');
       client.release();

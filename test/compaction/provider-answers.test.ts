@@ -17,7 +17,7 @@ import { compactionSetup } from './setup.ts';
 
 const { db, server, ctx } = await compactionSetup();
 
-const reply = (i: number) => ({ user: `question ${i}`, assistant: `Fund ${i} had a NAV of ${100 + i}.25 on 2026-10-0${i % 9 + 1}.` });
+const reply = (i: number) => ({ user: `question ${i}`, assistant: `Fund ${i} had a NAV of ${100 + i}.25 on 2026-10-0${(i % 9) + 1}.` });
 
 async function conversation(): Promise<string> {
   const c = await createConversation(db.pool);
@@ -25,11 +25,15 @@ async function conversation(): Promise<string> {
   return c;
 }
 
-const tooLong = (tokens: number): Behaviour =>
-  ({ kind: 'error', status: 400, errorType: 'invalid_request_error', message: `prompt is too long: ${tokens} tokens > 200000 maximum` });
+const tooLong = (tokens: number): Behaviour => ({
+  kind: 'error',
+  status: 400,
+  errorType: 'invalid_request_error',
+  message: `prompt is too long: ${tokens} tokens > 200000 maximum`,
+});
 
 describe('material over the context window (HTTP 400 "prompt is too long")', () => {
-  it('is invalid, not config: an attempt spent each time, the second fails the identity for good, the API\'s message kept', async () => {
+  it("is invalid, not config: an attempt spent each time, the second fails the identity for good, the API's message kept", async () => {
     const c = await conversation();
     server.enqueue(tooLong(212_345), tooLong(212_345));
     const first = await compactConversation(ctx(), c);
@@ -42,10 +46,14 @@ describe('material over the context window (HTTP 400 "prompt is too long")', () 
 
     const [record] = await summariesOfConversationRead(db.pool, c);
     expect(record).toMatchObject({
-      status: 'failed', attemptsSpent: 2,
+      status: 'failed',
+      attemptsSpent: 2,
       failureReason: 'invalid: too_large:http_400:invalid_request_error: prompt is too long: 212345 tokens > 200000 maximum',
     });
-    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent])).toEqual([['invalid', true], ['invalid', true]]);
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent])).toEqual([
+      ['invalid', true],
+      ['invalid', true],
+    ]);
   });
 });
 
@@ -70,19 +78,27 @@ describe('retry-after: 0 from a rate-limiting provider', () => {
 });
 
 describe('hostile values in a provider answer are settled at once, in one commit', () => {
-  it('a NUL in a 429\'s error type and message: deferred, stored without the NUL', async () => {
+  it("a NUL in a 429's error type and message: deferred, stored without the NUL", async () => {
     const c = await conversation();
-    server.enqueue({ kind: 'error', status: 429, errorType: 'rate_limit_error\u0000', message: 'slow\u0000down', headers: { 'retry-after': '30' } });
+    server.enqueue({
+      kind: 'error',
+      status: 429,
+      errorType: 'rate_limit_error\u0000',
+      message: 'slow\u0000down',
+      headers: { 'retry-after': '30' },
+    });
     expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['deferred']);
     const [record] = await summariesOfConversationRead(db.pool, c);
     expect(record).toMatchObject({ status: 'pending', attemptsSpent: 0, failureReason: 'deferred: http_429:rate_limit_error: slow down' });
   });
 
-  it('a NUL in a 500\'s error type: unknown, the attempt spent with a storable reason', async () => {
+  it("a NUL in a 500's error type: unknown, the attempt spent with a storable reason", async () => {
     const c = await conversation();
     server.enqueue({ kind: 'error', status: 500, errorType: 'api_error\u0000', message: 'internal\u0000' });
     expect((await compactConversation(ctx(), c)).ranges.map((r) => r.result)).toEqual(['attempt_spent']);
-    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent, a.reason])).toEqual([['unknown', true, 'http_500:api_error: internal']]);
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.spent, a.reason])).toEqual([
+      ['unknown', true, 'http_500:api_error: internal'],
+    ]);
   });
 
   it.each([
@@ -114,6 +130,9 @@ describe('hostile values in a provider answer are settled at once, in one commit
     await compactConversation(ctx(), c);
     const [record] = await summariesOfConversationRead(db.pool, c);
     expect(record).toMatchObject({ status: 'failed', attemptsSpent: 2, summary: null });
-    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.reason])).toEqual([['invalid', 'empty_text'], ['invalid', 'empty_text']]);
+    expect((await attemptsOfConversationRead(db.pool, c)).map((a) => [a.outcome, a.reason])).toEqual([
+      ['invalid', 'empty_text'],
+      ['invalid', 'empty_text'],
+    ]);
   });
 });

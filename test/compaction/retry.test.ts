@@ -38,7 +38,10 @@ async function failedRange(): Promise<string> {
 }
 
 async function refusal(work: Promise<unknown>): Promise<string> {
-  const error = await work.then(() => null, (e: unknown) => e);
+  const error = await work.then(
+    () => null,
+    (e: unknown) => e,
+  );
   expect(error).toBeInstanceOf(RetryRefusedError);
   return (error as Error).message;
 }
@@ -46,26 +49,38 @@ async function refusal(work: Promise<unknown>): Promise<string> {
 describe('retryRange', () => {
   it('refuses the identity that failed (no third attempt, no call) and completes under another model', async () => {
     const c = await failedRange();
-    expect(await refusal(retryRange(ctx(), c, 'tenant-a', 0)))
-      .toMatch(/^range 0-9 already failed for good under anthropic\/claude-test \(record [0-9a-f-]+\): a third attempt of the same identity is never made\. Retry with another model/);
+    expect(await refusal(retryRange(ctx(), c, 'tenant-a', 0))).toMatch(
+      /^range 0-9 already failed for good under anthropic\/claude-test \(record [0-9a-f-]+\): a third attempt of the same identity is never made\. Retry with another model/,
+    );
     expect(server.count).toBe(0);
 
     const report = await retryRange(ctx({ summarizer: other() }), c, 'tenant-a', 0);
-    expect(report).toMatchObject({ result: 'completed', model: 'anthropic/claude-other', calls: 1, failed: [{ model: 'anthropic/claude-test', failureReason: 'invalid: stop_reason:max_tokens' }] });
+    expect(report).toMatchObject({
+      result: 'completed',
+      model: 'anthropic/claude-other',
+      calls: 1,
+      failed: [{ model: 'anthropic/claude-test', failureReason: 'invalid: stop_reason:max_tokens' }],
+    });
     expect(server.count).toBe(1);
     const records = await summariesOfConversationRead(db.pool, c);
-    expect(records.map((r) => [r.model, r.status, r.attemptsSpent]).sort()).toEqual([['anthropic/claude-other', 'completed', 1], ['anthropic/claude-test', 'failed', 2]]);
+    expect(records.map((r) => [r.model, r.status, r.attemptsSpent]).sort()).toEqual([
+      ['anthropic/claude-other', 'completed', 1],
+      ['anthropic/claude-test', 'failed', 2],
+    ]);
 
     // Completed now: a retry under any model is refused.
-    expect(await refusal(retryRange(ctx({ summarizer: gatewayFor(server, { model: 'claude-third' }) }), c, 'tenant-a', 0)))
-      .toMatch(/^range 0-9 already has a completed summary \(record [0-9a-f-]+, anthropic\/claude-other\): nothing to retry$/);
+    expect(await refusal(retryRange(ctx({ summarizer: gatewayFor(server, { model: 'claude-third' }) }), c, 'tenant-a', 0))).toMatch(
+      /^range 0-9 already has a completed summary \(record [0-9a-f-]+, anthropic\/claude-other\): nothing to retry$/,
+    );
     expect(server.count).toBe(1);
   });
 
   it('refuses a range that did not fail for good, a range that is not one, and a conversation of another scope', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 30);
-    expect(await refusal(retryRange(ctx({ summarizer: other() }), c, 'tenant-a', 0))).toMatch(/^range 0-9 has not failed for good: nothing to retry/);
+    expect(await refusal(retryRange(ctx({ summarizer: other() }), c, 'tenant-a', 0))).toMatch(
+      /^range 0-9 has not failed for good: nothing to retry/,
+    );
     expect(await refusal(retryRange(ctx({ summarizer: other() }), c, 'tenant-a', 5))).toMatch(/a range starts at a multiple of 10, got 5/);
     await expect(retryRange(ctx({ summarizer: other() }), c, 'tenant-b', 0)).rejects.toThrow(/not found/i);
     expect(server.count).toBe(0);
@@ -76,7 +91,9 @@ describe('retryRange', () => {
     server.enqueue(behaviours.toolUse(), behaviours.refusal());
     const report = await retryRange(ctx({ summarizer: other() }), c, 'tenant-a', 0);
     expect(report).toMatchObject({ result: 'failed', calls: 2, reason: 'stop_reason:refusal' });
-    expect(await refusal(retryRange(ctx({ summarizer: other() }), c, 'tenant-a', 0))).toMatch(/already failed for good under anthropic\/claude-other/);
+    expect(await refusal(retryRange(ctx({ summarizer: other() }), c, 'tenant-a', 0))).toMatch(
+      /already failed for good under anthropic\/claude-other/,
+    );
     expect(server.count).toBe(2);
 
     server.enqueue(behaviours.maxTokens());
@@ -107,8 +124,12 @@ describe('retryRange', () => {
 
 describe('sourcebound retry (real processes)', () => {
   const env = () => ({
-    DATABASE_URL: db.url, SOURCEBOUND_SUMMARIZER: 'openai', OPENAI_BASE_URL: chatServer.url, OPENAI_API_KEY: chatServer.apiKey!,
-    SOURCEBOUND_MODEL: 'llama-test:8b', SOURCEBOUND_FLEET_CONCURRENCY: '0',
+    DATABASE_URL: db.url,
+    SOURCEBOUND_SUMMARIZER: 'openai',
+    OPENAI_BASE_URL: chatServer.url,
+    OPENAI_API_KEY: chatServer.apiKey!,
+    SOURCEBOUND_MODEL: 'llama-test:8b',
+    SOURCEBOUND_FLEET_CONCURRENCY: '0',
   });
 
   it('retries under the OpenAI-compatible model configuration chooses, then refuses to go again', async () => {
@@ -116,7 +137,12 @@ describe('sourcebound retry (real processes)', () => {
     const c = await failedRange();
     const cli = spawnSourcebound(['retry', c, '--scope', 'tenant-a', '--from-pair', '0'], env());
     expect(await cli.exited).toBe(0);
-    expect(cli.logs.map((l) => l.msg).join('\n')).toMatch(new RegExp(`^range 0-9 of ${c} under openai-compatible/llama-test:8b: completed \\(record [0-9a-f-]+; it had failed for good under anthropic/claude-test\\); 1 model call\\(s\\)$`, 'm'));
+    expect(cli.logs.map((l) => l.msg).join('\n')).toMatch(
+      new RegExp(
+        `^range 0-9 of ${c} under openai-compatible/llama-test:8b: completed \\(record [0-9a-f-]+; it had failed for good under anthropic/claude-test\\); 1 model call\\(s\\)$`,
+        'm',
+      ),
+    );
     expect(chatServer.count).toBe(1);
 
     const again = spawnSourcebound(['retry', c, '--scope', 'tenant-a', '--from-pair', '0'], env());
@@ -130,17 +156,20 @@ describe('sourcebound retry (real processes)', () => {
     const c = await failedRange();
     const dir = mkdtempSync(join(tmpdir(), 'sourcebound-retry-'));
     const index = pathToFileURL(join(process.cwd(), 'src/index.ts')).href;
-    writeFileSync(join(dir, 'mine.mjs'), [
-      `import { prepareSummary, outcomeFromAnswer, outcomeFromError } from '${index}';`,
-      'export default () => ({',
-      "  model: 'custom/echo',",
-      '  async summarize(request) {',
-      "    const call = prepareSummary(request, { model: 'custom/echo' });",
-      '    if (!call.send) return call.outcome;',
-      "    return outcomeFromAnswer({ model: 'custom/echo', maxChars: call.maxChars, text: request.items.map((i) => i.text).join(' '), finishReason: 'stop' });",
-      '  },',
-      '});',
-    ].join('\n'));
+    writeFileSync(
+      join(dir, 'mine.mjs'),
+      [
+        `import { prepareSummary, outcomeFromAnswer, outcomeFromError } from '${index}';`,
+        'export default () => ({',
+        "  model: 'custom/echo',",
+        '  async summarize(request) {',
+        "    const call = prepareSummary(request, { model: 'custom/echo' });",
+        '    if (!call.send) return call.outcome;',
+        "    return outcomeFromAnswer({ model: 'custom/echo', maxChars: call.maxChars, text: request.items.map((i) => i.text).join(' '), finishReason: 'stop' });",
+        '  },',
+        '});',
+      ].join('\n'),
+    );
     writeFileSync(join(dir, 'none.mjs'), 'export const nothing = 1;\n');
     writeFileSync(join(dir, 'reserved.mjs'), "export default { model: 'sourcebound/extractive@9', summarize: async () => null };\n");
 
@@ -148,23 +177,29 @@ describe('sourcebound retry (real processes)', () => {
     expect(await none.exited).toBe(1);
     expect(none.stderr).toMatch(/^sourcebound retry: the summarizer module .*none\.mjs exports no summarizer: export default/);
 
-    const mine = spawnSourcebound(['retry', c, '--scope', 'tenant-a', '--from-pair', '0', '--summarizer', join(dir, 'mine.mjs'), '--json'], env());
+    const mine = spawnSourcebound(
+      ['retry', c, '--scope', 'tenant-a', '--from-pair', '0', '--summarizer', join(dir, 'mine.mjs'), '--json'],
+      env(),
+    );
     expect(await mine.exited).toBe(0);
     expect(mine.logs.find((l) => 'result' in l)).toMatchObject({ result: 'completed', model: 'custom/echo', calls: 1 });
     expect(chatServer.count).toBe(0);
 
     // In this process: what the loader refuses, and what it hands a factory.
     const context = { config: loadConfig({}), logger: silentLogger };
-    await expect(loadSummarizerModule(join(dir, 'reserved.mjs'), context))
-      .rejects.toThrow(/names itself sourcebound\/extractive@9: identities under sourcebound\/ are the offline summarizer's/);
-    await expect(loadSummarizerModule(join(dir, 'missing.mjs'), context)).rejects.toThrow(/^cannot load the summarizer module .*missing\.mjs: Error ERR_MODULE_NOT_FOUND: Cannot find module/);
+    await expect(loadSummarizerModule(join(dir, 'reserved.mjs'), context)).rejects.toThrow(
+      /names itself sourcebound\/extractive@9: identities under sourcebound\/ are the offline summarizer's/,
+    );
+    await expect(loadSummarizerModule(join(dir, 'missing.mjs'), context)).rejects.toThrow(
+      /^cannot load the summarizer module .*missing\.mjs: Error ERR_MODULE_NOT_FOUND: Cannot find module/,
+    );
     expect((await loadSummarizerModule(join(dir, 'mine.mjs'), context)).model).toBe('custom/echo');
   });
 
-  it('--from-pair must be a range\'s first pair', async () => {
-    await expect(retryCommand.run(['00000000-0000-0000-0000-000000000001', '--scope', 's', '--from-pair', '15']))
-      .rejects.toThrow(/^--from-pair must be a multiple of 10 \(a range's first pair\), got 15$/);
+  it("--from-pair must be a range's first pair", async () => {
+    await expect(retryCommand.run(['00000000-0000-0000-0000-000000000001', '--scope', 's', '--from-pair', '15'])).rejects.toThrow(
+      /^--from-pair must be a multiple of 10 \(a range's first pair\), got 15$/,
+    );
     await expect(retryCommand.run(['00000000-0000-0000-0000-000000000001', '--scope', 's'])).rejects.toBeInstanceOf(UsageError);
   });
 });
-

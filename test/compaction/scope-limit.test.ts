@@ -17,7 +17,16 @@ const { db, ctx } = await compactionSetup();
 function counting(): { summarizer: Summarizer; calls: () => number } {
   const offline = createOfflineSummarizer({ maxChars: 6000 });
   let calls = 0;
-  return { summarizer: { model: offline.model, summarize: (r) => { calls++; return offline.summarize(r); } }, calls: () => calls };
+  return {
+    summarizer: {
+      model: offline.model,
+      summarize: (r) => {
+        calls++;
+        return offline.summarize(r);
+      },
+    },
+    calls: () => calls,
+  };
 }
 
 describe('per-scope summarizer call limit', () => {
@@ -31,7 +40,9 @@ describe('per-scope summarizer call limit', () => {
     expect(calls()).toBe(2);
     // The hour the calls were counted in, as the database saw it; the range waits for the next one
     // (within the few milliseconds between the worker's clock and the commit's now()).
-    const { rows: [window] } = await db.pool.query<{ hour: Date }>(`select hour_start as hour from sourcebound.scope_call_windows where scope = 'tenant-limited'`);
+    const {
+      rows: [window],
+    } = await db.pool.query<{ hour: Date }>(`select hour_start as hour from sourcebound.scope_call_windows where scope = 'tenant-limited'`);
     const nextHour = window!.hour.getTime() + 3_600_000;
     const records = await summariesOfConversationRead(db.pool, a);
     const deferred = records.find((r) => r.fromPair === 20)!;
@@ -52,8 +63,13 @@ describe('per-scope summarizer call limit', () => {
   });
 
   it('concurrent workers never admit more than the limit: one statement decides', async () => {
-    const admitted = await Promise.all(Array.from({ length: 20 }, () =>
-      db.pool.query<{ until: Date | null }>(`select sourcebound.scope_call_admit('tenant-race', 7) as until`).then((r) => r.rows[0]!.until === null)));
+    const admitted = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        db.pool
+          .query<{ until: Date | null }>(`select sourcebound.scope_call_admit('tenant-race', 7) as until`)
+          .then((r) => r.rows[0]!.until === null),
+      ),
+    );
     expect(admitted.filter(Boolean)).toHaveLength(7);
     const { rows } = await db.pool.query(`select calls from sourcebound.scope_call_windows where scope = 'tenant-race'`);
     expect(rows).toEqual([{ calls: 7 }]);
@@ -62,6 +78,8 @@ describe('per-scope summarizer call limit', () => {
   it('0 means no limit: nothing is counted', async () => {
     const { rows } = await db.pool.query(`select sourcebound.scope_call_admit('tenant-free', 0) as until`);
     expect(rows[0].until).toBeNull();
-    expect((await db.pool.query(`select count(*)::int as n from sourcebound.scope_call_windows where scope = 'tenant-free'`)).rows[0].n).toBe(0);
+    expect(
+      (await db.pool.query(`select count(*)::int as n from sourcebound.scope_call_windows where scope = 'tenant-free'`)).rows[0].n,
+    ).toBe(0);
   });
 });

@@ -18,20 +18,33 @@ const SHARED = '/work/shared/data/oasst1-threads.jsonl';
 const threads = readThreads(existsSync(SHARED) ? SHARED : DEMO_DATA);
 
 async function sqlHash(pairs: readonly SourcePair[]): Promise<string> {
-  const { rows } = await db.pool.query<{ h: string }>('select sourcebound.source_hash_v1($1::uuid[], $2::text[], $3::uuid[], $4::text[]) as h', [
-    pairs.map((p) => p.userMessageId), pairs.map((p) => p.userText), pairs.map((p) => p.assistantMessageId), pairs.map((p) => p.assistantText),
-  ]);
+  const { rows } = await db.pool.query<{ h: string }>(
+    'select sourcebound.source_hash_v1($1::uuid[], $2::text[], $3::uuid[], $4::text[]) as h',
+    [
+      pairs.map((p) => p.userMessageId),
+      pairs.map((p) => p.userText),
+      pairs.map((p) => p.assistantMessageId),
+      pairs.map((p) => p.assistantText),
+    ],
+  );
   return rows[0]!.h;
 }
 
-const pair = (userText: string, assistantText: string): SourcePair => ({ userMessageId: randomUUID(), userText, assistantMessageId: randomUUID(), assistantText });
+const pair = (userText: string, assistantText: string): SourcePair => ({
+  userMessageId: randomUUID(),
+  userText,
+  assistantMessageId: randomUUID(),
+  assistantText,
+});
 
 // Everything PostgreSQL text can hold that an encoder could get wrong. NUL it cannot hold.
 const HOSTILE = [
   '日本語のテキスト、中文字符，한국어 텍스트',
   'emoji 👩‍👩‍👧‍👦 🏳️‍🌈 👍🏽 and a flag 🇯🇵',
   'combining e\u0301 a\u0308 and Hangul jamo \u1100\u1161\u11a8',
-  Array.from({ length: 31 }, (_, i) => String.fromCharCode(i + 1)).join('') + '\u007f' + Array.from({ length: 32 }, (_, i) => String.fromCharCode(0x80 + i)).join(''),
+  Array.from({ length: 31 }, (_, i) => String.fromCharCode(i + 1)).join('') +
+    '\u007f' +
+    Array.from({ length: 32 }, (_, i) => String.fromCharCode(0x80 + i)).join(''),
   'right-to-left \u202eevil\u202c and ltr marks \u200e\u200f, zero width \u200b\u200c\u200d, BOM \ufeff inside',
   'astral plane 𝕳𝖊𝖑𝖑𝖔 𓀀 𠜎 and the last code point \u{10ffff}',
   'line\r\nbreaks\u2028and\u2029separators\u0085',
@@ -54,14 +67,23 @@ describe('source hash: the SQL twin equals src/conversation/source-hash.ts', () 
         const { rows } = await db.pool.query<{ h: string }>(
           `select sourcebound.source_hash_v1(array_agg(user_message_id order by pair_index), array_agg(user_text order by pair_index),
                   array_agg(assistant_message_id order by pair_index), array_agg(assistant_text order by pair_index)) as h
-           from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $2 + 9`, [c, from]);
+           from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $2 + 9`,
+          [c, from],
+        );
         expect(rows[0]!.h).toBe(sourceHash(stored));
         // range_source() (what claim and commit hash) reads the same rows as the view.
-        const { rows: [src] } = await db.pool.query<{ h: string; ids: string[] }>(
-          'select source_hash as h, source_message_ids::text[] as ids from sourcebound.range_source($1, $2)', [c, from]);
+        const {
+          rows: [src],
+        } = await db.pool.query<{ h: string; ids: string[] }>(
+          'select source_hash as h, source_message_ids::text[] as ids from sourcebound.range_source($1, $2)',
+          [c, from],
+        );
         expect(src).toEqual({ h: rows[0]!.h, ids: stored.flatMap((p) => [p.userMessageId, p.assistantMessageId]) });
         // The texts came back exactly as written, so the application's own strings hash the same too.
-        if (stored.length === Math.min(10, pairs.length - from)) expect(sourceHash(stored.map((p, i) => ({ ...p, userText: pairs[from + i]!.user, assistantText: pairs[from + i]!.assistant })))).toBe(sourceHash(stored));
+        if (stored.length === Math.min(10, pairs.length - from))
+          expect(
+            sourceHash(stored.map((p, i) => ({ ...p, userText: pairs[from + i]!.user, assistantText: pairs[from + i]!.assistant }))),
+          ).toBe(sourceHash(stored));
         ranges++;
       }
     }
@@ -82,8 +104,12 @@ describe('source hash: the SQL twin equals src/conversation/source-hash.ts', () 
     const texts = HOSTILE.map((t, i) => ({ user: t, assistant: HOSTILE[(i + 3) % HOSTILE.length]! }));
     await addPairs(db.pool, c, 10, (i) => texts[i % texts.length]!);
     const stored = await pairsRangeRead(db.pool, c, 0, 9);
-    const { rows: [src] } = await db.pool.query<{ h: string; ids: string[]; texts: string[] }>(
-      'select source_hash as h, source_message_ids::text[] as ids, assistant_texts as texts from sourcebound.range_source($1, 0)', [c]);
+    const {
+      rows: [src],
+    } = await db.pool.query<{ h: string; ids: string[]; texts: string[] }>(
+      'select source_hash as h, source_message_ids::text[] as ids, assistant_texts as texts from sourcebound.range_source($1, 0)',
+      [c],
+    );
     expect(src!.h).toBe(sourceHash(stored));
     expect(src!.ids).toEqual(stored.flatMap((p) => [p.userMessageId, p.assistantMessageId]));
     expect(src!.texts).toEqual(stored.map((p) => p.assistantText));
@@ -98,7 +124,9 @@ describe('source hash: the SQL twin equals src/conversation/source-hash.ts', () 
       await addPairs(db.pool, c, 1, () => ({ user: text, assistant: text }));
       const [stored] = await pairsRangeRead(db.pool, c, 0, 0);
       expect(stored!.userText).toBe(Buffer.from(text, 'utf8').toString('utf8'));
-      expect(sourceHash([stored!])).toBe(sourceHash(pairs.map((p) => ({ ...p, userMessageId: stored!.userMessageId, assistantMessageId: stored!.assistantMessageId }))));
+      expect(sourceHash([stored!])).toBe(
+        sourceHash(pairs.map((p) => ({ ...p, userMessageId: stored!.userMessageId, assistantMessageId: stored!.assistantMessageId }))),
+      );
     }
   });
 

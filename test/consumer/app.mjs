@@ -5,8 +5,17 @@
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import {
-  projectConversationHistory, toAnthropicMessages, plannableRanges, schema,
-  beginTurn, completeTurn, startReply, appendReply, finishReply, TurnInputError, SourceboundError,
+  projectConversationHistory,
+  toAnthropicMessages,
+  plannableRanges,
+  schema,
+  beginTurn,
+  completeTurn,
+  startReply,
+  appendReply,
+  finishReply,
+  TurnInputError,
+  SourceboundError,
 } from 'sourcebound';
 import { conversations } from 'sourcebound/schema';
 
@@ -24,12 +33,19 @@ const [mode, id] = process.argv.slice(2);
 try {
   if (mode === 'write') {
     // The turn helpers, half the replies written whole and half streamed; a mistake is named before anything is written.
-    await assert.rejects(completeTurn({ pool, scope: SCOPE, runId: 'run-1', assistantText: 'a' }),
-      (e) => e instanceof TurnInputError && e instanceof SourceboundError && e.message === "completeTurn: runId must be a UUID; got 'run-1'");
+    await assert.rejects(
+      completeTurn({ pool, scope: SCOPE, runId: 'run-1', assistantText: 'a' }),
+      (e) =>
+        e instanceof TurnInputError && e instanceof SourceboundError && e.message === "completeTurn: runId must be a UUID; got 'run-1'",
+    );
     let conversation;
     for (let i = 0; i < PAIRS; i++) {
-      const turn = await beginTurn({ pool, scope: SCOPE, conversationId: conversation?.id,
-        userText: `Question ${i}: how do I rotate log file number ${i} without losing lines?` });
+      const turn = await beginTurn({
+        pool,
+        scope: SCOPE,
+        conversationId: conversation?.id,
+        userText: `Question ${i}: how do I rotate log file number ${i} without losing lines?`,
+      });
       conversation = { id: turn.conversationId };
       const reply = `Answer ${i}: use copytruncate for file ${i}, or signal the writer to reopen it after the rename. Check with tail -F.`;
       if (i % 2 === 0) {
@@ -40,7 +56,13 @@ try {
         await finishReply({ pool, scope: SCOPE, runId: turn.runId });
       }
     }
-    const history = await projectConversationHistory({ pool, conversationId: conversation.id, scope: SCOPE, budgetBytes: BUDGET, layout: LAYOUT });
+    const history = await projectConversationHistory({
+      pool,
+      conversationId: conversation.id,
+      scope: SCOPE,
+      budgetBytes: BUDGET,
+      layout: LAYOUT,
+    });
     assert.equal(history.items.filter((i) => i.kind === 'pair').length, PAIRS, 'every pair projected raw before compaction');
     assert.equal(history.items.filter((i) => i.kind === 'summary').length, 0);
     assert.equal(history.omitted.length, 0);
@@ -60,7 +82,13 @@ try {
     const whole = await projectConversationHistory({ pool, conversationId: id, scope: SCOPE, budgetBytes: BUDGET, layout: LAYOUT });
     assert.equal(whole.items.filter((i) => i.kind === 'pair').length, PAIRS, 'the whole history fits: every pair raw');
     // Smaller than the whole history: the summary stands where pairs 0..9 were, the newest pairs raw after it.
-    const history = await projectConversationHistory({ pool, conversationId: id, scope: SCOPE, budgetBytes: whole.bytes - 1, layout: LAYOUT });
+    const history = await projectConversationHistory({
+      pool,
+      conversationId: id,
+      scope: SCOPE,
+      budgetBytes: whole.bytes - 1,
+      layout: LAYOUT,
+    });
     const summaries = history.items.filter((i) => i.kind === 'summary');
     assert.equal(summaries.length, 1, 'the completed summary replaces pairs 0..9 in the projection');
     assert.equal(history.items[0].kind, 'summary', 'the summary stands where pairs 0..9 were');

@@ -1,19 +1,39 @@
 // Type-checked with tsc against the installed declarations (no skipLibCheck).
 import pg from 'pg';
 import {
-  projectConversationHistory, toAnthropicMessages, loadConfig, migrateDatabase, createOfflineSummarizer,
-  beginTurn, completeTurn, failTurn, TurnInputError, SourceboundError,
-  type ConversationProjection, type ProjectionItem, type Config, type Summarizer, type BegunTurn, type CompletedTurnStatus, type RunStatus,
+  projectConversationHistory,
+  toAnthropicMessages,
+  loadConfig,
+  migrateDatabase,
+  createOfflineSummarizer,
+  beginTurn,
+  completeTurn,
+  failTurn,
+  TurnInputError,
+  SourceboundError,
+  type ConversationProjection,
+  type ProjectionItem,
+  type Config,
+  type Summarizer,
+  type BegunTurn,
+  type CompletedTurnStatus,
+  type RunStatus,
 } from 'sourcebound';
 import { conversations, conversationSummaries } from 'sourcebound/schema';
 import { beginTurn as beginTurnLight, projectConversationHistory as projectLight } from 'sourcebound/app';
-void beginTurnLight; void projectLight;
+void beginTurnLight;
+void projectLight;
 
 type ConversationRow = typeof conversations.$inferSelect;
 type SummaryStatus = (typeof conversationSummaries.$inferSelect)['status'];
 
 export async function nextRequest(pool: pg.Pool, conversationId: string, question: string) {
-  const history: ConversationProjection = await projectConversationHistory({ pool, conversationId, scope: 'tenant-42', budgetBytes: 65536 });
+  const history: ConversationProjection = await projectConversationHistory({
+    pool,
+    conversationId,
+    scope: 'tenant-42',
+    budgetBytes: 65536,
+  });
   const kinds: ProjectionItem['kind'][] = history.items.map((item) => item.kind);
   const messages = [...toAnthropicMessages(history), { role: 'user' as const, content: question }];
   return { kinds, messages, omitted: history.omitted.length };

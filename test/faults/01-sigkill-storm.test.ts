@@ -4,7 +4,16 @@ import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import { openRangesByIds } from './support/invariants.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size, sleep, startSweeper,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  seedConversations,
+  size,
+  sleep,
+  startSweeper,
 } from './support/scenario.ts';
 
 /**
@@ -61,8 +70,11 @@ describe('fault scenario 1: SIGKILL storm', () => {
     await sweeper.stop();
 
     const checks = await finalChecks(pool, { canaries });
-    const { rows: [takeovers] } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summary_attempts where reason like 'lease_expired%'`);
+    const {
+      rows: [takeovers],
+    } = await pool.query<{ n: number }>(
+      `select count(*)::int as n from sourcebound.conversation_summary_attempts where reason like 'lease_expired%'`,
+    );
     const figures = recordFigures({
       id: '1-sigkill-storm',
       title: `SIGKILL storm (${WORKERS} workers, slow model)`,
@@ -70,7 +82,7 @@ describe('fault scenario 1: SIGKILL storm', () => {
       checks,
       server,
       fleet,
-      faults: { 'SIGKILLs': fleet.kills, restarts: fleet.restarts, 'claims taken over after lease': takeovers!.n },
+      faults: { SIGKILLs: fleet.kills, restarts: fleet.restarts, 'claims taken over after lease': takeovers!.n },
       notes: [`model delay ${MODEL_DELAY_MS} ms, lease 4000 ms, a kill every 1-2.5 s, sweep every 1 s`],
     });
 

@@ -3,7 +3,15 @@ import { createTestDatabase } from '../support/db.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size, startSweeper,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  seedConversations,
+  size,
+  startSweeper,
 } from './support/scenario.ts';
 
 /**
@@ -21,14 +29,17 @@ const CONVERSATIONS = size(8, 30);
 const db = await createTestDatabase();
 const server = await startMessagesServer();
 const pool = harnessPool(db.url);
-const fleet = new Fleet(1, workerEnv(db.url, server, {
-  SOURCEBOUND_WORKER_CONCURRENCY: '4',
-  SOURCEBOUND_MODEL_CONCURRENCY: '4',
-  SOURCEBOUND_LEASE_MS: '2000',
-  // Renewal off: the lease runs out under the call, as when renewals cannot reach the database.
-  SOURCEBOUND_LEASE_RENEW_MS: '0',
-  SOURCEBOUND_MODEL_TIMEOUT_MS: '8000',
-}));
+const fleet = new Fleet(
+  1,
+  workerEnv(db.url, server, {
+    SOURCEBOUND_WORKER_CONCURRENCY: '4',
+    SOURCEBOUND_MODEL_CONCURRENCY: '4',
+    SOURCEBOUND_LEASE_MS: '2000',
+    // Renewal off: the lease runs out under the call, as when renewals cannot reach the database.
+    SOURCEBOUND_LEASE_RENEW_MS: '0',
+    SOURCEBOUND_MODEL_TIMEOUT_MS: '8000',
+  }),
+);
 afterAll(async () => {
   await fleet.stop();
   await pool.end();
@@ -50,8 +61,11 @@ describe('fault scenario 1b: lease shorter than the call, one process', () => {
     await sweeper.stop();
 
     const checks = await finalChecks(pool, { canaries });
-    const { rows: [takeovers] } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summary_attempts where reason like 'lease_expired%'`);
+    const {
+      rows: [takeovers],
+    } = await pool.query<{ n: number }>(
+      `select count(*)::int as n from sourcebound.conversation_summary_attempts where reason like 'lease_expired%'`,
+    );
     const leaseLost = fleet.findLogs((l) => l.msg.startsWith('lease lost before commit')).length;
     const figures = recordFigures({
       id: '1b-short-lease',

@@ -3,7 +3,15 @@ import { createTestDatabase } from '../support/db.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { Fleet } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size, sleep,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  seedConversations,
+  size,
+  sleep,
 } from './support/scenario.ts';
 
 /**
@@ -46,42 +54,65 @@ describe('fault scenario 1c: a worker SIGKILLed mid-call, default configuration'
     await seedConversations(pool, { count: CONVERSATIONS, pairs: PAIRS, canaries });
     await fleet.start();
     const victimId = String(fleet.logs[0]!.find((l) => l.msg === 'worker started')!.workerId);
-    const { rows: [registered] } = await pool.query<{ ids: string[] }>(
-      `select graphile_worker_ids as ids from sourcebound.workers where worker_id = $1`, [victimId]);
+    const {
+      rows: [registered],
+    } = await pool.query<{ ids: string[] }>(`select graphile_worker_ids as ids from sourcebound.workers where worker_id = $1`, [victimId]);
     const graphileIds = registered!.ids;
     expect(graphileIds.length).toBeGreaterThan(0);
 
     // Killed as soon as it holds claims whose calls are under way (the model answers after 3 s).
-    const heldBy = async () => (await pool.query<{ id: string }>(
-      `select s.id from sourcebound.conversation_summaries s
-       where s.status = 'running' and (s.lease_owner = $1 or starts_with(s.lease_owner, $1 || '/r'))`, [victimId])).rows.map((r) => r.id);
+    const heldBy = async () =>
+      (
+        await pool.query<{ id: string }>(
+          `select s.id from sourcebound.conversation_summaries s
+       where s.status = 'running' and (s.lease_owner = $1 or starts_with(s.lease_owner, $1 || '/r'))`,
+          [victimId],
+        )
+      ).rows.map((r) => r.id);
     for (let i = 0; i < 300 && (await heldBy()).length === 0; i++) await sleep(50);
     await fleet.kill(0);
     const killedAt = Date.now();
     // What it held at its death: its running claims and the jobs locked for it.
     const held = await heldBy();
     expect(held.length).toBeGreaterThan(0);
-    const { rows: [locked] } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from graphile_worker._private_jobs where locked_by = any($1::text[])`, [graphileIds]);
+    const {
+      rows: [locked],
+    } = await pool.query<{ n: number }>(`select count(*)::int as n from graphile_worker._private_jobs where locked_by = any($1::text[])`, [
+      graphileIds,
+    ]);
 
     // Every range it held settled (completed, or failed for good) by another worker; the clock runs from the kill.
     let settledAfterMs = -1;
     while (Date.now() - killedAt < SETTLE_LIMIT_MS + 30_000) {
-      const { rows: [open] } = await pool.query<{ n: number }>(
-        `select count(*)::int as n from sourcebound.conversation_summaries where id = any($1::uuid[]) and status not in ('completed', 'failed')`, [held]);
-      if (open!.n === 0) { settledAfterMs = Date.now() - killedAt; break; }
+      const {
+        rows: [open],
+      } = await pool.query<{ n: number }>(
+        `select count(*)::int as n from sourcebound.conversation_summaries where id = any($1::uuid[]) and status not in ('completed', 'failed')`,
+        [held],
+      );
+      if (open!.n === 0) {
+        settledAfterMs = Date.now() - killedAt;
+        break;
+      }
       await sleep(250);
     }
-    const { rows: [stillLocked] } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from graphile_worker._private_jobs where locked_by = any($1::text[])`, [graphileIds]);
+    const {
+      rows: [stillLocked],
+    } = await pool.query<{ n: number }>(`select count(*)::int as n from graphile_worker._private_jobs where locked_by = any($1::text[])`, [
+      graphileIds,
+    ]);
     const reaped = fleet.findLogs((l) => l.msg.startsWith('a worker stopped beating') && l.deadWorkerId === victimId);
 
     await quiesce(pool, server, { timeoutMs: size(180_000, 600_000), what: 'SIGKILL, default configuration' });
     const checks = await finalChecks(pool, { canaries });
-    const { rows: [calls] } = await pool.query<{ most: number; settledBy: string[] }>(
+    const {
+      rows: [calls],
+    } = await pool.query<{ most: number; settledBy: string[] }>(
       `select (select coalesce(max(n), 0)::int from (select count(*) as n from sourcebound.conversation_summary_attempts group by summary_id) a) as most,
               (select array_agg(distinct a.worker_id) from sourcebound.conversation_summary_attempts a
-               where a.summary_id = any($1::uuid[]) and a.outcome = 'ok') as "settledBy"`, [held]);
+               where a.summary_id = any($1::uuid[]) and a.outcome = 'ok') as "settledBy"`,
+      [held],
+    );
     const figures = recordFigures({
       id: '1c-sigkill-default',
       title: 'a worker SIGKILLed mid-call, default configuration (3 workers)',
@@ -96,7 +127,9 @@ describe('fault scenario 1c: a worker SIGKILLed mid-call, default configuration'
         'its jobs still locked after': stillLocked!.n,
         'most calls of one identity': calls!.most,
       },
-      notes: [`model delay ${MODEL_DELAY_MS} ms; lease, renewal, heartbeat and poll interval at their defaults; no harness sweeper until quiescence`],
+      notes: [
+        `model delay ${MODEL_DELAY_MS} ms; lease, renewal, heartbeat and poll interval at their defaults; no harness sweeper until quiescence`,
+      ],
     });
 
     expectZeroFigures(figures, checks);

@@ -10,7 +10,15 @@ import { startPgBouncer, type PgBouncer } from '../support/pgbouncer.ts';
 import { until } from '../support/processes.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size, sleep,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  seedConversations,
+  size,
+  sleep,
 } from './support/scenario.ts';
 
 /**
@@ -103,7 +111,10 @@ describe('fault scenario 2: PostgreSQL restart drills under draining workers', (
     // The production topology: new workers through PgBouncer, sessions direct.
     await fleet.stop();
     bouncer = await startPgBouncer({ serverUrl: url, poolSize: 6 });
-    pooledFleet = new Fleet(WORKERS, workerEnv(bouncer.url('postgres'), server, { ...drillEnv, DATABASE_DIRECT_URL: url }), { autoRestart: true, restartDelayMs: 2000 });
+    pooledFleet = new Fleet(WORKERS, workerEnv(bouncer.url('postgres'), server, { ...drillEnv, DATABASE_DIRECT_URL: url }), {
+      autoRestart: true,
+      restartDelayMs: 2000,
+    });
     await pooledFleet.start();
     for (let d = 0; d < POOLED_DRILLS && hangs.length === 0; d++) {
       const seconds = await drill(`pooled drill ${d + 1}`);
@@ -112,10 +123,15 @@ describe('fault scenario 2: PostgreSQL restart drills under draining workers', (
 
     if (process.env.FAULTS_LOG_FILE) {
       const { writeFileSync } = await import('node:fs');
-      writeFileSync(process.env.FAULTS_LOG_FILE, [...fleet.logs, ...pooledFleet.logs].map((lines, i) => lines.map((l) => JSON.stringify({ proc: i, ...l })).join('\n')).join('\n'));
+      writeFileSync(
+        process.env.FAULTS_LOG_FILE,
+        [...fleet.logs, ...pooledFleet.logs].map((lines, i) => lines.map((l) => JSON.stringify({ proc: i, ...l })).join('\n')).join('\n'),
+      );
     }
     await quiesce(pool, server, { timeoutMs: 120_000, what: 'PostgreSQL restart drills' }).catch(async (error: Error) => {
-      const { rows } = await pool.query(`select id, key, attempts, max_attempts, run_at, locked_at, locked_by, left(last_error, 200) as last_error from graphile_worker._private_jobs`);
+      const { rows } = await pool.query(
+        `select id, key, attempts, max_attempts, run_at, locked_at, locked_by, left(last_error, 200) as last_error from graphile_worker._private_jobs`,
+      );
       throw new Error(`${error.message}; jobs: ${JSON.stringify(rows)}`, { cause: error });
     });
     const checks = await finalChecks(pool, { canaries });
@@ -142,7 +158,7 @@ describe('fault scenario 2: PostgreSQL restart drills under draining workers', (
         'restarts (drills)': DRILLS + POOLED_DRILLS,
         'seconds down each': DOWN_MS / 1000,
         'calls in flight at stop': inFlightAtStop,
-        'hangs': hangs.length,
+        hangs: hangs.length,
         'worker exits': exits.length,
         'runner restarts in-process': restartLines.length,
         's from return to all settled, p50 / max': `${p50(recoverySeconds).toFixed(1)} / ${max(recoverySeconds).toFixed(1)}`,
@@ -152,10 +168,10 @@ describe('fault scenario 2: PostgreSQL restart drills under draining workers', (
         'jobs unlocked': unlockedJobs,
       },
       notes: [
-        `seconds from the server's return until every range of the drill settled: ${recoverySeconds.map((s) => s.toFixed(1)).join(', ')}; `
-          + `through PgBouncer: ${pooledSeconds.map((s) => s.toFixed(1)).join(', ')}`,
-        `worker log lines at error "worker lost its database...": ${lostLines.filter((l) => l.level === 50).length} of ${lostLines.length}; `
-          + `in-process recoveries took ${p50(recoveredInMs)} ms p50, ${max(recoveredInMs)} ms max (from the loss to a new runner)`,
+        `seconds from the server's return until every range of the drill settled: ${recoverySeconds.map((s) => s.toFixed(1)).join(', ')}; ` +
+          `through PgBouncer: ${pooledSeconds.map((s) => s.toFixed(1)).join(', ')}`,
+        `worker log lines at error "worker lost its database...": ${lostLines.filter((l) => l.level === 50).length} of ${lostLines.length}; ` +
+          `in-process recoveries took ${p50(recoveredInMs)} ms p50, ${max(recoveredInMs)} ms max (from the loss to a new runner)`,
         `lease 60 s, recovery bound 30 s: no range waited for a lease`,
       ],
     });
@@ -182,7 +198,9 @@ describe('fault scenario 2: PostgreSQL restart drills under draining workers', (
 async function settled(ids: string[]): Promise<number> {
   try {
     const { rows } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summaries where status in ('completed', 'failed') and conversation_id = any($1::uuid[])`, [ids]);
+      `select count(*)::int as n from sourcebound.conversation_summaries where status in ('completed', 'failed') and conversation_id = any($1::uuid[])`,
+      [ids],
+    );
     return rows[0]!.n;
   } catch {
     return 0;

@@ -5,7 +5,16 @@ import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { until } from '../support/processes.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size, sleep, startSweeper,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  seedConversations,
+  size,
+  sleep,
+  startSweeper,
 } from './support/scenario.ts';
 
 /**
@@ -38,7 +47,10 @@ const SWEEP_KILL_EVERY_MS = 3000;
 const db = await createTestDatabase();
 const server = await startMessagesServer();
 const pool = harnessPool(db.url);
-const fleet = new Fleet(WORKERS, workerEnv(db.url, server, { SOURCEBOUND_FLEET_CONCURRENCY: '6' }), { autoRestart: true, restartDelayMs: 1000 });
+const fleet = new Fleet(WORKERS, workerEnv(db.url, server, { SOURCEBOUND_FLEET_CONCURRENCY: '6' }), {
+  autoRestart: true,
+  restartDelayMs: 1000,
+});
 afterAll(async () => {
   await fleet.stop();
   await pool.end();
@@ -82,27 +94,35 @@ describe('fault scenario 3: connections terminated mid-claim and mid-commit', ()
       const ambushing = round % 4 === 0;
       if (ambushing) {
         await ambush.query('begin');
-        await ambush.query(`select id from sourcebound.conversation_summaries where status = 'running' order by random() limit 3 for update skip locked`);
+        await ambush.query(
+          `select id from sourcebound.conversation_summaries where status = 'running' order by random() limit 3 for update skip locked`,
+        );
         await sleep(200);
       }
       const { rows } = await killer.query<{ pid: number; state: string; query: string }>(
         `select pid, state, query from pg_stat_activity
          where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
-           and coalesce(application_name, '') not like 'faults-%'`);
+           and coalesce(application_name, '') not like 'faults-%'`,
+      );
       const targeted = killed.claim + killed.commit + killed['other in transaction'];
       for (const r of rows) {
         const inTransaction = r.state === 'idle in transaction' || (r.state === 'active' && (CLAIM.test(r.query) || COMMIT.test(r.query)));
         if (!inTransaction || targeted >= TARGETED_KILLS) continue;
         const kind = CLAIM.test(r.query) ? 'claim' : COMMIT.test(r.query) ? 'commit' : 'other in transaction';
-        const { rows: [t] } = await killer.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [r.pid]);
+        const {
+          rows: [t],
+        } = await killer.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [r.pid]);
         if (t!.ok) killed[kind]++;
       }
       if (Date.now() >= nextSweepKill) {
         nextSweepKill = Date.now() + SWEEP_KILL_EVERY_MS;
-        const { rows: [all] } = await killer.query<{ n: number }>(
+        const {
+          rows: [all],
+        } = await killer.query<{ n: number }>(
           `select count(*) filter (where pg_terminate_backend(pid))::int as n from pg_stat_activity
            where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
-             and coalesce(application_name, '') not like 'faults-%'`);
+             and coalesce(application_name, '') not like 'faults-%'`,
+        );
         killed['all worker connections'] += all!.n;
       }
       if (ambushing) await ambush.query('commit');
@@ -117,8 +137,11 @@ describe('fault scenario 3: connections terminated mid-claim and mid-commit', ()
 
     const checks = await finalChecks(pool, { canaries });
     const exits = fleet.unexpectedExits();
-    const { rows: [takeovers] } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summary_attempts where reason like 'lease_expired%'`);
+    const {
+      rows: [takeovers],
+    } = await pool.query<{ n: number }>(
+      `select count(*)::int as n from sourcebound.conversation_summary_attempts where reason like 'lease_expired%'`,
+    );
     const lines = fleet.logs.flat();
     const count = (msg: RegExp) => lines.filter((l) => msg.test(l.msg)).length;
     const figures = recordFigures({
@@ -140,7 +163,9 @@ describe('fault scenario 3: connections terminated mid-claim and mid-commit', ()
         'runner restarts in-process': restartsByReason(lines),
         'claims taken over after lease or hand-back': takeovers!.n,
       },
-      notes: [`${FAULT_MS / 1000} s of faults, then run to quiescence; all worker backends terminated every ${SWEEP_KILL_EVERY_MS / 1000} s`],
+      notes: [
+        `${FAULT_MS / 1000} s of faults, then run to quiescence; all worker backends terminated every ${SWEEP_KILL_EVERY_MS / 1000} s`,
+      ],
     });
 
     expectZeroFigures(figures, checks);

@@ -4,7 +4,15 @@ import { createTestDatabase } from '../support/db.ts';
 import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, seedConversations, size, startSweeper,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  seedConversations,
+  size,
+  startSweeper,
 } from './support/scenario.ts';
 
 /**
@@ -41,18 +49,22 @@ describe('fault scenario 4: eight workers and an enqueue storm', () => {
     const conversations = await seedConversations(pool, { count: CONVERSATIONS, pairs: PAIRS, canaries });
     const sweeper = startSweeper(pool, 250);
 
-    const clients = await Promise.all(Array.from({ length: STORM_CLIENTS }, async () => {
-      const c = new pg.Client({ connectionString: db.url, application_name: 'faults-storm' });
-      await c.connect();
-      return c;
-    }));
+    const clients = await Promise.all(
+      Array.from({ length: STORM_CLIENTS }, async () => {
+        const c = new pg.Client({ connectionString: db.url, application_name: 'faults-storm' });
+        await c.connect();
+        return c;
+      }),
+    );
     const stormStart = Date.now();
     try {
-      await Promise.all(clients.map(async (client, k) => {
-        for (let i = k; i < ENQUEUES; i += STORM_CLIENTS) {
-          for (const c of conversations) await client.query('select sourcebound.enqueue_compaction($1)', [c.id]);
-        }
-      }));
+      await Promise.all(
+        clients.map(async (client, k) => {
+          for (let i = k; i < ENQUEUES; i += STORM_CLIENTS) {
+            for (const c of conversations) await client.query('select sourcebound.enqueue_compaction($1)', [c.id]);
+          }
+        }),
+      );
     } finally {
       // Ended here even when an enqueue fails, so that the failure is what the run reports.
       await Promise.all(clients.map((c) => c.end()));
@@ -63,10 +75,13 @@ describe('fault scenario 4: eight workers and an enqueue storm', () => {
     await sweeper.stop();
 
     const checks = await finalChecks(pool, { canaries });
-    const { rows: [perRange] } = await pool.query<{ maxAttempts: number; records: number }>(
+    const {
+      rows: [perRange],
+    } = await pool.query<{ maxAttempts: number; records: number }>(
       `select coalesce(max(n), 0)::int as "maxAttempts", count(*)::int as records from (
          select s.id, count(a.id) as n from sourcebound.conversation_summaries s
-         left join sourcebound.conversation_summary_attempts a on a.summary_id = s.id group by s.id) x`);
+         left join sourcebound.conversation_summary_attempts a on a.summary_id = s.id group by s.id) x`,
+    );
     const ranges = CONVERSATIONS * 4;
     const figures = recordFigures({
       id: '4-race',

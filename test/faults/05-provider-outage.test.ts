@@ -5,7 +5,17 @@ import { behaviours, startMessagesServer, type Behaviour } from '../support/mess
 import { until } from '../support/processes.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, scopedText, seedConversations, size, sleep, startSweeper,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  scopedText,
+  seedConversations,
+  size,
+  sleep,
+  startSweeper,
 } from './support/scenario.ts';
 
 /**
@@ -67,9 +77,12 @@ describe('fault scenario 5: provider outage (529/429/503, then 401)', () => {
     await sweeper.stop();
 
     const checks = await finalChecks(pool, { canaries });
-    const { rows: [free] } = await pool.query<{ spent: number; unspent: number }>(
+    const {
+      rows: [free],
+    } = await pool.query<{ spent: number; unspent: number }>(
       `select count(*) filter (where spent)::int as spent, count(*) filter (where not spent)::int as unspent
-       from sourcebound.conversation_summary_attempts where outcome in ('deferred', 'config')`);
+       from sourcebound.conversation_summary_attempts where outcome in ('deferred', 'config')`,
+    );
     const loud = fleet.findLogs((l) => l.level >= 50 && /configuration error/.test(l.msg)).length;
     const ranges = CONVERSATIONS * 3;
     const figures = recordFigures({

@@ -4,7 +4,16 @@ import { createTestDatabase } from '../support/db.ts';
 import { behaviours, startMessagesServer, type Behaviour, type WireBlock } from '../support/messages-server.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  assistantMessageWithText, expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, requestReplies, scopeCanaries, seedConversations, size,
+  assistantMessageWithText,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  requestReplies,
+  scopeCanaries,
+  seedConversations,
+  size,
 } from './support/scenario.ts';
 
 /**
@@ -45,16 +54,62 @@ interface Bad {
 }
 
 const MATRIX: Bad[] = [
-  { name: 'tool_use', outcome: 'invalid', reason: /^block:tool_use$/, behaviour: behaviours.blocks([text(`${BAD} a fine summary`), { type: 'tool_use', id: 'toolu_1', name: 'lookup', input: {} }], 'tool_use') },
-  { name: 'tool_use+end_turn', outcome: 'invalid', reason: /^block:tool_use$/, behaviour: behaviours.blocks([text(`${BAD} a fine summary`), { type: 'tool_use', id: 'toolu_2', name: 'lookup', input: {} }], 'end_turn') },
+  {
+    name: 'tool_use',
+    outcome: 'invalid',
+    reason: /^block:tool_use$/,
+    behaviour: behaviours.blocks(
+      [text(`${BAD} a fine summary`), { type: 'tool_use', id: 'toolu_1', name: 'lookup', input: {} }],
+      'tool_use',
+    ),
+  },
+  {
+    name: 'tool_use+end_turn',
+    outcome: 'invalid',
+    reason: /^block:tool_use$/,
+    behaviour: behaviours.blocks(
+      [text(`${BAD} a fine summary`), { type: 'tool_use', id: 'toolu_2', name: 'lookup', input: {} }],
+      'end_turn',
+    ),
+  },
   { name: 'max_tokens', outcome: 'invalid', reason: /^stop_reason:max_tokens$/, behaviour: behaviours.text(`${BAD} cut`, 'max_tokens') },
   { name: 'refusal', outcome: 'invalid', reason: /^stop_reason:refusal$/, behaviour: behaviours.text(`${BAD} I cannot`, 'refusal') },
-  { name: 'pause_turn', outcome: 'invalid', reason: /^stop_reason:pause_turn$/, behaviour: behaviours.text(`${BAD} working`, 'pause_turn') },
-  { name: 'stop_sequence', outcome: 'invalid', reason: /^stop_reason:stop_sequence$/, behaviour: behaviours.text(`${BAD} stopped`, 'stop_sequence') },
-  { name: 'model_context_window_exceeded', outcome: 'invalid', reason: /^stop_reason:model_context_window_exceeded$/, behaviour: behaviours.text(`${BAD} partial`, 'model_context_window_exceeded') },
-  { name: 'null stop_reason', outcome: 'invalid', reason: /^stop_reason:unknown:null$/, behaviour: behaviours.text(`${BAD} no stop`, null) },
-  { name: 'thinking', outcome: 'invalid', reason: /^block:thinking$/, behaviour: behaviours.blocks([{ type: 'thinking', thinking: 'hmm', signature: 'sig' }, text(`${BAD} after thinking`)]) },
-  { name: 'server_tool_use', outcome: 'invalid', reason: /^block:server_tool_use$/, behaviour: behaviours.blocks([{ type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} }, text(`${BAD} searched`)]) },
+  {
+    name: 'pause_turn',
+    outcome: 'invalid',
+    reason: /^stop_reason:pause_turn$/,
+    behaviour: behaviours.text(`${BAD} working`, 'pause_turn'),
+  },
+  {
+    name: 'stop_sequence',
+    outcome: 'invalid',
+    reason: /^stop_reason:stop_sequence$/,
+    behaviour: behaviours.text(`${BAD} stopped`, 'stop_sequence'),
+  },
+  {
+    name: 'model_context_window_exceeded',
+    outcome: 'invalid',
+    reason: /^stop_reason:model_context_window_exceeded$/,
+    behaviour: behaviours.text(`${BAD} partial`, 'model_context_window_exceeded'),
+  },
+  {
+    name: 'null stop_reason',
+    outcome: 'invalid',
+    reason: /^stop_reason:unknown:null$/,
+    behaviour: behaviours.text(`${BAD} no stop`, null),
+  },
+  {
+    name: 'thinking',
+    outcome: 'invalid',
+    reason: /^block:thinking$/,
+    behaviour: behaviours.blocks([{ type: 'thinking', thinking: 'hmm', signature: 'sig' }, text(`${BAD} after thinking`)]),
+  },
+  {
+    name: 'server_tool_use',
+    outcome: 'invalid',
+    reason: /^block:server_tool_use$/,
+    behaviour: behaviours.blocks([{ type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} }, text(`${BAD} searched`)]),
+  },
   { name: 'empty', outcome: 'invalid', reason: /^empty_text$/, behaviour: behaviours.text('') },
   { name: 'whitespace', outcome: 'invalid', reason: /^empty_text$/, behaviour: behaviours.text(' \n\t\u00a0\u3000 ') },
   { name: '6,001 chars', outcome: 'invalid', reason: /^too_long:6001>6000$/, behaviour: behaviours.text(tooLong) },
@@ -88,7 +143,8 @@ describe('fault scenario 6: bad model answers', () => {
 
     // Which record each request was for (its first reply, found by its text: nothing is edited here), and what it got.
     const { rows: records } = await pool.query<{ id: string; ids: string[]; status: string; summary: string | null }>(
-      'select id, source_message_ids::text[] as ids, status, summary from sourcebound.conversation_summaries');
+      'select id, source_message_ids::text[] as ids, status, summary from sourcebound.conversation_summaries',
+    );
     const recordOf = new Map<string, string>();
     for (const r of records) for (const id of r.ids) recordOf.set(id, r.id);
     const served = new Map<string, (Bad | null)[]>();
@@ -101,7 +157,8 @@ describe('fault scenario 6: bad model answers', () => {
     }
 
     const { rows: attempts } = await pool.query<{ summaryId: string; outcome: string; reason: string | null }>(
-      `select summary_id as "summaryId", outcome, reason from sourcebound.conversation_summary_attempts order by id`);
+      `select summary_id as "summaryId", outcome, reason from sourcebound.conversation_summary_attempts order by id`,
+    );
     const attemptsOf = new Map<string, { outcome: string; reason: string | null }[]>();
     for (const a of attempts) attemptsOf.set(a.summaryId, [...(attemptsOf.get(a.summaryId) ?? []), a]);
 
@@ -144,11 +201,15 @@ describe('fault scenario 6: bad model answers', () => {
       faults: {
         'bad answers served': badServed,
         kinds: Object.keys(byKind).length,
-        'misclassified': misclassified,
+        misclassified: misclassified,
         'identities failed after 2 bad': failedAfterTwo,
         'completed after 1 bad': completedAfterOne,
       },
-      notes: [`served per kind: ${Object.entries(byKind).map(([k, v]) => `${k} ${v}`).join(', ')}`],
+      notes: [
+        `served per kind: ${Object.entries(byKind)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')}`,
+      ],
     });
 
     expectZeroFigures(figures, checks);

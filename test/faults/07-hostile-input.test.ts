@@ -5,7 +5,15 @@ import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { until } from '../support/processes.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import {
-  expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, scopeCanaries, scopedText, seedConversations, size,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  scopeCanaries,
+  scopedText,
+  seedConversations,
+  size,
 } from './support/scenario.ts';
 
 /**
@@ -72,7 +80,10 @@ describe('fault scenario 7: hostile input', () => {
     // size limit (1 MiB) it is refused at write; an owner who raises the limit gets it stored.
     const huge = await createConversation(pool, 'tenant-a');
     const big = (c: string) => c.repeat(MB10 / c.length);
-    const refused = await addPairs(pool, huge, 1, () => ({ user: `big question ${big('0123456789abcdef')}`, assistant: 'a' })).then(() => null, (e: unknown) => e);
+    const refused = await addPairs(pool, huge, 1, () => ({ user: `big question ${big('0123456789abcdef')}`, assistant: 'a' })).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(refused).toMatchObject({ code: '54000', constraint: 'message_size_limit' });
     const raised = await pool.connect();
     try {
@@ -96,13 +107,20 @@ describe('fault scenario 7: hostile input', () => {
     } catch {
       nulRejected++;
     }
-    const { rows: [stored] } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.messages where conversation_id = $1 and strpos(content, U&'\\FFFD') > 0`, [odd]);
+    const {
+      rows: [stored],
+    } = await pool.query<{ n: number }>(
+      `select count(*)::int as n from sourcebound.messages where conversation_id = $1 and strpos(content, U&'\\FFFD') > 0`,
+      [odd],
+    );
 
     // Replies of only NBSP or BOM: blank by JavaScript's trim, and since 0013 blank for eligibility too,
     // whatever the server's locale: those ten runs are not pairs (before, the range failed twice on empty_input).
     const blank = await createConversation(pool, 'tenant-a');
-    await addPairs(pool, blank, 45, (i) => ({ user: `question ${i}`, assistant: i < 10 ? (i % 2 ? '\u00A0\u00A0' : '\uFEFF') : `answer ${i} [${canaries['tenant-a']}]` }));
+    await addPairs(pool, blank, 45, (i) => ({
+      user: `question ${i}`,
+      assistant: i < 10 ? (i % 2 ? '\u00A0\u00A0' : '\uFEFF') : `answer ${i} [${canaries['tenant-a']}]`,
+    }));
 
     // Prompt injection in assistant replies of tenant-a; tenant-b's canary lives in tenant-b only.
     const hostile = await createConversation(pool, 'tenant-a');
@@ -122,42 +140,75 @@ describe('fault scenario 7: hostile input', () => {
     // Malformed payloads, straight into graphile-worker's queue.
     const realId = others[0]!.id;
     const payloads = [
-      `{"conversationId": "not-a-uuid"}`, '[1, 2]', '42', '"a string"', '{}', '{"conversationId": 42}',
-      `{"conversationId": null}`, `{"conversationId": "00000000-0000-4000-8000-000000000000"}`,
+      `{"conversationId": "not-a-uuid"}`,
+      '[1, 2]',
+      '42',
+      '"a string"',
+      '{}',
+      '{"conversationId": 42}',
+      `{"conversationId": null}`,
+      `{"conversationId": "00000000-0000-4000-8000-000000000000"}`,
       `{"conversationId": "${realId.toUpperCase()}", "scope": "tenant-b", "pad": "${'x'.repeat(1_000_000)}"}`,
-      `{"conversationId": ["${realId}"]}`, `{"conversationId": "${realId}'; drop table sourcebound.messages; --"}`,
+      `{"conversationId": ["${realId}"]}`,
+      `{"conversationId": "${realId}'; drop table sourcebound.messages; --"}`,
     ];
     for (const p of payloads) await pool.query('select graphile_worker.add_job($1, $2::json)', ['compact_conversation', p]);
 
     // Delete the doomed conversations while their claims are running and calls are in flight.
-    await until(async () => {
-      const { rows: [r] } = await pool.query<{ n: number }>(
-        `select count(distinct conversation_id)::int as n from sourcebound.conversation_summaries where status = 'running' and conversation_id = any($1::uuid[])`, [doomed]);
-      return r!.n >= Math.min(2, DOOMED) && server.inFlight > 0;
-    }, 120_000, 'doomed conversations being summarized');
-    const { rows: [deleted] } = await pool.query<{ running: number; n: number }>(
+    await until(
+      async () => {
+        const {
+          rows: [r],
+        } = await pool.query<{ n: number }>(
+          `select count(distinct conversation_id)::int as n from sourcebound.conversation_summaries where status = 'running' and conversation_id = any($1::uuid[])`,
+          [doomed],
+        );
+        return r!.n >= Math.min(2, DOOMED) && server.inFlight > 0;
+      },
+      120_000,
+      'doomed conversations being summarized',
+    );
+    const {
+      rows: [deleted],
+    } = await pool.query<{ running: number; n: number }>(
       `with running as (select count(distinct conversation_id)::int as n from sourcebound.conversation_summaries
                         where status = 'running' and conversation_id = any($1::uuid[])),
             gone as (delete from sourcebound.conversations where id = any($1::uuid[]) returning id)
-       select (select n from running) as running, (select count(*)::int from gone) as n`, [doomed]);
+       select (select n from running) as running, (select count(*)::int from gone) as n`,
+      [doomed],
+    );
 
     server.setDefault(behaviours.echo(200));
     await quiesce(pool, server, { timeoutMs: size(240_000, 600_000), what: 'hostile input' });
 
     // Nothing of the deleted conversations is left, and no job for them waits.
-    const { rows: [orphans] } = await pool.query<{ n: number }>(
+    const {
+      rows: [orphans],
+    } = await pool.query<{ n: number }>(
       `select ((select count(*) from sourcebound.conversation_summaries where conversation_id = any($1::uuid[]))
              + (select count(*) from sourcebound.conversation_summary_attempts a where not exists (select 1 from sourcebound.conversation_summaries s where s.id = a.summary_id))
              + (select count(*) from sourcebound.messages where conversation_id = any($1::uuid[]))
              + (select count(*) from sourcebound.pairs where conversation_id = any($1::uuid[]))
-             + (select count(*) from sourcebound.runs where conversation_id = any($1::uuid[])))::int as n`, [doomed]);
-    await until(async () => (await pool.query<{ n: number }>(
-      `select count(*)::int as n from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
-       where t.identifier = 'compact_conversation'`)).rows[0]!.n === 0, 60_000, 'every job, malformed ones included, gone');
+             + (select count(*) from sourcebound.runs where conversation_id = any($1::uuid[])))::int as n`,
+      [doomed],
+    );
+    await until(
+      async () =>
+        (
+          await pool.query<{ n: number }>(
+            `select count(*)::int as n from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
+       where t.identifier = 'compact_conversation'`,
+          )
+        ).rows[0]!.n === 0,
+      60_000,
+      'every job, malformed ones included, gone',
+    );
 
     // The injected fences never split or add an item: every summary of the hostile conversation lists exactly its ten pairs.
     const { rows: hostileSummaries } = await pool.query<{ summary: string; fromPair: number }>(
-      `select summary, from_pair as "fromPair" from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`, [hostile]);
+      `select summary, from_pair as "fromPair" from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`,
+      [hostile],
+    );
     let fenceBreaks = 0;
     for (const s of hostileSummaries) {
       const listed = [...s.summary.matchAll(/^pair (\d+): /gm)].map((m) => Number(m[1]));
@@ -170,14 +221,22 @@ describe('fault scenario 7: hostile input', () => {
       const body = JSON.stringify(req.body);
       if (body.includes(canaries['tenant-a']!) && body.includes(canaries['tenant-b']!)) requestLeaks++;
     }
-    const { rows: [tooLarge] } = await pool.query<{ n: number; status: string }>(
+    const {
+      rows: [tooLarge],
+    } = await pool.query<{ n: number; status: string }>(
       `select count(*)::int as n, max(s.status) as status from sourcebound.conversation_summary_attempts a
-       join sourcebound.conversation_summaries s on s.id = a.summary_id where a.reason = 'input_too_large' and s.conversation_id = $1`, [huge]);
-    const { rows: [blankPairs] } = await pool.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs where conversation_id = $1', [blank]);
+       join sourcebound.conversation_summaries s on s.id = a.summary_id where a.reason = 'input_too_large' and s.conversation_id = $1`,
+      [huge],
+    );
+    const {
+      rows: [blankPairs],
+    } = await pool.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs where conversation_id = $1', [blank]);
     const { rows: blankRanges } = await pool.query<{ fromPair: number; status: string; reasons: string[] }>(
       `select s.from_pair as "fromPair", s.status, array_agg(coalesce(a.reason, a.outcome) order by a.id) as reasons
        from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
-       where s.conversation_id = $1 group by s.id order by s.from_pair`, [blank]);
+       where s.conversation_id = $1 group by s.id order by s.from_pair`,
+      [blank],
+    );
     const invalidPayloadLogs = fleet.findLogs((l) => l.msg.startsWith('invalid compact_conversation payload')).length;
     const missingLogs = fleet.findLogs((l) => l.msg.startsWith('conversation does not exist')).length;
 

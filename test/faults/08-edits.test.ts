@@ -7,7 +7,17 @@ import { behaviours, startMessagesServer } from '../support/messages-server.ts';
 import { Fleet, workerEnv } from './support/fleet.ts';
 import { checkCoverage, HUGE_BUDGET } from './support/invariants.ts';
 import {
-  assistantMessageWithText, expectZeroFigures, finalChecks, harnessPool, quiesce, recordFigures, requestReplies, scopeCanaries, seedConversations, size, sleep,
+  assistantMessageWithText,
+  expectZeroFigures,
+  finalChecks,
+  harnessPool,
+  quiesce,
+  recordFigures,
+  requestReplies,
+  scopeCanaries,
+  seedConversations,
+  size,
+  sleep,
 } from './support/scenario.ts';
 
 /**
@@ -47,8 +57,20 @@ async function watchOnce(c: Conv): Promise<{ summaries: number; stale: number }>
   try {
     await client.query('begin isolation level repeatable read read only');
     // Half the whole history: a history that fits is sent raw, so the budget must need summaries to show them.
-    const whole = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, persistLayout: false });
-    const projection = await projectConversationHistory({ pool: client, conversationId: c.id, scope: c.scope, budgetBytes: Math.floor(whole.bytes / 2), layout: 'newest-first' });
+    const whole = await projectConversationHistory({
+      pool: client,
+      conversationId: c.id,
+      scope: c.scope,
+      budgetBytes: HUGE_BUDGET,
+      persistLayout: false,
+    });
+    const projection = await projectConversationHistory({
+      pool: client,
+      conversationId: c.id,
+      scope: c.scope,
+      budgetBytes: Math.floor(whole.bytes / 2),
+      layout: 'newest-first',
+    });
     let summaries = 0;
     let stale = 0;
     for (const item of projection.items) {
@@ -66,9 +88,15 @@ async function watchOnce(c: Conv): Promise<{ summaries: number; stale: number }>
 async function bindsNow(db: pg.PoolClient | pg.Pool, conversationId: string, recordId: string, fromPair: number): Promise<boolean> {
   const { rows: pairs } = await db.query<{ userMessageId: string; userText: string; assistantMessageId: string; assistantText: string }>(
     `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
-     from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $2 + 9 order by pair_index`, [conversationId, fromPair]);
-  const { rows: [r] } = await db.query<{ status: string; ids: string[]; hash: string; version: number }>(
-    `select status, source_message_ids::text[] as ids, source_hash as hash, hash_version as version from sourcebound.conversation_summaries where id = $1`, [recordId]);
+     from sourcebound.eligible_pairs where conversation_id = $1 and pair_index between $2 and $2 + 9 order by pair_index`,
+    [conversationId, fromPair],
+  );
+  const {
+    rows: [r],
+  } = await db.query<{ status: string; ids: string[]; hash: string; version: number }>(
+    `select status, source_message_ids::text[] as ids, source_hash as hash, hash_version as version from sourcebound.conversation_summaries where id = $1`,
+    [recordId],
+  );
   if (!r || r.status !== 'completed' || pairs.length !== 10) return false;
   const ids = pairs.flatMap((p) => [p.userMessageId, p.assistantMessageId]);
   return JSON.stringify(ids) === JSON.stringify(r.ids) && sourceHash(pairs, r.version) === r.hash;
@@ -123,16 +151,32 @@ describe('fault scenario 8: edits under way', () => {
       }
       // 2. A message of a completed range: user text on even steps, assistant text on odd ones.
       if (step % 3 === 0) {
-        const { rows: [done] } = await pool.query<{ id: string; conversationId: string; ids: string[] }>(
+        const {
+          rows: [done],
+        } = await pool.query<{ id: string; conversationId: string; ids: string[] }>(
           `select id, conversation_id as "conversationId", source_message_ids::text[] as ids from sourcebound.conversation_summaries
-           where status = 'completed' and conversation_id <> all($1::uuid[]) order by random() limit 1`, [revertSet]);
+           where status = 'completed' and conversation_id <> all($1::uuid[]) order by random() limit 1`,
+          [revertSet],
+        );
         if (done) {
-          const target = done.ids[(Math.floor(Math.random() * 10) * 2) + (step % 2)]!;
+          const target = done.ids[Math.floor(Math.random() * 10) * 2 + (step % 2)]!;
           await pool.query(`update sourcebound.messages set content = content || ' [edited after]' where id = $1`, [target]);
           edits['after completion']++;
           const c = conversations.find((x) => x.id === done.conversationId)!;
-          const whole = await projectConversationHistory({ pool, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, persistLayout: false });
-          const p = await projectConversationHistory({ pool, conversationId: c.id, scope: c.scope, budgetBytes: Math.floor(whole.bytes / 2), layout: 'newest-first' });
+          const whole = await projectConversationHistory({
+            pool,
+            conversationId: c.id,
+            scope: c.scope,
+            budgetBytes: HUGE_BUDGET,
+            persistLayout: false,
+          });
+          const p = await projectConversationHistory({
+            pool,
+            conversationId: c.id,
+            scope: c.scope,
+            budgetBytes: Math.floor(whole.bytes / 2),
+            layout: 'newest-first',
+          });
           if (p.items.some((i) => i.kind === 'summary' && i.recordId === done.id)) edits['summary used right after its edit']++;
         }
       }
@@ -141,8 +185,12 @@ describe('fault scenario 8: edits under way', () => {
         const back = failedRuns.shift();
         if (back) await pool.query(`update sourcebound.runs set status = 'completed' where id = $1`, [back]);
         const c = pick(editable)!;
-        const { rows: [run] } = await pool.query<{ runId: string }>(
-          `select run_id as "runId" from sourcebound.pairs where conversation_id = $1 and pair_index = $2`, [c.id, Math.floor(Math.random() * 20)]);
+        const {
+          rows: [run],
+        } = await pool.query<{ runId: string }>(
+          `select run_id as "runId" from sourcebound.pairs where conversation_id = $1 and pair_index = $2`,
+          [c.id, Math.floor(Math.random() * 20)],
+        );
         if (run) {
           await pool.query(`update sourcebound.runs set status = 'failed' where id = $1`, [run.runId]);
           failedRuns.push(run.runId);
@@ -151,13 +199,19 @@ describe('fault scenario 8: edits under way', () => {
       }
       // 4. An edit of a completed range, reverted a moment later to the exact original.
       if (step % 7 === 4) {
-        const { rows: [done] } = await pool.query<{ id: string; ids: string[] }>(
+        const {
+          rows: [done],
+        } = await pool.query<{ id: string; ids: string[] }>(
           `select id, source_message_ids::text[] as ids from sourcebound.conversation_summaries s
            where status = 'completed' and conversation_id = any($1::uuid[])
-           order by random() limit 1`, [revertSet]);
+           order by random() limit 1`,
+          [revertSet],
+        );
         const target = done?.ids[1];
         if (done && target) {
-          const { rows: [m] } = await pool.query<{ content: string }>('select content from sourcebound.messages where id = $1', [target]);
+          const {
+            rows: [m],
+          } = await pool.query<{ content: string }>('select content from sourcebound.messages where id = $1', [target]);
           await pool.query(`update sourcebound.messages set content = 'temporarily different' where id = $1`, [target]);
           await sleep(300);
           await pool.query('update sourcebound.messages set content = $2 where id = $1', [target, m!.content]);
@@ -184,8 +238,12 @@ describe('fault scenario 8: edits under way', () => {
     const coverage = await checkCoverage(pool);
     let reusedRecords = 0;
     for (const id of reverted) {
-      const { rows: [r] } = await pool.query<{ conversationId: string; fromPair: number }>(
-        `select conversation_id as "conversationId", from_pair as "fromPair" from sourcebound.conversation_summaries where id = $1`, [id]);
+      const {
+        rows: [r],
+      } = await pool.query<{ conversationId: string; fromPair: number }>(
+        `select conversation_id as "conversationId", from_pair as "fromPair" from sourcebound.conversation_summaries where id = $1`,
+        [id],
+      );
       if (r && (await bindsNow(pool, r.conversationId, id, r.fromPair))) reusedRecords++;
     }
 

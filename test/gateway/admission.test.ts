@@ -35,7 +35,14 @@ afterEach(async () => {
 
 /** An admission as one worker process would have it: its own dedicated connection. */
 function admission(options: Partial<AdmissionOptions> & { namespace: number }): Admission {
-  const a = createAdmission({ connectionString: databaseUrl(), localLimit: 4, fleetLimit: 5, waitTimeoutMs: 5_000, pollMs: 50, ...options });
+  const a = createAdmission({
+    connectionString: databaseUrl(),
+    localLimit: 4,
+    fleetLimit: 5,
+    waitTimeoutMs: 5_000,
+    pollMs: 50,
+    ...options,
+  });
   opened.push(a);
   return a;
 }
@@ -54,9 +61,15 @@ function recordingLogger(): GatewayLogger & { lines: { level: string; msg: strin
   const lines: { level: string; msg: string }[] = [];
   return {
     lines,
-    info: (_o, msg) => { lines.push({ level: 'info', msg }); },
-    warn: (_o, msg) => { lines.push({ level: 'warn', msg }); },
-    error: (_o, msg) => { lines.push({ level: 'error', msg }); },
+    info: (_o, msg) => {
+      lines.push({ level: 'info', msg });
+    },
+    warn: (_o, msg) => {
+      lines.push({ level: 'warn', msg });
+    },
+    error: (_o, msg) => {
+      lines.push({ level: 'error', msg });
+    },
   };
 }
 
@@ -66,17 +79,29 @@ describe('admission across processes', () => {
     // Every request parks at the server until the test lets one go: the fleet is then exactly full
     // at each step, whatever the machine's speed, and a sixth admitted call would show up as a sixth parked one.
     server.setDefault(behaviours.hold());
-    const gateways = [0, 1, 2].map(() => createGateway({
-      summarizer: createAnthropicSummarizer({ apiKey: server.apiKey, baseURL: server.url, model: 'claude-test-1', maxChars: 6000, timeoutMs: 60_000 }),
-      admission: admission({ namespace, waitTimeoutMs: 60_000 }),
-      defaults: { maxChars: 6000, deadlineMs: 60_000 },
-    }));
+    const gateways = [0, 1, 2].map(() =>
+      createGateway({
+        summarizer: createAnthropicSummarizer({
+          apiKey: server.apiKey,
+          baseURL: server.url,
+          model: 'claude-test-1',
+          maxChars: 6000,
+          timeoutMs: 60_000,
+        }),
+        admission: admission({ namespace, waitTimeoutMs: 60_000 }),
+        defaults: { maxChars: 6000, deadlineMs: 60_000 },
+      }),
+    );
     /** Call i runs in process calls[i]. */
     const calls = Array.from({ length: 20 }, (_, i) => i % 3);
-    const running = Promise.all(calls.map((p, i) => gateways[p]!.summarize({
-      promptVersion: CONVERSATION_PROMPT_VERSION,
-      items: [{ id: String(i), text: `Reply number ${i}.` }],
-    })));
+    const running = Promise.all(
+      calls.map((p, i) =>
+        gateways[p]!.summarize({
+          promptVersion: CONVERSATION_PROMPT_VERSION,
+          items: [{ id: String(i), text: `Reply number ${i}.` }],
+        }),
+      ),
+    );
     /** The process a recorded request came from, read back from the item id it carries. */
     const processOf = (body: unknown) => {
       const content = (body as { messages: { content: string }[] }).messages[0]!.content;
@@ -89,7 +114,10 @@ describe('admission across processes', () => {
       // now: at most 5 in the fleet, at most 4 per process, at most what each process has left.
       const finished = server.requests.slice(0, done).map((r) => processOf(r.body));
       const left = [0, 1, 2].map((p) => calls.filter((c) => c === p).length - finished.filter((f) => f === p).length);
-      const expected = Math.min(5, left.reduce((sum, n) => sum + Math.min(4, n), 0));
+      const expected = Math.min(
+        5,
+        left.reduce((sum, n) => sum + Math.min(4, n), 0),
+      );
       // The freed slot has been taken again, by a process that may take it.
       await server.waitFor(() => server.count === done + expected && server.held === expected, 30_000);
       if (done === 0) full = await holders(namespace);
@@ -128,9 +156,14 @@ describe('admission across processes', () => {
       admission: admission({ namespace: 0, connectionString: undefined, localLimit: 2, fleetLimit: 0 }),
       defaults: { maxChars: 6000, deadlineMs: 10_000 },
     });
-    const outcomes = await Promise.all(Array.from({ length: 6 }, (_, i) => gateway.summarize({
-      promptVersion: CONVERSATION_PROMPT_VERSION, items: [{ id: `m${i}`, text: 'x' }],
-    })));
+    const outcomes = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        gateway.summarize({
+          promptVersion: CONVERSATION_PROMPT_VERSION,
+          items: [{ id: `m${i}`, text: 'x' }],
+        }),
+      ),
+    );
     expect(outcomes.every((o) => o.kind === 'ok')).toBe(true);
     expect(server.maxInFlight).toBe(2);
   });
@@ -151,7 +184,9 @@ describe('admission across processes', () => {
       defaults: { maxChars: 6000, deadlineMs: 1_000 },
     });
     expect(await gateway.summarize({ promptVersion: CONVERSATION_PROMPT_VERSION, items: [{ id: 'm', text: 'x' }] })).toEqual({
-      kind: 'deferred', reason: 'admission_timeout', retryAfterMs: null,
+      kind: 'deferred',
+      reason: 'admission_timeout',
+      retryAfterMs: null,
     });
     expect(server.count).toBe(0);
   });
@@ -176,10 +211,15 @@ describe('admission across processes', () => {
     const waiter = admission({ namespace, fleetLimit: 1, pollMs: 60_000, waitTimeoutMs: 5_000, applicationName });
     const pending = waiter.acquire();
     // Release only after the waiter has tried and failed once, so only a wake-up can get it the slot.
-    await waitUntil(async () => (await observer.query(
-      `select 1 from pg_stat_activity where application_name = $1 and state = 'idle' and query like '%pg_try_advisory_lock%'`,
-      [applicationName],
-    )).rowCount === 1);
+    await waitUntil(
+      async () =>
+        (
+          await observer.query(
+            `select 1 from pg_stat_activity where application_name = $1 and state = 'idle' and query like '%pg_try_advisory_lock%'`,
+            [applicationName],
+          )
+        ).rowCount === 1,
+    );
     const released = performance.now();
     slot!.release();
     expect(await pending).not.toBeNull();
@@ -226,7 +266,15 @@ describe('admission across processes', () => {
 
   it('an unreachable database means no slot (null after the wait), never a throw', async () => {
     const logger = recordingLogger();
-    const a = createAdmission({ connectionString: 'postgres://nobody@127.0.0.1:1/none', localLimit: 1, fleetLimit: 1, waitTimeoutMs: 300, pollMs: 50, logger, namespace: 1 });
+    const a = createAdmission({
+      connectionString: 'postgres://nobody@127.0.0.1:1/none',
+      localLimit: 1,
+      fleetLimit: 1,
+      waitTimeoutMs: 300,
+      pollMs: 50,
+      logger,
+      namespace: 1,
+    });
     opened.push(a);
     expect(await a.acquire()).toBeNull();
     // Logged once per outage, not once per retry.

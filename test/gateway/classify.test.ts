@@ -11,8 +11,15 @@ function message(content: unknown[], stopReason: unknown = 'end_turn', extra: Re
     kind: 'response',
     requestId: 'req_1',
     message: {
-      id: 'msg_1', type: 'message', role: 'assistant', model: 'test-model', content,
-      stop_reason: stopReason, stop_sequence: null, usage: { input_tokens: 3, output_tokens: 4 }, ...extra,
+      id: 'msg_1',
+      type: 'message',
+      role: 'assistant',
+      model: 'test-model',
+      content,
+      stop_reason: stopReason,
+      stop_sequence: null,
+      usage: { input_tokens: 3, output_tokens: 4 },
+      ...extra,
     },
   };
 }
@@ -24,13 +31,22 @@ function failure(error: unknown, over: Partial<Extract<CallResult, { kind: 'erro
 
 /** A real SDK status error, built the way the SDK builds it from a response. */
 function statusError(status: number, type: string, headers: Record<string, string> = {}, message = 'm'): APIError {
-  return APIError.generate(status, { type: 'error', error: { type, message } }, undefined, new Headers({ 'request-id': 'req_e', ...headers }));
+  return APIError.generate(
+    status,
+    { type: 'error', error: { type, message } },
+    undefined,
+    new Headers({ 'request-id': 'req_e', ...headers }),
+  );
 }
 
 describe('classify: responses', () => {
   it('accepts end_turn with text blocks only, trimmed, with usage and request id', () => {
     expect(classify(message([text('  A summary. ')]), opts)).toEqual({
-      kind: 'ok', text: 'A summary.', model: MODEL, usage: { inputTokens: 3, outputTokens: 4 }, requestId: 'req_1',
+      kind: 'ok',
+      text: 'A summary.',
+      model: MODEL,
+      usage: { inputTokens: 3, outputTokens: 4 },
+      requestId: 'req_1',
     });
   });
 
@@ -51,7 +67,13 @@ describe('classify: responses', () => {
 
   it('rejects tool use even when the prose is fine', () => {
     const outcome = classify(message([text('Good.'), { type: 'tool_use', id: 't', name: 'x', input: {} }], 'tool_use'), opts);
-    expect(outcome).toEqual({ kind: 'invalid', reason: 'block:tool_use', model: MODEL, usage: { inputTokens: 3, outputTokens: 4 }, requestId: 'req_1' });
+    expect(outcome).toEqual({
+      kind: 'invalid',
+      reason: 'block:tool_use',
+      model: MODEL,
+      usage: { inputTokens: 3, outputTokens: 4 },
+      requestId: 'req_1',
+    });
   });
 
   it.each([
@@ -100,7 +122,11 @@ describe('classify: responses', () => {
 
   it('rejects a text with a NUL as unstorable (PostgreSQL text cannot hold it), with its usage', () => {
     expect(classify(message([text('Fund 3 had a NAV of 103.25.\u0000')]), opts)).toEqual({
-      kind: 'invalid', reason: 'unstorable_text:U+0000', model: MODEL, usage: { inputTokens: 3, outputTokens: 4 }, requestId: 'req_1',
+      kind: 'invalid',
+      reason: 'unstorable_text:U+0000',
+      model: MODEL,
+      usage: { inputTokens: 3, outputTokens: 4 },
+      requestId: 'req_1',
     });
   });
 
@@ -124,7 +150,9 @@ describe('classify: responses', () => {
   it('treats a 2xx body that is not a Message as unknown (it was processed; we cannot read it)', () => {
     for (const body of [null, 'text', { type: 'error' }, { type: 'message', content: 'not an array' }]) {
       expect(classify({ kind: 'response', message: body, requestId: 'r' }, opts)).toEqual({
-        kind: 'unknown', reason: 'malformed_response:not_a_message', requestId: 'r',
+        kind: 'unknown',
+        reason: 'malformed_response:not_a_message',
+        requestId: 'r',
       });
     }
   });
@@ -138,13 +166,17 @@ describe('classify: HTTP status errors', () => {
     [403, 'permission_error'],
     [404, 'not_found_error'],
     [422, 'invalid_request_error'],
-  ])('%i is a loud config outcome, with the provider\'s message', (status, type) => {
+  ])("%i is a loud config outcome, with the provider's message", (status, type) => {
     expect(classify(failure(statusError(status, type)), opts)).toEqual({ kind: 'config', reason: `http_${status}:${type}: m`, status });
   });
 
   it('413 is invalid too_large: only our input makes a request that large', () => {
     expect(classify(failure(statusError(413, 'request_too_large')), opts)).toEqual({
-      kind: 'invalid', reason: 'too_large:http_413:request_too_large: m', model: MODEL, usage: null, requestId: 'req_e',
+      kind: 'invalid',
+      reason: 'too_large:http_413:request_too_large: m',
+      model: MODEL,
+      usage: null,
+      requestId: 'req_e',
     });
   });
 
@@ -153,18 +185,24 @@ describe('classify: HTTP status errors', () => {
     'input length and `max_tokens` exceed context limit: 197000 + 6256 > 200000, decrease input length or `max_tokens` and try again',
   ])('a 400 saying the material is over the context window is invalid too_large, like 413: %s', (said) => {
     expect(classify(failure(statusError(400, 'invalid_request_error', {}, said)), opts)).toEqual({
-      kind: 'invalid', reason: `too_large:http_400:invalid_request_error: ${said}`, model: MODEL, usage: null, requestId: 'req_e',
+      kind: 'invalid',
+      reason: `too_large:http_400:invalid_request_error: ${said}`,
+      model: MODEL,
+      usage: null,
+      requestId: 'req_e',
     });
   });
 
   it('any other 400 stays config', () => {
     const said = 'max_tokens: 70000 > 64000, which is the maximum allowed number of output tokens for claude-test';
     expect(classify(failure(statusError(400, 'invalid_request_error', {}, said)), opts)).toEqual({
-      kind: 'config', reason: `http_400:invalid_request_error: ${said}`, status: 400,
+      kind: 'config',
+      reason: `http_400:invalid_request_error: ${said}`,
+      status: 400,
     });
   });
 
-  it('keeps the provider\'s message storable and bounded: no NUL or line break, at most 300 characters', () => {
+  it("keeps the provider's message storable and bounded: no NUL or line break, at most 300 characters", () => {
     const outcome = classify(failure(statusError(429, 'rate_limit_error\u0000', {}, `slow\u0000 down\n${'x'.repeat(5000)}`)), opts);
     expect(outcome).toMatchObject({ kind: 'deferred' });
     const reason = (outcome as { reason: string }).reason;
@@ -186,15 +224,26 @@ describe('classify: HTTP status errors', () => {
     [408, 'timeout_error'],
     [409, 'conflict_error'],
   ])('%i is deferred: refused before any generation', (status, type) => {
-    expect(classify(failure(statusError(status, type)), opts)).toEqual({ kind: 'deferred', reason: `http_${status}:${type}: m`, retryAfterMs: null });
+    expect(classify(failure(statusError(status, type)), opts)).toEqual({
+      kind: 'deferred',
+      reason: `http_${status}:${type}: m`,
+      retryAfterMs: null,
+    });
   });
 
   it.each([500, 502, 504, 599])('%i is unknown: the request may have been processed', (status) => {
-    expect(classify(failure(statusError(status, 'api_error')), opts)).toEqual({ kind: 'unknown', reason: `http_${status}:api_error: m`, requestId: 'req_e' });
+    expect(classify(failure(statusError(status, 'api_error')), opts)).toEqual({
+      kind: 'unknown',
+      reason: `http_${status}:api_error: m`,
+      requestId: 'req_e',
+    });
   });
 
   it('omits the error type when the body has none, and keeps a body that is not JSON as the message', () => {
-    expect(classify(failure(APIError.generate(500, undefined, undefined, new Headers())), opts)).toMatchObject({ kind: 'unknown', reason: 'http_500' });
+    expect(classify(failure(APIError.generate(500, undefined, undefined, new Headers())), opts)).toMatchObject({
+      kind: 'unknown',
+      reason: 'http_500',
+    });
     // The SDK passes the text of a body that is not JSON as its message.
     const error = APIError.generate(502, undefined, '<html>bad gateway</html>', new Headers());
     expect(classify(failure(error), opts)).toMatchObject({ kind: 'unknown', reason: 'http_502:untyped: <html>bad gateway</html>' });
@@ -202,7 +251,9 @@ describe('classify: HTTP status errors', () => {
 
   it('carries retry-after (seconds) and retry-after-ms on a deferral', () => {
     expect(classify(failure(statusError(429, 'rate_limit_error', { 'retry-after': '7' })), opts)).toMatchObject({ retryAfterMs: 7000 });
-    expect(classify(failure(statusError(529, 'overloaded_error', { 'retry-after-ms': '1500' })), opts)).toMatchObject({ retryAfterMs: 1500 });
+    expect(classify(failure(statusError(529, 'overloaded_error', { 'retry-after-ms': '1500' })), opts)).toMatchObject({
+      retryAfterMs: 1500,
+    });
   });
 
   it('lets a received status outrank an abort that raced it', () => {
@@ -213,25 +264,37 @@ describe('classify: HTTP status errors', () => {
 describe('classify: transport errors and aborts', () => {
   it('an abort before the request was sent is a deferral (nothing reached the provider)', () => {
     expect(classify(failure(new APIUserAbortError(), { requestSent: false, abortedBy: 'caller' }), opts)).toEqual({
-      kind: 'deferred', reason: 'aborted_before_send', retryAfterMs: null,
+      kind: 'deferred',
+      reason: 'aborted_before_send',
+      retryAfterMs: null,
     });
     expect(classify(failure(new APIUserAbortError(), { requestSent: false, abortedBy: 'deadline' }), opts)).toMatchObject({
-      kind: 'deferred', reason: 'deadline_before_send',
+      kind: 'deferred',
+      reason: 'deadline_before_send',
     });
   });
 
   it('an abort after send is unknown, named by which signal fired', () => {
     expect(classify(failure(new APIUserAbortError(), { abortedBy: 'caller', requestId: 'req_h' }), opts)).toEqual({
-      kind: 'unknown', reason: 'aborted_after_send', requestId: 'req_h',
+      kind: 'unknown',
+      reason: 'aborted_after_send',
+      requestId: 'req_h',
     });
-    expect(classify(failure(new APIUserAbortError(), { abortedBy: 'deadline' }), opts)).toMatchObject({ kind: 'unknown', reason: 'deadline_exceeded' });
+    expect(classify(failure(new APIUserAbortError(), { abortedBy: 'deadline' }), opts)).toMatchObject({
+      kind: 'unknown',
+      reason: 'deadline_exceeded',
+    });
   });
 
   it('an AbortError while reading the body is unknown', () => {
     expect(classify(failure(new DOMException('aborted', 'AbortError'), { abortedBy: 'deadline' }), opts)).toMatchObject({
-      kind: 'unknown', reason: 'deadline_exceeded',
+      kind: 'unknown',
+      reason: 'deadline_exceeded',
     });
-    expect(classify(failure(new DOMException('aborted', 'AbortError')), opts)).toMatchObject({ kind: 'unknown', reason: 'aborted_after_send' });
+    expect(classify(failure(new DOMException('aborted', 'AbortError')), opts)).toMatchObject({
+      kind: 'unknown',
+      reason: 'aborted_after_send',
+    });
   });
 
   it('the SDK connection timeout is unknown timeout', () => {
@@ -247,14 +310,17 @@ describe('classify: transport errors and aborts', () => {
   it('a connection cut after send is unknown, with its code when known', () => {
     const cut = Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' });
     expect(classify(failure(new APIConnectionError({ cause: new TypeError('fetch failed', { cause: cut }) })), opts)).toMatchObject({
-      kind: 'unknown', reason: 'connection_error:UND_ERR_SOCKET',
+      kind: 'unknown',
+      reason: 'connection_error:UND_ERR_SOCKET',
     });
     expect(classify(failure(new APIConnectionError({})), opts)).toMatchObject({ kind: 'unknown', reason: 'connection_error' });
   });
 
   it('a 2xx body that is not JSON is unknown (the SDK throws a bare SyntaxError)', () => {
     expect(classify(failure(new SyntaxError('Unexpected end of JSON input'), { requestId: 'req_m' }), opts)).toEqual({
-      kind: 'unknown', reason: 'malformed_response:json', requestId: 'req_m',
+      kind: 'unknown',
+      reason: 'malformed_response:json',
+      requestId: 'req_m',
     });
   });
 
@@ -263,10 +329,12 @@ describe('classify: transport errors and aborts', () => {
     expect(classify(failure(error, { requestSent: false }), opts)).toEqual({ kind: 'config', reason: 'no_api_key', status: null });
   });
 
-  it('a connection lost while the body is read is unknown body_interrupted (undici\'s TypeError, not an APIConnectionError)', () => {
+  it("a connection lost while the body is read is unknown body_interrupted (undici's TypeError, not an APIConnectionError)", () => {
     const cut = Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' });
     expect(classify(failure(new TypeError('terminated', { cause: cut }), { requestId: 'req_b' }), opts)).toEqual({
-      kind: 'unknown', reason: 'body_interrupted:UND_ERR_SOCKET', requestId: 'req_b',
+      kind: 'unknown',
+      reason: 'body_interrupted:UND_ERR_SOCKET',
+      requestId: 'req_b',
     });
     expect(classify(failure(new TypeError('terminated')), opts)).toMatchObject({ kind: 'unknown', reason: 'body_interrupted' });
   });
@@ -275,7 +343,10 @@ describe('classify: transport errors and aborts', () => {
     // What Node throws reading a body over V8's string limit (measured with a 600 MB body).
     const tooLong = Object.assign(new Error('Cannot create a string longer than 0x1fffffe8 characters'), { code: 'ERR_STRING_TOO_LONG' });
     expect(classify(failure(tooLong), opts)).toMatchObject({ kind: 'unknown', reason: 'response_too_large:ERR_STRING_TOO_LONG' });
-    expect(classify(failure(new RangeError('Invalid string length')), opts)).toMatchObject({ kind: 'unknown', reason: 'response_too_large:invalid_string_length' });
+    expect(classify(failure(new RangeError('Invalid string length')), opts)).toMatchObject({
+      kind: 'unknown',
+      reason: 'response_too_large:invalid_string_length',
+    });
   });
 
   it('anything unrecognised is unknown, never ok, with its message', () => {

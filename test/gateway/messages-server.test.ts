@@ -16,7 +16,7 @@ describe('the messages server in its own process', () => {
   beforeAll(async () => {
     // `node --import tsx`, not `npx tsx`: the pid we signal is then the server itself.
     child = spawn(process.execPath, ['--import', 'tsx', SERVER_SCRIPT], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const [line] = await once(createInterface({ input: child.stdout! }), 'line') as [string];
+    const [line] = (await once(createInterface({ input: child.stdout! }), 'line')) as [string];
     url = (JSON.parse(line) as { url: string }).url;
   });
 
@@ -29,7 +29,10 @@ describe('the messages server in its own process', () => {
   });
 
   it('is scripted and read over HTTP by another process', async () => {
-    const queued = await fetch(`${url}/_control/queue`, { method: 'POST', body: JSON.stringify([behaviours.overloaded(), behaviours.refusal()]) });
+    const queued = await fetch(`${url}/_control/queue`, {
+      method: 'POST',
+      body: JSON.stringify([behaviours.overloaded(), behaviours.refusal()]),
+    });
     expect(await queued.json()).toEqual({ queued: 2 });
 
     const summarizer = createAnthropicSummarizer({ apiKey: 'test-key', baseURL: url, model: 'm', maxChars: 6000, timeoutMs: 5_000 });
@@ -38,7 +41,11 @@ describe('the messages server in its own process', () => {
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'invalid', reason: 'stop_reason:refusal' });
     expect(await summarizer.summarize(request)).toMatchObject({ kind: 'ok' });
 
-    const stats = await (await fetch(`${url}/_control/stats`)).json() as { count: number; maxInFlight: number; requests: { behaviour: string }[] };
+    const stats = (await (await fetch(`${url}/_control/stats`)).json()) as {
+      count: number;
+      maxInFlight: number;
+      requests: { behaviour: string }[];
+    };
     expect(stats.count).toBe(3);
     expect(stats.requests.map((r) => r.behaviour)).toEqual(['error', 'message', 'echo']);
   });

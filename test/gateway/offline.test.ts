@@ -14,9 +14,10 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 const replies: MaterialItem[] = [
   {
     id: '0b6f1c2e-4d3a-4f7e-9a1b-2c3d4e5f6a7b',
-    text: 'Thanks for asking. The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. '
-      + 'I hope that helps. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00. '
-      + 'Let me know if you need anything else.',
+    text:
+      'Thanks for asking. The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. ' +
+      'I hope that helps. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00. ' +
+      'Let me know if you need anything else.',
   },
   { id: 'msg_02', text: 'Deployment v2.3.1 finished at 14:05 UTC.\nLatency p99 dropped from 240 ms to 180 ms. Nothing else changed.' },
   { id: 'msg_03', text: '数据已更新。总数为 42 条。请确认。' },
@@ -51,7 +52,9 @@ describe('offline extractive summarizer', () => {
   it('keeps the sentences with facts in their order, copied byte-exact', async () => {
     const text = okText(await summarize([replies[0]!], 150));
     expect(codePointLength(text)).toBeLessThanOrEqual(150);
-    expect(text).toBe('[0b6f1c2e] The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00.');
+    expect(text).toBe(
+      '[0b6f1c2e] The invoice INV-2024-001 totals 1,234.56 EUR as of 2024-03-05. Payment is due on 2024-04-01 via IBAN DE89 3704 0044 0532 0130 00.',
+    );
     expect(text).not.toContain('I hope that helps');
   });
 
@@ -77,13 +80,22 @@ describe('offline extractive summarizer', () => {
 
   it('is stable: same input, same output, across runs and instances', async () => {
     const a = okText(await summarize(replies, 200));
-    const b = okText(await createOfflineSummarizer({ maxChars: 1 }).summarize({ promptVersion: 'conversation-compaction@4', items: replies, maxChars: 200 }));
+    const b = okText(
+      await createOfflineSummarizer({ maxChars: 1 }).summarize({
+        promptVersion: 'conversation-compaction@4',
+        items: replies,
+        maxChars: 200,
+      }),
+    );
     expect(b).toBe(a);
     expect(extractiveSummary(replies, 200)).toBe(a);
   });
 
   it('stays within the cap for every cap, even below one tag per item', async () => {
-    const many = Array.from({ length: 10 }, (_, i) => ({ id: `assistant-message-${i}`, text: `Reply ${i} says ${i * 17} units shipped. It also says more things here.` }));
+    const many = Array.from({ length: 10 }, (_, i) => ({
+      id: `assistant-message-${i}`,
+      text: `Reply ${i} says ${i * 17} units shipped. It also says more things here.`,
+    }));
     for (const cap of [1, 2, 3, 5, 10, 24, 30, 50, 100, 333, 1000]) {
       const text = okText(await summarize(many, cap));
       expect(codePointLength(text), `cap ${cap}`).toBeLessThanOrEqual(cap);
@@ -92,12 +104,28 @@ describe('offline extractive summarizer', () => {
   });
 
   it('handles odd text up to the input cap (lone surrogates, RTL and zero-width marks, CJK, emoji), twice the same; over the cap it is input_too_large', async () => {
-    const pieces = ['Total 1,234.56 EUR on 2024-03-05.', '\u202Eטקסט הפוך\u202C', 'zero\u200Bwidth\u200Djoin\uFEFF', '数据已更新。', '👩‍👩‍👧‍👦 family 🇩🇪 flag.', 'lone \uD800 high', 'lone \uDC00 low.', 'ID sb_7f3a-9c! ', '\u200F\u200E'];
+    const pieces = [
+      'Total 1,234.56 EUR on 2024-03-05.',
+      '\u202Eטקסט הפוך\u202C',
+      'zero\u200Bwidth\u200Djoin\uFEFF',
+      '数据已更新。',
+      '👩‍👩‍👧‍👦 family 🇩🇪 flag.',
+      'lone \uD800 high',
+      'lone \uDC00 low.',
+      'ID sb_7f3a-9c! ',
+      '\u200F\u200E',
+    ];
     let big = '';
     for (let i = 0; big.length < 380_000; i++) big += pieces[i % pieces.length]! + (i % 7 === 6 ? '\n' : ' ');
     const items = [{ id: 'big', text: big }, { id: 'nospace', text: 'x'.repeat(200_000) }, ...replies];
     const over = [{ id: 'huge', text: 'y'.repeat(DEFAULT_MAX_INPUT_CHARS) }, ...replies];
-    expect(await summarize(over, 6000)).toEqual({ kind: 'invalid', reason: 'input_too_large', model: OFFLINE_MODEL, usage: null, requestId: null });
+    expect(await summarize(over, 6000)).toEqual({
+      kind: 'invalid',
+      reason: 'input_too_large',
+      model: OFFLINE_MODEL,
+      usage: null,
+      requestId: null,
+    });
     const first = okText(await summarize(items, 6000));
     const second = okText(await summarize(items, 6000));
     expect(second).toBe(first);
@@ -112,8 +140,20 @@ describe('offline extractive summarizer', () => {
   });
 
   it('is invalid empty_input when no item has text', async () => {
-    for (const items of [[], [{ id: 'a', text: '' }, { id: 'b', text: ' \n\t ' }]]) {
-      expect(await summarize(items, 6000)).toEqual({ kind: 'invalid', reason: 'empty_input', model: OFFLINE_MODEL, usage: null, requestId: null });
+    for (const items of [
+      [],
+      [
+        { id: 'a', text: '' },
+        { id: 'b', text: ' \n\t ' },
+      ],
+    ]) {
+      expect(await summarize(items, 6000)).toEqual({
+        kind: 'invalid',
+        reason: 'empty_input',
+        model: OFFLINE_MODEL,
+        usage: null,
+        requestId: null,
+      });
     }
   });
 
@@ -121,7 +161,8 @@ describe('offline extractive summarizer', () => {
     const s = createOfflineSummarizer({ maxChars: 100 });
     expect(await s.summarize({ promptVersion: 'nope@1', items: replies })).toMatchObject({ kind: 'config' });
     expect(await s.summarize({ promptVersion: 'run-compaction@2', items: replies, signal: AbortSignal.abort() })).toMatchObject({
-      kind: 'deferred', reason: 'aborted_before_send',
+      kind: 'deferred',
+      reason: 'aborted_before_send',
     });
   });
 
@@ -144,7 +185,12 @@ describe('offline extractive summarizer', () => {
 
   it('splits sentences with Intl.Segmenter, never inside code or after an abbreviation followed by lower case', () => {
     const text = (t: string) => splitSentences(t).map((s) => s.text);
-    expect(text('Use e.g. this one. The U.S. and Canada agree. Dr. Smith said so.')).toEqual(['Use e.g. this one.', 'The U.S. and Canada agree.', 'Dr.', 'Smith said so.']);
+    expect(text('Use e.g. this one. The U.S. and Canada agree. Dr. Smith said so.')).toEqual([
+      'Use e.g. this one.',
+      'The U.S. and Canada agree.',
+      'Dr.',
+      'Smith said so.',
+    ]);
     expect(text('local d = (a.Position - b).Magnitude')).toEqual(['local d = (a.Position - b).Magnitude']);
     expect(text('Run `x = 1. y = 2.` first. Then go.')).toEqual(['Run `x = 1. y = 2.` first.', 'Then go.']);
     expect(text('数据已更新。总数为 42 条。请确认。')).toEqual(['数据已更新。', '总数为 42 条。', '请确认。']);
@@ -155,7 +201,9 @@ describe('offline extractive summarizer', () => {
     let ranges = 0;
     for (const thread of readThreads()) {
       for (const range of plannableRanges(thread.pairs.length)) {
-        const items = thread.pairs.slice(range.fromPair, range.toPair + 1).map((p, i) => ({ id: `${thread.id}-${range.fromPair + i}`, text: p.assistant }));
+        const items = thread.pairs
+          .slice(range.fromPair, range.toPair + 1)
+          .map((p, i) => ({ id: `${thread.id}-${range.fromPair + i}`, text: p.assistant }));
         expect(groundSummary(extractiveSummary(items, 6000)!, items).ungrounded, `${thread.id} ${range.fromPair}`).toEqual([]);
         ranges++;
       }
@@ -169,18 +217,21 @@ describe('sentences of long lines', () => {
   const texts = (t: string, window?: number) => splitSentences(t, window).map((s) => s.text);
   afterEach(() => vi.restoreAllMocks());
 
-  it.each([SHARED].filter((p) => existsSync(p)))('gives the sentences of whole lines when segmented in windows, on the real threads (%s)', (path) => {
-    let lines = 0;
-    for (const thread of readThreads(path)) {
-      // Every reply as it is, and a thread's replies joined into one line of about 30,000 characters.
-      const joined = thread.pairs.map((p) => p.assistant.replace(/\s*\r?\n\s*/g, ' ')).join(' ');
-      for (const text of [...thread.pairs.map((p) => p.assistant), joined]) {
-        expect(texts(text, 1_000)).toEqual(texts(text, Number.POSITIVE_INFINITY));
-        lines++;
+  it.each([SHARED].filter((p) => existsSync(p)))(
+    'gives the sentences of whole lines when segmented in windows, on the real threads (%s)',
+    (path) => {
+      let lines = 0;
+      for (const thread of readThreads(path)) {
+        // Every reply as it is, and a thread's replies joined into one line of about 30,000 characters.
+        const joined = thread.pairs.map((p) => p.assistant.replace(/\s*\r?\n\s*/g, ' ')).join(' ');
+        for (const text of [...thread.pairs.map((p) => p.assistant), joined]) {
+          expect(texts(text, 1_000)).toEqual(texts(text, Number.POSITIVE_INFINITY));
+          lines++;
+        }
       }
-    }
-    expect(lines).toBeGreaterThan(1000);
-  });
+      expect(lines).toBeGreaterThan(1000);
+    },
+  );
 
   it('never hands the segmenter a whole long line (its time is quadratic in the string it walks)', () => {
     const segment = vi.spyOn(Intl.Segmenter.prototype, 'segment');

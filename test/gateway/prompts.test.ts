@@ -2,7 +2,14 @@ import { createHash } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { CONVERSATION_PROMPT_VERSION, isProjectable, promptEntries, promptEntry, promptText, RUN_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
+import {
+  CONVERSATION_PROMPT_VERSION,
+  isProjectable,
+  promptEntries,
+  promptEntry,
+  promptText,
+  RUN_PROMPT_VERSION,
+} from '../../src/gateway/prompts.ts';
 
 /**
  * The released text of every prompt version, pinned by SHA-256. A record
@@ -24,12 +31,19 @@ const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').diges
 
 describe('released prompt texts', () => {
   it('keep the text they were released with', () => {
-    for (const [version, hash] of Object.entries(RELEASED)) expect({ version, hash: sha256(promptText(version)) }).toEqual({ version, hash });
+    for (const [version, hash] of Object.entries(RELEASED))
+      expect({ version, hash: sha256(promptText(version)) }).toEqual({ version, hash });
   });
 
   it('are all pinned: every registered version and every file in prompts/', () => {
-    expect(promptEntries().map((e) => e.version).sort()).toEqual(Object.keys(RELEASED).sort());
-    const files = readdirSync(fileURLToPath(new URL('../../prompts/', import.meta.url))).filter((f) => f.endsWith('.md') && f !== 'README.md');
+    expect(
+      promptEntries()
+        .map((e) => e.version)
+        .sort(),
+    ).toEqual(Object.keys(RELEASED).sort());
+    const files = readdirSync(fileURLToPath(new URL('../../prompts/', import.meta.url))).filter(
+      (f) => f.endsWith('.md') && f !== 'README.md',
+    );
     expect(files.map((f) => f.replace(/\.md$/, '')).sort()).toEqual(Object.keys(RELEASED).sort());
   });
 

@@ -16,7 +16,11 @@ const phatic = (s: string) => isPhatic(s, factKeys(s, new Set()), new Set());
 
 /** Ten replies of one range as compaction gives them to the current version: named by pair number. */
 function material(texts: readonly string[], fromPair: number, ids?: readonly string[]): MaterialItem[] {
-  return conversationMaterial(texts.map((t, i) => ({ assistantMessageId: ids?.[i] ?? `id-${i}`, assistantText: t })), fromPair, CONVERSATION_PROMPT_VERSION);
+  return conversationMaterial(
+    texts.map((t, i) => ({ assistantMessageId: ids?.[i] ?? `id-${i}`, assistantText: t })),
+    fromPair,
+    CONVERSATION_PROMPT_VERSION,
+  );
 }
 
 async function summarize(items: readonly MaterialItem[]): Promise<string> {
@@ -28,22 +32,41 @@ async function summarize(items: readonly MaterialItem[]): Promise<string> {
 describe('what a sentence carries', () => {
   it('tells phatic sentences from ones with facts', () => {
     for (const s of [
-      "That's great!", "I can't wait to play with them!", 'Thanks for asking.', 'I hope this helps.', 'Let me know if you need anything else.',
-      'Sure!', 'Of course, here is a short poem:', 'Great question.', 'Feel free to ask more questions.', 'Is there anything else I can help you with?',
-      'As an AI language model, I do not have personal opinions.', "I'm sorry to hear that.", 'Have a great day!', '**Good luck!**',
-      'What do you think?', 'It sounds like a fun trip.',
-    ]) expect(phatic(s), s).toBe(true);
+      "That's great!",
+      "I can't wait to play with them!",
+      'Thanks for asking.',
+      'I hope this helps.',
+      'Let me know if you need anything else.',
+      'Sure!',
+      'Of course, here is a short poem:',
+      'Great question.',
+      'Feel free to ask more questions.',
+      'Is there anything else I can help you with?',
+      'As an AI language model, I do not have personal opinions.',
+      "I'm sorry to hear that.",
+      'Have a great day!',
+      '**Good luck!**',
+      'What do you think?',
+      'It sounds like a fun trip.',
+    ])
+      expect(phatic(s), s).toBe(true);
     for (const s of [
-      'The Minnesota Wolves!', 'The invoice INV-2024-001 totals 1,234.56 EUR.', 'Thanks to Python 3.11, the loop runs faster.',
-      'Certainly the main reason for the delay is that the supplier changed its terms last year.', 'Use `git rebase -i` to squash them.',
-      'The function returns null when the list is empty.', 'This is a good option when you need to keep memory use low and cannot add a dependency.',
-    ]) expect(phatic(s), s).toBe(false);
+      'The Minnesota Wolves!',
+      'The invoice INV-2024-001 totals 1,234.56 EUR.',
+      'Thanks to Python 3.11, the loop runs faster.',
+      'Certainly the main reason for the delay is that the supplier changed its terms last year.',
+      'Use `git rebase -i` to squash them.',
+      'The function returns null when the list is empty.',
+      'This is a good option when you need to keep memory use low and cannot add a dependency.',
+    ])
+      expect(phatic(s), s).toBe(false);
   });
 
   it('finds figures, code, links and proper names, not sentence starts, list markers or small counts', () => {
     const names = namesInside(['The tour was led by Nietzsche and Nelson Nash.']);
-    expect(factKeys('Nietzsche said 3 things in 1887 about Nelson Nash, see https://example.org/x or `npm ci`.', names).sort())
-      .toEqual(['1887', 'code:npm ci', 'https://example.org/x', 'nash', 'nelson', 'nietzsche'].sort());
+    expect(factKeys('Nietzsche said 3 things in 1887 about Nelson Nash, see https://example.org/x or `npm ci`.', names).sort()).toEqual(
+      ['1887', 'code:npm ci', 'https://example.org/x', 'nash', 'nelson', 'nietzsche'].sort(),
+    );
     // A sentence's first word is a name only when the material capitalizes it inside a sentence.
     expect(factKeys('Cats sleep a lot.', names)).toEqual([]);
     expect(factKeys('I think The answer is 42.', names)).toEqual([]);
@@ -59,15 +82,35 @@ describe('the offline summarizer prefers what a reader would ask about', () => {
     'What a great question! I am so glad you asked! The capital of Australia is Canberra. Is there anything else I can help you with?',
     'Absolutely, happy to help. The total came to $1,234.56 after the discount. I hope that helps!',
   ];
-  const answers = ['The Minnesota Wolves!', 'The meeting moved to 2026-03-05 at 14:30 in Room B12.', 'The package is called left-pad, version 1.3.0.',
-    'The capital of Australia is Canberra.', 'The total came to $1,234.56 after the discount.'];
+  const answers = [
+    'The Minnesota Wolves!',
+    'The meeting moved to 2026-03-05 at 14:30 in Room B12.',
+    'The package is called left-pad, version 1.3.0.',
+    'The capital of Australia is Canberra.',
+    'The total came to $1,234.56 after the discount.',
+  ];
 
   it('keeps the answers and drops the pleasantries, within its length target', async () => {
-    const filler = ' '.concat(Array.from({ length: 12 }, (_, i) => `it was a long day and we talked about many things for a while, part ${i} of the story.`).join(' '));
-    const items = material(replies.map((r) => r + filler), 20);
+    const filler = ' '.concat(
+      Array.from({ length: 12 }, (_, i) => `it was a long day and we talked about many things for a while, part ${i} of the story.`).join(
+        ' ',
+      ),
+    );
+    const items = material(
+      replies.map((r) => r + filler),
+      20,
+    );
     const text = await summarize(items);
     for (const a of answers) expect(text).toContain(a);
-    for (const p of ["That's great!", "I can't wait to play with them!", 'Thanks for asking.', 'I hope this helps.', 'Let me know', 'Feel free', 'Is there anything else']) {
+    for (const p of [
+      "That's great!",
+      "I can't wait to play with them!",
+      'Thanks for asking.',
+      'I hope this helps.',
+      'Let me know',
+      'Feel free',
+      'Is there anything else',
+    ]) {
       expect(text).not.toContain(p);
     }
     const input = items.reduce((n, it) => n + bytes(it.text), 0);
@@ -81,9 +124,21 @@ describe('the offline summarizer prefers what a reader would ask about', () => {
     expect(await summarize(material(["That's great! The Minnesota Wolves!", 'Thanks!'], 0))).toBe('[pair 0] The Minnesota Wolves!');
   });
 
-  it('is deterministic and the same whatever the replies\' message ids', async () => {
-    const a = await summarize(material(replies, 30, replies.map((_, i) => `0b6f1c2e-0000-4000-8000-00000000000${i}`)));
-    const b = await summarize(material(replies, 30, replies.map((_, i) => `f00dbabe-1111-4111-8111-11111111111${i}`)));
+  it("is deterministic and the same whatever the replies' message ids", async () => {
+    const a = await summarize(
+      material(
+        replies,
+        30,
+        replies.map((_, i) => `0b6f1c2e-0000-4000-8000-00000000000${i}`),
+      ),
+    );
+    const b = await summarize(
+      material(
+        replies,
+        30,
+        replies.map((_, i) => `f00dbabe-1111-4111-8111-11111111111${i}`),
+      ),
+    );
     expect(b).toBe(a);
     expect(await summarize(material(replies, 30))).toBe(a);
     expect(a).not.toMatch(/0b6f1c2e|f00dbabe/);
@@ -97,13 +152,21 @@ describe('the offline summarizer prefers what a reader would ask about', () => {
   });
 
   it('grounds its pair tags: a pair number of three digits is a checked fact, found in the material', () => {
-    const items = material(Array.from({ length: 10 }, (_, i) => `Reply ${i} says the fund rose.`), 120);
+    const items = material(
+      Array.from({ length: 10 }, (_, i) => `Reply ${i} says the fund rose.`),
+      120,
+    );
     const text = extractiveSummary(items, 6000, 'pair')!;
     expect(text).toContain('[pair 129] ');
     expect(groundSummary(text, items)).toMatchObject({ ungrounded: [] });
     expect(groundSummary(text, items).checked).toContain('number:129');
     // Without the pair numbers in the material, the tags would be figures it does not contain.
-    expect(groundSummary(text, items.map((it) => ({ ...it, id: 'x' }))).ungrounded).toContain('number:129');
+    expect(
+      groundSummary(
+        text,
+        items.map((it) => ({ ...it, id: 'x' })),
+      ).ungrounded,
+    ).toContain('number:129');
   });
 });
 
@@ -118,7 +181,10 @@ describe.runIf(existsSync(SHARED))('on the real threads (%s)', () => {
     let output = 0;
     for (const thread of threads) {
       for (let from = 0; from + RANGE_SIZE <= thread.pairs.length; from += RANGE_SIZE) {
-        const items = material(thread.pairs.slice(from, from + RANGE_SIZE).map((p) => p.assistant), from);
+        const items = material(
+          thread.pairs.slice(from, from + RANGE_SIZE).map((p) => p.assistant),
+          from,
+        );
         const text = extractiveSummary(items, 6000, 'pair')!;
         const inputBytes = items.reduce((n, it) => n + bytes(it.text), 0);
         expect(bytes(text), `${thread.id} ${from}`).toBeLessThanOrEqual(targetBytes(inputBytes, Number.POSITIVE_INFINITY, 6000));

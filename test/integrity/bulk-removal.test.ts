@@ -25,8 +25,12 @@ afterAll(async () => {
 
 /** Runs one statement in its own transaction; the rows of sourcebound.pairs it updated and deleted. */
 async function pairWrites(sql: string, params: unknown[]): Promise<{ updated: number; deleted: number }> {
-  const read = async () => (await client.query<{ updated: number; deleted: number }>(
-    `select n_tup_upd::int as updated, n_tup_del::int as deleted from pg_stat_xact_user_tables where schemaname = 'sourcebound' and relname = 'pairs'`)).rows[0]!;
+  const read = async () =>
+    (
+      await client.query<{ updated: number; deleted: number }>(
+        `select n_tup_upd::int as updated, n_tup_del::int as deleted from pg_stat_xact_user_tables where schemaname = 'sourcebound' and relname = 'pairs'`,
+      )
+    ).rows[0]!;
   await client.query('begin');
   try {
     const before = await read();
@@ -64,15 +68,21 @@ describe('a statement that takes many pairs away', () => {
     const writes = await pairWrites(`delete from sourcebound.runs where id = any($1::uuid[])`, [written.slice(0, 150).map((w) => w.runId)]);
     expect(writes).toEqual({ updated: 50, deleted: 150 });
     expect(await drift(db.pool, c)).toEqual([]);
-    const { rows } = await db.pool.query<{ run_id: string }>('select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index', [c]);
+    const { rows } = await db.pool.query<{ run_id: string }>(
+      'select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index',
+      [c],
+    );
     expect(rows.map((r) => r.run_id)).toEqual(written.slice(150).map((w) => w.runId));
     // 50 pairs: ranges 0, 10 and 20 are plannable, and each has a new source.
     expect((await compactionMarksRead(db.pool, c)).map((m) => m.fromPair)).toEqual([0, 10, 20]);
   });
 
   it.each([
-    ['moves every run to another conversation', `with m as (update sourcebound.messages set conversation_id = $2 where conversation_id = $1)
-       update sourcebound.runs set conversation_id = $2 where conversation_id = $1`],
+    [
+      'moves every run to another conversation',
+      `with m as (update sourcebound.messages set conversation_id = $2 where conversation_id = $1)
+       update sourcebound.runs set conversation_id = $2 where conversation_id = $1`,
+    ],
     ['reorders every run of the conversation', `update sourcebound.runs set seq = default where conversation_id = $1`],
   ])('%s: the pairs leave their places together, and the index rows written grow with the pairs, not their square', async (_name, sql) => {
     const c = await createConversation(db.pool);
@@ -84,14 +94,19 @@ describe('a statement that takes many pairs away', () => {
     const to = sql.includes('$2') ? other : c;
     expect(await drift(db.pool, c)).toEqual([]);
     expect(await drift(db.pool, to)).toEqual([]);
-    const { rows } = await db.pool.query<{ run_id: string }>('select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index', [to]);
+    const { rows } = await db.pool.query<{ run_id: string }>(
+      'select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index',
+      [to],
+    );
     expect(rows.map((r) => r.run_id)).toEqual(written.map((w) => w.runId));
   });
 
   it('every other run deleted: the index rows written grow with the pairs, not their square', async () => {
     const c = await createConversation(db.pool);
     const written = await addPairs(db.pool, c, PAIRS);
-    const writes = await pairWrites(`delete from sourcebound.runs where id = any($1::uuid[])`, [written.filter((_, i) => i % 2 === 0).map((w) => w.runId)]);
+    const writes = await pairWrites(`delete from sourcebound.runs where id = any($1::uuid[])`, [
+      written.filter((_, i) => i % 2 === 0).map((w) => w.runId),
+    ]);
     // Was 10,000 updates.
     expect(writes.deleted).toBe(PAIRS / 2);
     expect(writes.updated).toBeLessThanOrEqual(PAIRS / 2);

@@ -17,7 +17,10 @@ import { compactOffline, longText, projectAll, shape, summaryVerdicts } from './
 const db = await createTestDatabase();
 
 async function eligibleRows(conversationId: string): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>('select count(*)::int as n from sourcebound.eligible_pairs where conversation_id = $1', [conversationId]);
+  const { rows } = await db.pool.query<{ n: number }>(
+    'select count(*)::int as n from sourcebound.eligible_pairs where conversation_id = $1',
+    [conversationId],
+  );
   return rows[0]!.n;
 }
 
@@ -31,8 +34,11 @@ describe('1. a message whose id changes', () => {
     expect((await summaryVerdicts(db.pool, c)).usable).toEqual([0, 10, 20]);
     await db.pool.query('delete from graphile_worker._private_jobs');
 
-    const { rows: [changed] } = await db.pool.query<{ id: string }>(
-      'update sourcebound.messages set id = gen_random_uuid() where id = $1 returning id', [written[3]!.userMessageId]);
+    const {
+      rows: [changed],
+    } = await db.pool.query<{ id: string }>('update sourcebound.messages set id = gen_random_uuid() where id = $1 returning id', [
+      written[3]!.userMessageId,
+    ]);
     const newId = changed!.id;
 
     expect(await drift(db.pool, c)).toEqual([]);
@@ -67,7 +73,10 @@ describe('1. a message whose id changes', () => {
 /** Resolves once the backend is waiting for a lock (deterministic: no sleep). */
 async function waitUntilBlocked(pid: number): Promise<void> {
   for (let i = 0; i < 2000; i++) {
-    const { rows } = await db.pool.query<{ waiting: boolean }>(`select wait_event_type = 'Lock' as waiting from pg_stat_activity where pid = $1`, [pid]);
+    const { rows } = await db.pool.query<{ waiting: boolean }>(
+      `select wait_event_type = 'Lock' as waiting from pg_stat_activity where pid = $1`,
+      [pid],
+    );
     if (rows[0]?.waiting) return;
     await new Promise((r) => setImmediate(r));
   }
@@ -75,7 +84,10 @@ async function waitUntilBlocked(pid: number): Promise<void> {
 }
 
 async function order(conversationId: string): Promise<string[]> {
-  const { rows } = await db.pool.query<{ run_id: string }>('select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index', [conversationId]);
+  const { rows } = await db.pool.query<{ run_id: string }>(
+    'select run_id from sourcebound.pairs where conversation_id = $1 order by pair_index',
+    [conversationId],
+  );
   return rows.map((r) => r.run_id);
 }
 
@@ -83,7 +95,9 @@ async function order(conversationId: string): Promise<string[]> {
 async function moveRun(runId: string, to: string, client: Pick<typeof db.pool, 'query'> = db.pool): Promise<void> {
   await client.query(
     `with m as (update sourcebound.messages set conversation_id = $2 where run_id = $1)
-     update sourcebound.runs set conversation_id = $2 where id = $1`, [runId, to]);
+     update sourcebound.runs set conversation_id = $2 where id = $1`,
+    [runId, to],
+  );
 }
 
 describe('2. a run that moves to another conversation', () => {
@@ -160,13 +174,14 @@ describe('2. a run that moves to another conversation', () => {
     }
   });
 
-  it('a message cannot leave its run\'s conversation alone (the foreign key refuses)', async () => {
+  it("a message cannot leave its run's conversation alone (the foreign key refuses)", async () => {
     const c = await createConversation(db.pool);
     const other = await createConversation(db.pool);
     const [p] = await addPairs(db.pool, c, 1);
     // Messages alone cannot leave their run's conversation.
-    await expect(db.pool.query('update sourcebound.messages set conversation_id = $1 where id = $2', [other, p!.userMessageId]))
-      .rejects.toThrow(/messages_run_same_conversation_fk/);
+    await expect(
+      db.pool.query('update sourcebound.messages set conversation_id = $1 where id = $2', [other, p!.userMessageId]),
+    ).rejects.toThrow(/messages_run_same_conversation_fk/);
     expect(await drift(db.pool, c)).toEqual([]);
   });
 });
@@ -206,7 +221,9 @@ describe('3. reordering runs', () => {
   it('no other value can be written to seq (the database refuses)', async () => {
     const c = await createConversation(db.pool);
     const [p] = await addPairs(db.pool, c, 1);
-    await expect(db.pool.query('update sourcebound.runs set seq = 1 where id = $1', [p!.runId])).rejects.toThrow(/can only be updated to DEFAULT/);
+    await expect(db.pool.query('update sourcebound.runs set seq = 1 where id = $1', [p!.runId])).rejects.toThrow(
+      /can only be updated to DEFAULT/,
+    );
   });
 });
 
@@ -217,13 +234,16 @@ describe('4. a summary inside the newest 20 again', () => {
     await compactOffline(db.pool, c);
     // A budget at which the stable layout shows all three summaries.
     const whole = await projectAll(db.pool, c);
-    const at = (budgetBytes: number) => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, persistLayout: false });
+    const at = (budgetBytes: number) =>
+      projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, persistLayout: false });
     let budget = whole.bytes;
-    while ((shape(await at(budget)).summaries.join() !== '0,10,20') && budget > 1000) budget = Math.floor(budget * 0.95);
+    while (shape(await at(budget)).summaries.join() !== '0,10,20' && budget > 1000) budget = Math.floor(budget * 0.95);
     const stable = () => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: budget });
     expect(shape(await stable()).summaries).toEqual([0, 10, 20]);
     // The newest 10 runs fail: 40 eligible pairs, so range 20-29 is inside the newest 20.
-    await db.pool.query(`update sourcebound.runs set status = 'failed' where id = any($1::uuid[])`, [written.slice(40).map((w) => w.runId)]);
+    await db.pool.query(`update sourcebound.runs set status = 'failed' where id = any($1::uuid[])`, [
+      written.slice(40).map((w) => w.runId),
+    ]);
     expect(await pairCount(db.pool, c)).toBe(40);
     for (const p of [await stable(), await projectAll(db.pool, c, 'tenant-a', budget)]) {
       expect(p.problems).toEqual([]);
@@ -251,11 +271,18 @@ describe('8. a summary that costs more than its originals', () => {
     // Budgets within 25% of each other share one layout (an app whose budget moves every turn keeps its
     // cache), so the largest here may carry what a smaller one laid out, never less than the smaller
     // budgets did; a budget more than 25% away from every stored one lays the history out anew: all of it.
-    expect((await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 100_000_000 })).bytes).toBe(raw.bytes);
+    expect(
+      (await projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes: 100_000_000 })).bytes,
+    ).toBe(raw.bytes);
     const fresh = await createConversation(db.pool);
     await addPairs(db.pool, fresh, 40);
     await insertSummary(db.pool, { conversationId: fresh, fromPair: 10, summary: 'A verbose but valid summary. '.repeat(140) });
-    const whole = await projectConversationHistory({ pool: db.pool, conversationId: fresh, scope: 'tenant-a', budgetBytes: raw.bytes + 300 });
+    const whole = await projectConversationHistory({
+      pool: db.pool,
+      conversationId: fresh,
+      scope: 'tenant-a',
+      budgetBytes: raw.bytes + 300,
+    });
     expect(shape(whole).summaries).toEqual([]);
     expect(whole.omitted).toEqual([]);
   });
@@ -268,7 +295,9 @@ describe('every other change the tables allow keeps the index exact', () => {
     await db.pool.query('delete from graphile_worker._private_jobs');
     await db.pool.query(
       `with m as (update sourcebound.messages set run_id = '00000000-0000-4000-8000-0000000000aa' where run_id = $1)
-       update sourcebound.runs set id = '00000000-0000-4000-8000-0000000000aa' where id = $1`, [written[2]!.runId]);
+       update sourcebound.runs set id = '00000000-0000-4000-8000-0000000000aa' where id = $1`,
+      [written[2]!.runId],
+    );
     expect(await drift(db.pool, c)).toEqual([]);
     expect((await order(c))[2]).toBe('00000000-0000-4000-8000-0000000000aa');
     expect(await eligibleRows(c)).toBe(35);
@@ -294,10 +323,21 @@ describe('every other change the tables allow keeps the index exact', () => {
 
   it('inserting the messages of an already completed run, assistant first, makes the pair', async () => {
     const c = await createConversation(db.pool);
-    const { rows: [r] } = await db.pool.query<{ id: string }>(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [c]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`, [c, r!.id]);
+    const {
+      rows: [r],
+    } = await db.pool.query<{ id: string }>(
+      `insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`,
+      [c],
+    );
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`, [
+      c,
+      r!.id,
+    ]);
     expect(await pairCount(db.pool, c)).toBe(0);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', ' \u00a0')`, [c, r!.id]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', ' \u00a0')`, [
+      c,
+      r!.id,
+    ]);
     expect(await pairCount(db.pool, c)).toBe(0);
     await db.pool.query(`update sourcebound.messages set content = 'q' where run_id = $1 and role = 'user'`, [r!.id]);
     expect(await pairCount(db.pool, c)).toBe(1);
@@ -307,14 +347,17 @@ describe('every other change the tables allow keeps the index exact', () => {
 
 describe('10. sourcebound project --budget', () => {
   it("'' prints the usage and exits 2 (it was read as 0)", async () => {
-    const cli = spawnSourcebound(['project', '00000000-0000-4000-8000-000000000000', '--scope', 's', '--budget', ''], { DATABASE_URL: db.url });
+    const cli = spawnSourcebound(['project', '00000000-0000-4000-8000-000000000000', '--scope', 's', '--budget', ''], {
+      DATABASE_URL: db.url,
+    });
     expect(await cli.exited).toBe(2);
     expect(cli.stderr).toMatch(/--budget must be a whole number of bytes, got ''/);
     expect(cli.stderr).toMatch(/usage: sourcebound project/);
   });
 
   it.each([[' '], ['1e3'], ['0x10'], ['-1'], ['12abc'], ['1.5']])('%j is a usage error', async (budget) => {
-    await expect(projectCliCommand.run(['00000000-0000-4000-8000-000000000000', '--scope', 's', `--budget=${budget}`]))
-      .rejects.toThrow(UsageError);
+    await expect(projectCliCommand.run(['00000000-0000-4000-8000-000000000000', '--scope', 's', `--budget=${budget}`])).rejects.toThrow(
+      UsageError,
+    );
   });
 });

@@ -44,12 +44,18 @@ const states: State[] = [
   {
     name: 'a row missing from the index',
     visible: true,
-    make: async (_c, w) => { await db.pool.query('delete from sourcebound.pairs where run_id = $1', [w[25]!.runId]); return []; },
+    make: async (_c, w) => {
+      await db.pool.query('delete from sourcebound.pairs where run_id = $1', [w[25]!.runId]);
+      return [];
+    },
   },
   {
     name: 'a message id changed around the triggers',
     visible: true,
-    make: async (_c, w) => { await aroundTheTriggers('update sourcebound.messages set id = gen_random_uuid() where id = $1', [w[33]!.userMessageId]); return []; },
+    make: async (_c, w) => {
+      await aroundTheTriggers('update sourcebound.messages set id = gen_random_uuid() where id = $1', [w[33]!.userMessageId]);
+      return [];
+    },
   },
   {
     name: 'a half-applied move (run and messages moved, index not)',
@@ -59,24 +65,36 @@ const states: State[] = [
       await addPairs(db.pool, target, 5);
       await aroundTheTriggers(
         `with m as (update sourcebound.messages set conversation_id = $2 where run_id = $1)
-         update sourcebound.runs set conversation_id = $2 where id = $1`, [w[36]!.runId, target]);
+         update sourcebound.runs set conversation_id = $2 where id = $1`,
+        [w[36]!.runId, target],
+      );
       return [target];
     },
   },
   {
     name: 'indexes out of place ([0..38, 44])',
     visible: true,
-    make: async (c) => { await db.pool.query('update sourcebound.pairs set pair_index = 44 where conversation_id = $1 and pair_index = 39', [c]); return []; },
+    make: async (c) => {
+      await db.pool.query('update sourcebound.pairs set pair_index = 44 where conversation_id = $1 and pair_index = 39', [c]);
+      return [];
+    },
   },
   {
     name: 'an ineligible run still indexed',
     visible: false,
-    make: async (_c, w) => { await aroundTheTriggers(`update sourcebound.runs set status = 'failed' where id = $1`, [w[31]!.runId]); return []; },
+    make: async (_c, w) => {
+      await aroundTheTriggers(`update sourcebound.runs set status = 'failed' where id = $1`, [w[31]!.runId]);
+      return [];
+    },
   },
 ];
 
 const warnings: { details: { problems?: unknown[] }; message: string }[] = [];
-const logger = { warn: (details: object, message: string) => { warnings.push({ details, message }); } };
+const logger = {
+  warn: (details: object, message: string) => {
+    warnings.push({ details, message });
+  },
+};
 
 async function projectBoth(c: string, budgetBytes: number): Promise<ConversationProjection[]> {
   return [
@@ -87,8 +105,13 @@ async function projectBoth(c: string, budgetBytes: number): Promise<Conversation
 
 /** Every message a projection carries belongs to the conversation. */
 async function ownMessages(p: ConversationProjection, c: string, pool: pg.Pool): Promise<void> {
-  const ids = p.items.flatMap((i) => (i.kind === 'pair' ? [i.userMessageId, i.assistantMessageId] : i.userMessages.map((u) => u.messageId)));
-  const { rows } = await pool.query<{ n: number }>('select count(*)::int as n from sourcebound.messages where id = any($1::uuid[]) and conversation_id = $2', [ids, c]);
+  const ids = p.items.flatMap((i) =>
+    i.kind === 'pair' ? [i.userMessageId, i.assistantMessageId] : i.userMessages.map((u) => u.messageId),
+  );
+  const { rows } = await pool.query<{ n: number }>(
+    'select count(*)::int as n from sourcebound.messages where id = any($1::uuid[]) and conversation_id = $2',
+    [ids, c],
+  );
   expect(rows[0]!.n).toBe(ids.length);
 }
 
@@ -152,7 +175,9 @@ describe('9. projection degrades, inspect names the problem, repair rebuilds', (
     expect(await project.cli.exited).toBe(0);
     expect(await inspect.cli.exited).toBe(0);
     expect(project.out.join('')).toMatch(new RegExp(`problem: .*sourcebound repair ${c} --scope tenant-a`));
-    expect(inspect.out.join('')).toMatch(/PROBLEM: the pair index differs from the definition of an eligible pair in 1 row\(s\) \(missing 1\), from pair 12 on/);
+    expect(inspect.out.join('')).toMatch(
+      /PROBLEM: the pair index differs from the definition of an eligible pair in 1 row\(s\) \(missing 1\), from pair 12 on/,
+    );
     for (const p of [project, inspect]) expect(p.cli.stderr).not.toMatch(/\n\s+at /);
 
     // The repair command in-process (same code path as the binary, minus a third process start).
@@ -160,10 +185,16 @@ describe('9. projection degrades, inspect names the problem, repair rebuilds', (
     const write = process.stdout.write.bind(process.stdout);
     const savedUrl = process.env.DATABASE_URL;
     process.env.DATABASE_URL = db.url;
-    process.stdout.write = ((chunk: string) => { printed.push(String(chunk)); return true; }) as typeof process.stdout.write;
+    process.stdout.write = ((chunk: string) => {
+      printed.push(String(chunk));
+      return true;
+    }) as typeof process.stdout.write;
     try {
       await repairCommand.run([c, '--scope', 'tenant-a']);
-      await expect(repairCommand.run([c, '--scope', 'tenant-b'])).rejects.toMatchObject({ exitQuietly: true, message: expect.stringMatching(/not found in scope/) });
+      await expect(repairCommand.run([c, '--scope', 'tenant-b'])).rejects.toMatchObject({
+        exitQuietly: true,
+        message: expect.stringMatching(/not found in scope/),
+      });
     } finally {
       process.stdout.write = write;
       process.env.DATABASE_URL = savedUrl;

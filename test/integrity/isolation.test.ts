@@ -27,8 +27,13 @@ async function setup(): Promise<Setup> {
   const c = await createConversation(db.pool);
   const pairs = await addPairs(db.pool, c, 31);
   const [live] = await addPairs(db.pool, c, 1, undefined, { runStatus: 'running', startAt: 100 });
-  const { rows: [bare] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
-  await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, bare.id]);
+  const {
+    rows: [bare],
+  } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
+  await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [
+    c,
+    bare.id,
+  ]);
   return { c, middleRun: pairs[5]!.runId, liveRun: live!.runId, bareRun: bare.id as string };
 }
 
@@ -45,7 +50,10 @@ const races: { name: string; meanwhile: Step; write: Step }[] = [
     // The old snapshot sees the run still running: the pair was never indexed.
     name: 'the run completes, then the session writes its assistant message',
     meanwhile: (s) => [`update sourcebound.runs set status = 'completed' where id = $1`, [s.bareRun]],
-    write: (s) => [`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`, [s.c, s.bareRun]],
+    write: (s) => [
+      `insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`,
+      [s.c, s.bareRun],
+    ],
   },
 ];
 
@@ -59,7 +67,10 @@ describe('pair writes under a transaction snapshot', () => {
         await session.query(`begin isolation level ${isolation}`);
         await session.query('select 1');
         await db.pool.query(...meanwhile(s));
-        const error = await session.query(...write(s)).then(() => null, (e: { code?: string; message: string }) => e);
+        const error = await session.query(...write(s)).then(
+          () => null,
+          (e: { code?: string; message: string }) => e,
+        );
         await session.query(error ? 'rollback' : 'commit');
         expect(error?.code, error?.message ?? 'the write was accepted').toBe('0A000');
         expect(error?.message).toMatch(/READ COMMITTED/);
@@ -96,7 +107,12 @@ describe('pair writes under a transaction snapshot', () => {
       await session.query('begin isolation level repeatable read');
       // A status change that keeps the run ineligible, a message outside any run.
       await session.query(`update sourcebound.runs set status = 'queued' where id = $1`, [s.liveRun]);
-      const { rows: [m] } = await session.query(`insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', 'note') returning id`, [s.c]);
+      const {
+        rows: [m],
+      } = await session.query(
+        `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', 'note') returning id`,
+        [s.c],
+      );
       await session.query(`update sourcebound.messages set content = 'note 2' where id = $1`, [m.id]);
       // And erasing a conversation, whose runs and messages go by cascade.
       const other = await createConversation(db.pool);

@@ -122,7 +122,8 @@ const messageOf = (s: SeedState, runs: Row[]) => {
 
 const STEPS: { name: string; weight: number; run: Step }[] = [
   {
-    name: 'insert pairs', weight: 3,
+    name: 'insert pairs',
+    weight: 3,
     run: async (s, pool) => {
       const c = s.rng.pick(s.conversations);
       const n = s.rng.int(1, 6);
@@ -133,20 +134,26 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'insert a run in progress', weight: 1,
+    name: 'insert a run in progress',
+    weight: 1,
     run: async (s, pool) => {
       const c = s.rng.pick(s.conversations);
       const i = s.textCounter++;
-      await addPairs(pool, c, 1, () => ({ user: `question ${i}?`, assistant: reply(s.seed, i) }), { runStatus: s.rng.pick(['queued', 'running']) });
+      await addPairs(pool, c, 1, () => ({ user: `question ${i}?`, assistant: reply(s.seed, i) }), {
+        runStatus: s.rng.pick(['queued', 'running']),
+      });
       return `insert a run in progress into ${s.conversations.indexOf(c)}`;
     },
   },
   {
-    name: 'edit a text', weight: 3,
+    name: 'edit a text',
+    weight: 3,
     run: async (s, pool, runs) => {
       const m = messageOf(s, runs);
       if (m === null) return null;
-      const { rows: [old] } = await pool.query<{ content: string }>('select content from sourcebound.messages where id = $1', [m.id]);
+      const {
+        rows: [old],
+      } = await pool.query<{ content: string }>('select content from sourcebound.messages where id = $1', [m.id]);
       const text = s.rng.chance(0.15) ? ' \u00a0 ' : `${old!.content} (edited ${s.textCounter++})`;
       s.edited.push({ messageId: m.id, original: old!.content });
       await pool.query('update sourcebound.messages set content = $2 where id = $1', [m.id, text]);
@@ -154,7 +161,8 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'put an edited text back', weight: 2,
+    name: 'put an edited text back',
+    weight: 2,
     run: async (s, pool) => {
       const e = s.edited.pop();
       if (e === undefined) return null;
@@ -163,14 +171,19 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'edit during the next summary call', weight: 2,
+    name: 'edit during the next summary call',
+    weight: 2,
     run: async (s) => {
       s.duringCall = async (request) => {
         const item = request.items[s.rng.int(0, request.items.length - 1)];
         if (item === undefined) return;
         // Items are named by pair number: the message is the sequence's assistant message with that text (every reply's is its own).
-        const { rows: [m] } = await db.pool.query<{ id: string }>(
-          `select id from sourcebound.messages where role = 'assistant' and content = $1 and conversation_id = any($2::uuid[]) limit 1`, [item.text, s.conversations]);
+        const {
+          rows: [m],
+        } = await db.pool.query<{ id: string }>(
+          `select id from sourcebound.messages where role = 'assistant' and content = $1 and conversation_id = any($2::uuid[]) limit 1`,
+          [item.text, s.conversations],
+        );
         if (m === undefined) return;
         s.edited.push({ messageId: m.id, original: item.text });
         await db.pool.query('update sourcebound.messages set content = content || $2 where id = $1', [m.id, ' (edited in flight)']);
@@ -180,7 +193,8 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'change a message id', weight: 2,
+    name: 'change a message id',
+    weight: 2,
     run: async (s, pool, runs) => {
       const m = messageOf(s, runs);
       if (m === null) return null;
@@ -190,31 +204,38 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'change a run id', weight: 1,
+    name: 'change a run id',
+    weight: 1,
     run: async (s, pool, runs) => {
       if (runs.length === 0) return null;
       const r = s.rng.pick(runs);
       await pool.query(
         `with n as (select gen_random_uuid() as id),
               m as (update sourcebound.messages set run_id = (select id from n) where run_id = $1)
-         update sourcebound.runs set id = (select id from n) where id = $1`, [r.run_id]);
+         update sourcebound.runs set id = (select id from n) where id = $1`,
+        [r.run_id],
+      );
       return `new id for run ${r.run_id.slice(0, 8)}`;
     },
   },
   {
-    name: 'move a run', weight: 2,
+    name: 'move a run',
+    weight: 2,
     run: async (s, pool, runs) => {
       if (runs.length === 0) return null;
       const r = s.rng.pick(runs);
       const to = s.rng.pick(s.conversations.filter((c) => c !== r.conversation_id));
       await pool.query(
         `with m as (update sourcebound.messages set conversation_id = $2 where run_id = $1)
-         update sourcebound.runs set conversation_id = $2 where id = $1`, [r.run_id, to]);
+         update sourcebound.runs set conversation_id = $2 where id = $1`,
+        [r.run_id, to],
+      );
       return `move run ${r.run_id.slice(0, 8)} to ${s.conversations.indexOf(to)}`;
     },
   },
   {
-    name: 'flip a run status', weight: 3,
+    name: 'flip a run status',
+    weight: 3,
     run: async (s, pool, runs) => {
       if (runs.length === 0) return null;
       const r = s.rng.pick(runs);
@@ -224,7 +245,8 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'flip an assistant status', weight: 2,
+    name: 'flip an assistant status',
+    weight: 2,
     run: async (s, pool, runs) => {
       const withAssistant = runs.filter((r) => r.assistant_id !== null);
       if (withAssistant.length === 0) return null;
@@ -235,7 +257,8 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'reorder runs', weight: 2,
+    name: 'reorder runs',
+    weight: 2,
     run: async (s, pool, runs) => {
       if (runs.length === 0) return null;
       const chosen = Array.from({ length: s.rng.int(1, 3) }, () => s.rng.pick(runs).run_id);
@@ -244,7 +267,8 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'delete a message', weight: 1,
+    name: 'delete a message',
+    weight: 1,
     run: async (s, pool, runs) => {
       const m = messageOf(s, runs);
       if (m === null) return null;
@@ -253,7 +277,8 @@ const STEPS: { name: string; weight: number; run: Step }[] = [
     },
   },
   {
-    name: 'delete a run', weight: 1,
+    name: 'delete a run',
+    weight: 1,
     run: async (s, pool, runs) => {
       if (runs.length === 0) return null;
       const r = s.rng.pick(runs);
@@ -275,14 +300,17 @@ function pickStep(r: Rng) {
 
 async function checkAfterStep(s: SeedState, pool: pg.Pool): Promise<void> {
   // One round trip for the two whole-sequence checks: index drift and dispatches per identity.
-  const { rows: [whole] } = await pool.query<{ drift: unknown[]; over: unknown[] }>(
+  const {
+    rows: [whole],
+  } = await pool.query<{ drift: unknown[]; over: unknown[] }>(
     `select
        (select coalesce(json_agg(d), '[]') from unnest($1::uuid[]) c cross join lateral sourcebound.pairs_drift(c) d) as drift,
        (select coalesce(json_agg(o), '[]') from (
           select s.id, s.from_pair, count(a.id)::int as dispatches
           from sourcebound.conversation_summaries s join sourcebound.conversation_summary_attempts a on a.summary_id = s.id
           where s.conversation_id = any($1::uuid[]) group by s.id having count(a.id) > 2) o) as over`,
-    [s.conversations]);
+    [s.conversations],
+  );
   expect(whole!.drift, 'pairs_drift').toEqual([]);
   expect(whole!.over, 'identities dispatched more than twice').toEqual([]);
 
@@ -292,23 +320,37 @@ async function checkAfterStep(s: SeedState, pool: pg.Pool): Promise<void> {
     const p = await projectConversationHistory({ pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout });
     // The pair index is never inconsistent; exchanges no pair can take (a message moved off its run, a
     // reply left streaming) are reported with the counts the tables give.
-    expect(p.problems.filter((x) => x.atPair !== null), 'projection problems').toEqual([]);
-    const { rows: [hidden] } = await pool.query<Record<string, number>>(
+    expect(
+      p.problems.filter((x) => x.atPair !== null),
+      'projection problems',
+    ).toEqual([]);
+    const {
+      rows: [hidden],
+    } = await pool.query<Record<string, number>>(
       `select (select count(*)::int from sourcebound.messages where conversation_id = $1 and run_id is null) as messages_without_run,
-              (select count(*)::int from sourcebound.messages where conversation_id = $1 and status = 'streaming') as replies_streaming`, [c]);
+              (select count(*)::int from sourcebound.messages where conversation_id = $1 and status = 'streaming') as replies_streaming`,
+      [c],
+    );
     const expected = Object.entries(hidden!).filter(([, n]) => n > 0);
-    expect(p.problems.filter((x) => x.atPair === null).map((x) => [x.kind, x.count]), 'exchanges no pair can take').toEqual(expected);
+    expect(
+      p.problems.filter((x) => x.atPair === null).map((x) => [x.kind, x.count]),
+      'exchanges no pair can take',
+    ).toEqual(expected);
     expect(p.bytes).toBeLessThanOrEqual(budgetBytes);
     expect(messagesBytes(toAnthropicMessages(p))).toBe(p.bytes);
     const summaries = p.items.filter((i) => i.kind === 'summary');
     if (summaries.length === 0) continue;
     const { rows: records } = await pool.query<{ id: string; ids: string[]; hash: string; version: number; status: string }>(
       `select id, source_message_ids::text[] as ids, source_hash as hash, hash_version as version, status
-       from sourcebound.conversation_summaries where id = any($1::uuid[])`, [summaries.map((i) => i.recordId)]);
+       from sourcebound.conversation_summaries where id = any($1::uuid[])`,
+      [summaries.map((i) => i.recordId)],
+    );
     const all = await rangeSource(pool, c, 0, p.pairCount - 1);
     for (const item of summaries) {
-      expect(item.fromPair + RANGE_SIZE - 1, `summary ${item.fromPair}-${item.toPair} inside the newest ${RAW_TAIL} of ${p.pairCount}`)
-        .toBeLessThan(p.pairCount - RAW_TAIL);
+      expect(
+        item.fromPair + RANGE_SIZE - 1,
+        `summary ${item.fromPair}-${item.toPair} inside the newest ${RAW_TAIL} of ${p.pairCount}`,
+      ).toBeLessThan(p.pairCount - RAW_TAIL);
       const record = records.find((r) => r.id === item.recordId);
       const source = all.slice(item.fromPair, item.fromPair + RANGE_SIZE);
       expect(record?.status).toBe('completed');
@@ -348,7 +390,8 @@ async function runSeed(seed: number, pool: pg.Pool, log: string[]): Promise<Seed
     if (r.chance(0.5)) {
       for (const c of state.conversations) {
         const report = await compactConversation(ctx, c);
-        if (report.ranges.length > 0) state.log.push(`  compact ${state.conversations.indexOf(c)}: ${report.ranges.map((x) => `${x.fromPair}:${x.result}`).join(' ')}`);
+        if (report.ranges.length > 0)
+          state.log.push(`  compact ${state.conversations.indexOf(c)}: ${report.ranges.map((x) => `${x.fromPair}:${x.result}`).join(' ')}`);
       }
     }
     await checkAfterStep(state, pool);
@@ -357,39 +400,49 @@ async function runSeed(seed: number, pool: pg.Pool, log: string[]): Promise<Seed
 }
 
 describe('conversation integrity under random histories', () => {
-  it(`holds after every step of ${SEEDS.length} random sequences`, async () => {
-    const failures: { seed: number; error: Error; log: string[] }[] = [];
-    let next = 0;
-    let dispatchedIdentities = 0;
-    const logs = new Map<number, string[]>();
-    await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-      while (next < SEEDS.length && failures.length === 0) {
-        const seed = SEEDS[next++]!;
-        const log: string[] = [];
-        logs.set(seed, log);
-        try {
-          await runSeed(seed, db.pool, log);
-        } catch (error) {
-          failures.push({ seed, error: error as Error, log });
-        }
-      }
-    }));
-    const { rows } = await db.pool.query<{ n: number; stale: number; completed: number }>(
-      `select count(distinct summary_id)::int as n,
+  it(
+    `holds after every step of ${SEEDS.length} random sequences`,
+    async () => {
+      const failures: { seed: number; error: Error; log: string[] }[] = [];
+      let next = 0;
+      let dispatchedIdentities = 0;
+      const logs = new Map<number, string[]>();
+      await Promise.all(
+        Array.from({ length: CONCURRENCY }, async () => {
+          while (next < SEEDS.length && failures.length === 0) {
+            const seed = SEEDS[next++]!;
+            const log: string[] = [];
+            logs.set(seed, log);
+            try {
+              await runSeed(seed, db.pool, log);
+            } catch (error) {
+              failures.push({ seed, error: error as Error, log });
+            }
+          }
+        }),
+      );
+      const { rows } = await db.pool.query<{ n: number; stale: number; completed: number }>(
+        `select count(distinct summary_id)::int as n,
               count(*) filter (where outcome = 'stale')::int as stale,
               count(*) filter (where outcome = 'ok')::int as completed
-       from sourcebound.conversation_summary_attempts`);
-    dispatchedIdentities = rows[0]!.n;
-    if (ONLY !== null) process.stdout.write(`${logs.get(ONLY)?.join('\n') ?? ''}\n`);
-    if (failures.length > 0) {
-      const f = failures[0]!;
-      throw new Error(`seed ${f.seed} failed (rerun: PROPERTY_SEED=${f.seed} npx vitest run test/integrity/property.test.ts): ${f.error.message}\n${f.log.join('\n')}`, { cause: f.error });
-    }
-    // The sequences did exercise compaction: summaries were made, and some went stale in flight.
-    if (ONLY === null) {
-      expect(dispatchedIdentities).toBeGreaterThan(SEEDS.length / 2);
-      expect(rows[0]!.stale).toBeGreaterThan(0);
-      expect(rows[0]!.completed).toBeGreaterThan(SEEDS.length / 2);
-    }
-  }, FULL ? 3_600_000 : 300_000);
+       from sourcebound.conversation_summary_attempts`,
+      );
+      dispatchedIdentities = rows[0]!.n;
+      if (ONLY !== null) process.stdout.write(`${logs.get(ONLY)?.join('\n') ?? ''}\n`);
+      if (failures.length > 0) {
+        const f = failures[0]!;
+        throw new Error(
+          `seed ${f.seed} failed (rerun: PROPERTY_SEED=${f.seed} npx vitest run test/integrity/property.test.ts): ${f.error.message}\n${f.log.join('\n')}`,
+          { cause: f.error },
+        );
+      }
+      // The sequences did exercise compaction: summaries were made, and some went stale in flight.
+      if (ONLY === null) {
+        expect(dispatchedIdentities).toBeGreaterThan(SEEDS.length / 2);
+        expect(rows[0]!.stale).toBeGreaterThan(0);
+        expect(rows[0]!.completed).toBeGreaterThan(SEEDS.length / 2);
+      }
+    },
+    FULL ? 3_600_000 : 300_000,
+  );
 });

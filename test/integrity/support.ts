@@ -34,11 +34,20 @@ export function compactOffline(pool: pg.Pool, conversationId: string): Promise<C
  */
 export const longText = (i: number) => ({
   user: `Question ${i}: what happened to fund F${i}?`,
-  assistant: Array.from({ length: 12 }, (_, s) => `Fund F${i} sentence ${s} reports a NAV of ${100 + i}.${s}5 on 2026-0${(s % 9) + 1}-1${i % 10} with plenty of filler words around it.`).join(' '),
+  assistant: Array.from(
+    { length: 12 },
+    (_, s) =>
+      `Fund F${i} sentence ${s} reports a NAV of ${100 + i}.${s}5 on 2026-0${(s % 9) + 1}-1${i % 10} with plenty of filler words around it.`,
+  ).join(' '),
 });
 
 /** A projection with everything in budget, newest-first (no layout kept between calls). */
-export function projectAll(pool: pg.Pool, conversationId: string, scope = 'tenant-a', budgetBytes = 10_000_000): Promise<ConversationProjection> {
+export function projectAll(
+  pool: pg.Pool,
+  conversationId: string,
+  scope = 'tenant-a',
+  budgetBytes = 10_000_000,
+): Promise<ConversationProjection> {
   return projectConversationHistory({ pool, conversationId, scope, budgetBytes, layout: 'newest-first' });
 }
 
@@ -55,7 +64,11 @@ export function shape(p: ConversationProjection): { summaries: number[]; raw: nu
  * originals): which ranges may show one, and why each other may not. What a layout then shows of them
  * depends on the budget (a history that fits is sent raw).
  */
-export async function summaryVerdicts(pool: pg.Pool, conversationId: string, scope = 'tenant-a'): Promise<{ usable: number[]; reasons: Map<number, string> }> {
+export async function summaryVerdicts(
+  pool: pg.Pool,
+  conversationId: string,
+  scope = 'tenant-a',
+): Promise<{ usable: number[]; reasons: Map<number, string> }> {
   const count = (await conversationPairCountRead(pool, conversationId, scope)) ?? 0;
   const reader = new ConversationReader(pool, { conversationId, scope, count, budgetBytes: 100_000_000, onRead: undefined });
   const usable: number[] = [];

@@ -9,7 +9,9 @@ import { addPairs, createConversation, drift, pairCount } from '../support/fixtu
  */
 async function marks(db: Awaited<ReturnType<typeof createTestDatabase>>, c: string): Promise<number[]> {
   const { rows } = await db.pool.query<{ from_pair: number }>(
-    'select from_pair from sourcebound.compaction_marks where conversation_id = $1 order by from_pair', [c]);
+    'select from_pair from sourcebound.compaction_marks where conversation_id = $1 order by from_pair',
+    [c],
+  );
   return rows.map((r) => r.from_pair);
 }
 
@@ -23,15 +25,20 @@ describe('TRUNCATE of the conversation store', () => {
     expect(await marks(db, a)).toEqual([0, 10]);
 
     await db.pool.query('truncate sourcebound.messages');
-    const { rows: [left] } = await db.pool.query<{ pairs: number; marks: number }>(
-      `select (select count(*)::int from sourcebound.pairs) as pairs, (select count(*)::int from sourcebound.compaction_marks) as marks`);
+    const {
+      rows: [left],
+    } = await db.pool.query<{ pairs: number; marks: number }>(
+      `select (select count(*)::int from sourcebound.pairs) as pairs, (select count(*)::int from sourcebound.compaction_marks) as marks`,
+    );
     expect(left).toEqual({ pairs: 0, marks: 0 });
     expect(await drift(db.pool, a)).toEqual([]);
 
     // Was: indexed 45..74 after the 45 vanished pairs, every claim 'gone'.
     await addPairs(db.pool, a, 30);
     expect(await pairCount(db.pool, a)).toBe(30);
-    const { rows: [last] } = await db.pool.query<{ n: number }>('select max(pair_index)::int as n from sourcebound.pairs where conversation_id = $1', [a]);
+    const {
+      rows: [last],
+    } = await db.pool.query<{ n: number }>('select max(pair_index)::int as n from sourcebound.pairs where conversation_id = $1', [a]);
     expect(last!.n).toBe(29);
     expect(await drift(db.pool, a)).toEqual([]);
     expect(await marks(db, a)).toEqual([0]);

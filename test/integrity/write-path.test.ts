@@ -33,7 +33,8 @@ afterAll(async () => {
 async function callsSoFar(): Promise<Calls> {
   const { rows } = await client.query<{ name: string; calls: number }>(
     `select schemaname || '.' || funcname as name, calls::int as calls from pg_stat_xact_user_functions
-     where schemaname in ('sourcebound', 'graphile_worker')`);
+     where schemaname in ('sourcebound', 'graphile_worker')`,
+  );
   return Object.fromEntries(rows.map((r) => [r.name, r.calls]));
 }
 
@@ -51,17 +52,27 @@ async function callsOf(sql: string, params: unknown[] = []): Promise<{ calls: Ca
 async function livePair(conversationId: string): Promise<Record<string, Calls>> {
   await client.query('begin');
   try {
-    const run = await callsOf(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [conversationId]);
+    const run = await callsOf(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [
+      conversationId,
+    ]);
     const runId = run.rows[0]!.id as string;
-    const user = await callsOf(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'What moved the fund?')`, [conversationId, runId]);
+    const user = await callsOf(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'What moved the fund?')`,
+      [conversationId, runId],
+    );
     const assistant = await callsOf(
-      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`, [conversationId, runId]);
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', '', 'streaming') returning id`,
+      [conversationId, runId],
+    );
     const assistantId = assistant.rows[0]!.id as string;
     const tokens: Calls = {};
     for (const text of ['The', 'The fund', 'The fund moved']) {
       Object.assign(tokens, (await callsOf(`update sourcebound.messages set content = $2 where id = $1`, [assistantId, text])).calls);
     }
-    const completed = await callsOf(`update sourcebound.messages set content = 'The fund moved 2.5%.', status = 'completed' where id = $1`, [assistantId]);
+    const completed = await callsOf(
+      `update sourcebound.messages set content = 'The fund moved 2.5%.', status = 'completed' where id = $1`,
+      [assistantId],
+    );
     const runCompleted = await callsOf(`update sourcebound.runs set status = 'completed' where id = $1`, [runId]);
     await client.query('commit');
     return {
@@ -110,7 +121,9 @@ describe('the write path of a live pair, in function calls', () => {
     });
     expect(at30['run completed']).not.toHaveProperty(['sourcebound.refresh_pair']);
     expect(await compactionJobs(db.pool, c)).toBe(1);
-    const { rows: [job30] } = await db.pool.query(`select id, revision from graphile_worker._private_jobs where payload->>'conversationId' = $1`, [c]);
+    const {
+      rows: [job30],
+    } = await db.pool.query(`select id, revision from graphile_worker._private_jobs where payload->>'conversationId' = $1`, [c]);
 
     // Pairs 31..39 report nothing: no pairs_changed() between crossings.
     for (let n = 31; n < 40; n++) {
@@ -124,9 +137,14 @@ describe('the write path of a live pair, in function calls', () => {
       'sourcebound.enqueue_compaction': 1,
     });
     // The same job, untouched, and now two ranges marked for it.
-    const { rows: [job40] } = await db.pool.query(`select id, revision from graphile_worker._private_jobs where payload->>'conversationId' = $1`, [c]);
+    const {
+      rows: [job40],
+    } = await db.pool.query(`select id, revision from graphile_worker._private_jobs where payload->>'conversationId' = $1`, [c]);
     expect(job40).toEqual(job30);
-    const { rows: marks } = await db.pool.query(`select from_pair from sourcebound.compaction_marks where conversation_id = $1 order by 1`, [c]);
+    const { rows: marks } = await db.pool.query(
+      `select from_pair from sourcebound.compaction_marks where conversation_id = $1 order by 1`,
+      [c],
+    );
     expect(marks.map((m) => m.from_pair)).toEqual([0, 10]);
     expect(await pairCount(db.pool, c)).toBe(40);
     expect(await drift(db.pool, c)).toEqual([]);
@@ -139,11 +157,19 @@ describe('the write path of a live pair, in function calls', () => {
     expect(await pairCount(db.pool, c)).toBe(2);
     await db.pool.query(`update sourcebound.runs set status = 'partial' where id = $1`, [p!.runId]);
     expect(await pairCount(db.pool, c)).toBe(3);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, r.id]);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [
+      c,
+      r.id,
+    ]);
     await db.pool.query(`update sourcebound.runs set status = 'completed' where id = $1`, [r.id]);
     expect(await pairCount(db.pool, c)).toBe(3);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`, [c, r.id]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`, [
+      c,
+      r.id,
+    ]);
     expect(await pairCount(db.pool, c)).toBe(4);
     expect(await drift(db.pool, c)).toEqual([]);
   });
@@ -163,12 +189,16 @@ describe('the write path of a live pair, in function calls', () => {
     try {
       for (const from of combos) {
         const inserted = await callsOf(
-          `insert into sourcebound.messages (conversation_id, role, content, status) values ($1, $2, 'x', $3) returning id`, [c, from.role, from.status]);
+          `insert into sourcebound.messages (conversation_id, role, content, status) values ($1, $2, 'x', $3) returning id`,
+          [c, from.role, from.status],
+        );
         expect(called(inserted.calls), `insert ${from.role}/${from.status}`).toBe(passes(from) ? 1 : 0);
         const id = inserted.rows[0]!.id as string;
         for (const to of combos) {
           const updated = await callsOf(set, [id, to.role, to.status]);
-          expect(called(updated.calls), `update ${from.role}/${from.status} -> ${to.role}/${to.status}`).toBe(passes(from) || passes(to) ? 1 : 0);
+          expect(called(updated.calls), `update ${from.role}/${from.status} -> ${to.role}/${to.status}`).toBe(
+            passes(from) || passes(to) ? 1 : 0,
+          );
           await client.query(set, [id, from.role, from.status]);
         }
       }
@@ -180,10 +210,19 @@ describe('the write path of a live pair, in function calls', () => {
   it('a user message that is still streaming is part of a pair, and its text edits are seen', async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 2);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [c]);
-    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`, [c, r.id]);
-    const { rows: [u] } = await db.pool.query(
-      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', 'q', 'streaming') returning id`, [c, r.id]);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [c]);
+    await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'assistant', 'a')`, [
+      c,
+      r.id,
+    ]);
+    const {
+      rows: [u],
+    } = await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'user', 'q', 'streaming') returning id`,
+      [c, r.id],
+    );
     expect(await pairCount(db.pool, c)).toBe(3);
     // Whitespace only: no longer a pair (0016 skipped this streaming -> streaming edit).
     await db.pool.query(`update sourcebound.messages set content = '  ' where id = $1`, [u.id]);
@@ -205,12 +244,18 @@ describe('two transactions each writing half of a pair', () => {
       name: 'the run completes first, the user message is inserted second',
       setup: 'no user',
       first: ({ run }) => [`update sourcebound.runs set status = 'completed' where id = $1`, [run]],
-      second: ({ c, run }) => [`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, run]],
+      second: ({ c, run }) => [
+        `insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`,
+        [c, run],
+      ],
     },
     {
       name: 'the user message is inserted first, the run completes second',
       setup: 'no user',
-      first: ({ c, run }) => [`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, run]],
+      first: ({ c, run }) => [
+        `insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`,
+        [c, run],
+      ],
       second: ({ run }) => [`update sourcebound.runs set status = 'completed' where id = $1`, [run]],
     },
   ];
@@ -218,11 +263,21 @@ describe('two transactions each writing half of a pair', () => {
   it.each(cases)('$name: the pair is made once the second commits (the 30th: one job)', async ({ setup, first, second }) => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 29);
-    const { rows: [r] } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
+    const {
+      rows: [r],
+    } = await db.pool.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'running') returning id`, [c]);
     const assistantStatus = setup === 'streaming' ? 'streaming' : 'completed';
-    if (setup === 'streaming') await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [c, r.id]);
-    const { rows: [a] } = await db.pool.query(
-      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', 'a', $3) returning id`, [c, r.id, assistantStatus]);
+    if (setup === 'streaming')
+      await db.pool.query(`insert into sourcebound.messages (conversation_id, run_id, role, content) values ($1, $2, 'user', 'q')`, [
+        c,
+        r.id,
+      ]);
+    const {
+      rows: [a],
+    } = await db.pool.query(
+      `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, 'assistant', 'a', $3) returning id`,
+      [c, r.id, assistantStatus],
+    );
     const ids = { c, run: r.id as string, assistant: a.id as string };
     // The second waits on the first's conversation lock, then reads what it committed.
     await inTwoTransactions(db.url, first(ids), second(ids), { whileSecondRuns: waitForLockWait });
@@ -240,5 +295,5 @@ async function waitForLockWait(waiter: pg.Client): Promise<void> {
     const { rows } = await db.pool.query(`select wait_event_type from pg_stat_activity where pid = $1`, [pid]);
     if (rows[0]?.wait_event_type === 'Lock') return;
   }
-  throw new Error('the second transaction never waited for the first one\'s lock');
+  throw new Error("the second transaction never waited for the first one's lock");
 }

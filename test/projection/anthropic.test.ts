@@ -1,8 +1,15 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
-  BREAKPOINT_BYTES, itemBytes, messagesBytes, noteBytes, projectConversationHistory, projectedBytes, toAnthropicMessages,
-  type ConversationProjection, type MessageParam,
+  BREAKPOINT_BYTES,
+  itemBytes,
+  messagesBytes,
+  noteBytes,
+  projectConversationHistory,
+  projectedBytes,
+  toAnthropicMessages,
+  type ConversationProjection,
+  type MessageParam,
 } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
@@ -18,13 +25,31 @@ async function projectionWithEverything(): Promise<ConversationProjection> {
   const id = await createConversation(db.pool);
   await addPairs(db.pool, id, 45, (i) => ({ user: `Frage ${i}: 数据? 🚀`, assistant: `Antwort ${i} ${'…'.repeat(20)}` }));
   await insertSummary(db.pool, { conversationId: id, fromPair: 10, summary: 'Summary of replies 10-19.' });
-  const full = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 1_000_000, layout: 'newest-first' });
+  const full = await projectConversationHistory({
+    pool: db.pool,
+    conversationId: id,
+    scope: 'tenant-a',
+    budgetBytes: 1_000_000,
+    layout: 'newest-first',
+  });
   // The whole history fits raw: all of it, no summary.
   expect(full.items.map((i) => i.kind)).toEqual(Array(45).fill('pair'));
-  const half = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: Math.floor(full.bytes / 2), layout: 'newest-first' });
+  const half = await projectConversationHistory({
+    pool: db.pool,
+    conversationId: id,
+    scope: 'tenant-a',
+    budgetBytes: Math.floor(full.bytes / 2),
+    layout: 'newest-first',
+  });
   const summary = half.items.find((i) => i.kind === 'summary')!;
   const budget = projectedBytes([summary, ...full.items.slice(20)], [{ fromPair: 0, toPair: 9, reason: 'budget' }]);
-  const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: budget, layout: 'newest-first' });
+  const p = await projectConversationHistory({
+    pool: db.pool,
+    conversationId: id,
+    scope: 'tenant-a',
+    budgetBytes: budget,
+    layout: 'newest-first',
+  });
   expect(p.items.map((i) => i.kind)).toEqual(['summary', ...Array(25).fill('pair')]);
   expect(p.omitted).toEqual([{ fromPair: 0, toPair: 9, reason: 'budget' }]);
   return p;
@@ -42,7 +67,8 @@ function checkAlternation(messages: readonly { role: string; content: unknown }[
   }
 }
 
-const texts = (m: MessageParam) => (Array.isArray(m.content) ? m.content.map((b) => (b.type === 'text' ? b.text : `<${b.type}>`)) : [m.content]);
+const texts = (m: MessageParam) =>
+  Array.isArray(m.content) ? m.content.map((b) => (b.type === 'text' ? b.text : `<${b.type}>`)) : [m.content];
 
 describe('toAnthropicMessages', () => {
   it('starts with a user turn, alternates, ends with an assistant turn, and leads with the note', async () => {
@@ -58,7 +84,10 @@ describe('toAnthropicMessages', () => {
     const [first, second] = messages;
     const summary = p.items[0]!;
     if (summary.kind !== 'summary') throw new Error('expected a summary first');
-    expect(texts(first!)).toEqual(['[sourcebound note: 10 earlier exchanges were left out of this request.]', ...summary.userMessages.map((m) => m.text)]);
+    expect(texts(first!)).toEqual([
+      '[sourcebound note: 10 earlier exchanges were left out of this request.]',
+      ...summary.userMessages.map((m) => m.text),
+    ]);
     // The summary: an assistant turn, labelled as a non-authoritative summary of assistant replies.
     expect(texts(second!)).toEqual([summary.label, 'Summary of replies 10-19.']);
     expect(summary.label).toContain("non-authoritative summary of the assistant's replies for pairs 10-19");
@@ -105,7 +134,15 @@ describe('toAnthropicMessages', () => {
   });
 
   it('the note is always cheaper than the cheapest item, so reserving it never costs an older pair', () => {
-    const cheapest = itemBytes({ kind: 'pair', pairIndex: 0, runId: '', userMessageId: '', assistantMessageId: '', userText: 'x', assistantText: 'x' });
+    const cheapest = itemBytes({
+      kind: 'pair',
+      pairIndex: 0,
+      runId: '',
+      userMessageId: '',
+      assistantMessageId: '',
+      userText: 'x',
+      assistantText: 'x',
+    });
     expect(noteBytes(Number.MAX_SAFE_INTEGER)).toBeLessThan(cheapest);
   });
 

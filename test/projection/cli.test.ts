@@ -10,7 +10,15 @@ const db = await createTestDatabase();
 
 async function run(conversationId: string, budgetBytes: number, json: boolean, scope = 'tenant-a'): Promise<string[]> {
   const lines: string[] = [];
-  await projectCommand({ pool: db.pool, conversationId, scope, budgetBytes, layout: 'newest-first', json, out: (line) => lines.push(line) });
+  await projectCommand({
+    pool: db.pool,
+    conversationId,
+    scope,
+    budgetBytes,
+    layout: 'newest-first',
+    json,
+    out: (line) => lines.push(line),
+  });
   return lines;
 }
 
@@ -21,7 +29,9 @@ describe('sourcebound project', () => {
     await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
     const lines = await run(id, 3000, true);
     expect(lines).toHaveLength(1);
-    expect(JSON.parse(lines[0]!)).toEqual(await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000, layout: 'newest-first' }));
+    expect(JSON.parse(lines[0]!)).toEqual(
+      await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 3000, layout: 'newest-first' }),
+    );
   });
 
   it('prints one line per range: summarized, raw, partial, omitted, with totals', async () => {
@@ -35,7 +45,13 @@ describe('sourcebound project', () => {
     expect(all.at(-2)).toMatch(/^total: \d+\/1000000 bytes; 35 pairs raw, 0 summarized in 0 ranges, 0 omitted$/);
 
     // A budget that holds the newest pairs raw, the summary of 0-9 and part of range 20-29: a gap between.
-    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 2500, layout: 'newest-first' });
+    const p = await projectConversationHistory({
+      pool: db.pool,
+      conversationId: id,
+      scope: 'tenant-a',
+      budgetBytes: 2500,
+      layout: 'newest-first',
+    });
     const oldestRaw = Math.min(...p.items.flatMap((i) => (i.kind === 'pair' ? [i.pairIndex] : [])));
     expect(oldestRaw).toBeGreaterThan(20);
     expect(oldestRaw).toBeLessThan(30);
@@ -47,7 +63,9 @@ describe('sourcebound project', () => {
       'pairs 30-34  raw',
     ]);
     expect(some.at(-1)).toBe('cache: newest-first layout (filled anew on every call)');
-    expect(some.at(-2)).toBe(`total: ${p.bytes}/2500 bytes; ${35 - oldestRaw} pairs raw, 10 summarized in 1 ranges, ${oldestRaw - 10} omitted`);
+    expect(some.at(-2)).toBe(
+      `total: ${p.bytes}/2500 bytes; ${35 - oldestRaw} pairs raw, 10 summarized in 1 ranges, ${oldestRaw - 10} omitted`,
+    );
   });
 
   it('folds the ranges the walk never reached into one line', async () => {
@@ -64,12 +82,27 @@ describe('sourcebound project', () => {
     const id = await createConversation(db.pool);
     await addPairs(db.pool, id, 60);
     const lines: string[] = [];
-    await projectCommand({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, json: false, out: (line) => lines.push(line) });
+    await projectCommand({
+      pool: db.pool,
+      conversationId: id,
+      scope: 'tenant-a',
+      budgetBytes: 4000,
+      json: false,
+      out: (line) => lines.push(line),
+    });
     expect(lines.at(-1)).toMatch(/^cache: stable layout made, down to \d+ bytes when the history does not fit$/);
     const stored = await db.pool.query('select 1 from sourcebound.projection_layouts where conversation_id = $1', [id]);
     expect(stored.rowCount).toBe(0);
-    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, persistLayout: false });
-    expect(lines.at(-2)).toBe(`total: ${p.bytes}/4000 bytes; ${p.items.length} pairs raw, 0 summarized in 0 ranges, ${60 - p.items.length} omitted`);
+    const p = await projectConversationHistory({
+      pool: db.pool,
+      conversationId: id,
+      scope: 'tenant-a',
+      budgetBytes: 4000,
+      persistLayout: false,
+    });
+    expect(lines.at(-2)).toBe(
+      `total: ${p.bytes}/4000 bytes; ${p.items.length} pairs raw, 0 summarized in 0 ranges, ${60 - p.items.length} omitted`,
+    );
   });
 
   it('a conversation of another scope is not found', async () => {
@@ -79,10 +112,14 @@ describe('sourcebound project', () => {
 
   it('--budget is plain decimal digits (the parser of the numeric settings): blanks, hex, exponents are usage errors', async () => {
     const id = await createConversation(db.pool);
-    await Promise.all(['', ' 100', '100 ', '0x100', '1e3', '0b11', '1.5', '+100'].map(async (budget) => {
-      const cli = spawnSourcebound(['project', id, '--scope', 'tenant-a', '--budget', budget], { DATABASE_URL: db.url });
-      expect(await cli.exited, JSON.stringify(budget)).toBe(2);
-      expect(cli.stderr).toContain(`sourcebound project: --budget must be a whole number of bytes, got '${budget}' (plain decimal digits 0-9 only: no sign, spaces, hex, binary or exponent)`);
-    }));
+    await Promise.all(
+      ['', ' 100', '100 ', '0x100', '1e3', '0b11', '1.5', '+100'].map(async (budget) => {
+        const cli = spawnSourcebound(['project', id, '--scope', 'tenant-a', '--budget', budget], { DATABASE_URL: db.url });
+        expect(await cli.exited, JSON.stringify(budget)).toBe(2);
+        expect(cli.stderr).toContain(
+          `sourcebound project: --budget must be a whole number of bytes, got '${budget}' (plain decimal digits 0-9 only: no sign, spaces, hex, binary or exponent)`,
+        );
+      }),
+    );
   });
 });

@@ -12,7 +12,10 @@ const BUDGET = 16 * 1024;
 /** A 2,000-pair conversation; with `summarized`, a usable @3 record for every plannable range. */
 async function longConversation(summarized: boolean): Promise<string> {
   const id = await createConversation(db.pool);
-  await addPairs(db.pool, id, PAIRS, (i) => ({ user: `question ${i} about fund fees`, assistant: `answer ${i}: ${'the fee is 0.2% a year; '.repeat(3)}` }));
+  await addPairs(db.pool, id, PAIRS, (i) => ({
+    user: `question ${i} about fund fees`,
+    assistant: `answer ${i}: ${'the fee is 0.2% a year; '.repeat(3)}`,
+  }));
   if (summarized) {
     const { rows } = await db.pool.query<SourcePair>(
       `select user_message_id as "userMessageId", user_text as "userText", assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
@@ -39,13 +42,21 @@ describe('cost grows with the budget, not the conversation', () => {
   ])('a 2,000-pair conversation with a 16 KiB budget reads what fits plus at most one page (%s)', async (_, summarized) => {
     const id = await longConversation(summarized);
     const reads: ReadEvent[] = [];
-    const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: BUDGET, layout: 'newest-first', onRead: (e) => reads.push(e) });
+    const p = await projectConversationHistory({
+      pool: db.pool,
+      conversationId: id,
+      scope: 'tenant-a',
+      budgetBytes: BUDGET,
+      layout: 'newest-first',
+      onRead: (e) => reads.push(e),
+    });
     expect(p.pairCount).toBe(PAIRS);
     expect(p.bytes).toBeLessThanOrEqual(BUDGET);
     if (summarized) expect(p.items.some((i) => i.kind === 'summary')).toBe(true);
 
     // What is read is what the layout reaches (from its first item on: gap included), plus at most one page.
-    const first = p.items[0]!.kind === 'pair' ? (p.items[0] as { pairIndex: number }).pairIndex : (p.items[0] as { fromPair: number }).fromPair;
+    const first =
+      p.items[0]!.kind === 'pair' ? (p.items[0] as { pairIndex: number }).pairIndex : (p.items[0] as { fromPair: number }).fromPair;
     const pages = reads.filter((r) => r.query === 'pairsPageRead');
     const pairRows = pages.reduce((n, r) => n + r.rows, 0);
     expect(pairRows).toBeLessThanOrEqual(PAIRS - first + MAX_PAGE_PAIRS);

@@ -25,7 +25,10 @@ describe('problems: exchanges no pair can take', () => {
     const t = await beginTurn({ pool, scope, userText: 'first' });
     const c = t.conversationId;
     await completeTurn({ pool, scope, runId: t.runId, assistantText: 'answer' });
-    await pool.query(`insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', 'raw SQL, no run'), ($1, 'assistant', 'no run either')`, [c]);
+    await pool.query(
+      `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', 'raw SQL, no run'), ($1, 'assistant', 'no run either')`,
+      [c],
+    );
     const streamed = await beginTurn({ pool, scope, conversationId: c, userText: 'streamed' });
     await startReply({ pool, scope, runId: streamed.runId });
     await appendReply({ pool, scope, runId: streamed.runId, text: 'partial...' });
@@ -35,9 +38,13 @@ describe('problems: exchanges no pair can take', () => {
     const { problems, items } = await project(c);
     expect(items.filter((i) => i.kind === 'pair')).toHaveLength(1);
     expect(problems.map((p) => [p.kind, p.count, p.atPair])).toEqual([
-      ['messages_without_run', 2, null], ['replies_streaming', 1, null], ['runs_not_settled', 1, null],
+      ['messages_without_run', 2, null],
+      ['replies_streaming', 1, null],
+      ['runs_not_settled', 1, null],
     ]);
-    expect(problems[0]!.message).toBe('2 messages have no run, so no pair and no request carries them: write turns with beginTurn/completeTurn');
+    expect(problems[0]!.message).toBe(
+      '2 messages have no run, so no pair and no request carries them: write turns with beginTurn/completeTurn',
+    );
     // The streamed run is running too, but began just now: not reported as unsettled.
   });
 
@@ -46,7 +53,13 @@ describe('problems: exchanges no pair can take', () => {
     await completeTurn({ pool, scope, runId: t.runId, assistantText: 'a' });
     await project(t.conversationId);
     const statements: string[] = [];
-    await projectConversationHistory({ pool, scope, conversationId: t.conversationId, budgetBytes: 64 * 1024, onRead: (e) => statements.push(e.statement ?? e.query) });
+    await projectConversationHistory({
+      pool,
+      scope,
+      conversationId: t.conversationId,
+      budgetBytes: 64 * 1024,
+      onRead: (e) => statements.push(e.statement ?? e.query),
+    });
     expect(new Set(statements)).toEqual(new Set(['projectionRead']));
   });
 });

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import {
-  ConversationNotFoundError, messagesBytes, projectConversationHistory, projectedBytes, toAnthropicMessages,
-  type ConversationProjection, type PairItem, type SummaryItem,
+  ConversationNotFoundError,
+  messagesBytes,
+  projectConversationHistory,
+  projectedBytes,
+  toAnthropicMessages,
+  type ConversationProjection,
+  type PairItem,
+  type SummaryItem,
 } from '../../src/projection/index.ts';
 import { ConversationReader } from '../../src/projection/reader.ts';
 import { CONVERSATION_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
@@ -52,8 +58,13 @@ describe('projectConversationHistory', () => {
     expect(pairIndexes(p)).toEqual(range(0, 11));
     const first = p.items[0] as PairItem;
     expect(first).toEqual({
-      kind: 'pair', pairIndex: 0, runId: written[0]!.runId, userMessageId: written[0]!.userMessageId,
-      assistantMessageId: written[0]!.assistantMessageId, userText: 'question 0', assistantText: 'answer 0',
+      kind: 'pair',
+      pairIndex: 0,
+      runId: written[0]!.runId,
+      userMessageId: written[0]!.userMessageId,
+      assistantMessageId: written[0]!.assistantMessageId,
+      userText: 'question 0',
+      assistantText: 'answer 0',
     });
     // Everything fits raw: no summary is needed, so none is judged.
     expect(p.summaryNotUsed).toEqual([]);
@@ -73,10 +84,17 @@ describe('projectConversationHistory', () => {
     checkInvariants(p);
     const [summary] = summaries(p);
     expect(summary).toMatchObject({
-      kind: 'summary', fromPair: 0, toPair: 9, recordId, promptVersion: 'conversation-compaction@4', model: 'test/model',
+      kind: 'summary',
+      fromPair: 0,
+      toPair: 9,
+      recordId,
+      promptVersion: 'conversation-compaction@4',
+      model: 'test/model',
       summary: 'The assistant compared two funds.',
     });
-    expect(summary!.userMessages).toEqual(range(0, 9).map((i) => ({ pairIndex: i, messageId: written[i]!.userMessageId, text: `question ${i}` })));
+    expect(summary!.userMessages).toEqual(
+      range(0, 9).map((i) => ({ pairIndex: i, messageId: written[i]!.userMessageId, text: `question ${i}` })),
+    );
     expect(summary!.label).toMatch(/non-authoritative summary of the assistant's replies for pairs 0-9/);
     expect(p.items[0]).toBe(summary);
     expect(pairIndexes(p)).toEqual(range(10, 29));
@@ -95,7 +113,10 @@ describe('projectConversationHistory', () => {
       const p = await project(id);
       checkInvariants(p);
       if (used) {
-        expect(summaries(p).map((s) => [s.recordId, s.promptVersion]), version).toEqual([[recordId, version]]);
+        expect(
+          summaries(p).map((s) => [s.recordId, s.promptVersion]),
+          version,
+        ).toEqual([[recordId, version]]);
       } else {
         expect(summaries(p), version).toEqual([]);
         expect(pairIndexes(p), version).toEqual(range(1, 29));
@@ -137,18 +158,50 @@ describe('projectConversationHistory', () => {
 
   it('prefers the current prompt version, then the newest record', async () => {
     const { id } = await conversation(30);
-    await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2', summary: 'v2, newest', ageSeconds: 0 });
+    await insertSummary(db.pool, {
+      conversationId: id,
+      fromPair: 0,
+      promptVersion: 'conversation-compaction@2',
+      summary: 'v2, newest',
+      ageSeconds: 0,
+    });
     await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: 'v4, newest of all', ageSeconds: 0 });
-    await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'old/model', promptVersion: CONVERSATION_PROMPT_VERSION, summary: 'current, older', ageSeconds: 200 });
-    const newest = await insertSummary(db.pool, { conversationId: id, fromPair: 0, model: 'new/model', promptVersion: CONVERSATION_PROMPT_VERSION, summary: 'current, newer', ageSeconds: 100 });
+    await insertSummary(db.pool, {
+      conversationId: id,
+      fromPair: 0,
+      model: 'old/model',
+      promptVersion: CONVERSATION_PROMPT_VERSION,
+      summary: 'current, older',
+      ageSeconds: 200,
+    });
+    const newest = await insertSummary(db.pool, {
+      conversationId: id,
+      fromPair: 0,
+      model: 'new/model',
+      promptVersion: CONVERSATION_PROMPT_VERSION,
+      summary: 'current, newer',
+      ageSeconds: 100,
+    });
     const p = await project(id);
     expect(summaries(p).map((s) => [s.recordId, s.summary, s.model])).toEqual([[newest, 'current, newer', 'new/model']]);
   });
 
   it('among legacy records prefers the newer prompt version over the later completion', async () => {
     const { id } = await conversation(30);
-    const v3 = await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@3', summary: 'v3, older', ageSeconds: 200 });
-    await insertSummary(db.pool, { conversationId: id, fromPair: 0, promptVersion: 'conversation-compaction@2', summary: 'v2, newer', ageSeconds: 0 });
+    const v3 = await insertSummary(db.pool, {
+      conversationId: id,
+      fromPair: 0,
+      promptVersion: 'conversation-compaction@3',
+      summary: 'v3, older',
+      ageSeconds: 200,
+    });
+    await insertSummary(db.pool, {
+      conversationId: id,
+      fromPair: 0,
+      promptVersion: 'conversation-compaction@2',
+      summary: 'v2, newer',
+      ageSeconds: 0,
+    });
     const p = await project(id);
     expect(summaries(p).map((s) => [s.recordId, s.summary])).toEqual([[v3, 'v3, older']]);
   });
@@ -249,12 +302,20 @@ describe('projectConversationHistory', () => {
 
   it('the database refuses a misaligned record and one with 19 source ids', async () => {
     const { id } = await conversation(30);
-    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 5, toPair: 14 })).rejects.toThrow(/conversation_summaries_range_aligned/);
-    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, toPair: 10 })).rejects.toThrow(/conversation_summaries_range_aligned/);
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 5, toPair: 14 })).rejects.toThrow(
+      /conversation_summaries_range_aligned/,
+    );
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, toPair: 10 })).rejects.toThrow(
+      /conversation_summaries_range_aligned/,
+    );
     const ids = (await rangeSource(db.pool, id, 0)).flatMap((s) => [s.userMessageId, s.assistantMessageId]);
-    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceMessageIds: ids.slice(0, 19) })).rejects.toThrow(/conversation_summaries_twenty_sources/);
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, sourceMessageIds: ids.slice(0, 19) })).rejects.toThrow(
+      /conversation_summaries_twenty_sources/,
+    );
     // A record in another scope than its conversation's cannot exist at all.
-    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, scope: 'tenant-b' })).rejects.toThrow(/conversation_summaries_conversation_fk/);
+    await expect(insertSummary(db.pool, { conversationId: id, fromPair: 0, scope: 'tenant-b' })).rejects.toThrow(
+      /conversation_summaries_conversation_fk/,
+    );
   });
 
   it('never uses a record whose hash version this build cannot compute', async () => {
@@ -291,9 +352,13 @@ describe('projectConversationHistory', () => {
       const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: sized(4000, 's') });
       const withSummary = await project(id);
       /** The exact bytes of the projection of pairs `from`..29 raw, with the note for the pairs before. */
-      const bytesFrom = (from: number) => messagesBytes(toAnthropicMessages({
-        items: raw.items.slice(from), omitted: from === 0 ? [] : [{ fromPair: 0, toPair: from - 1, reason: 'budget' }],
-      }));
+      const bytesFrom = (from: number) =>
+        messagesBytes(
+          toAnthropicMessages({
+            items: raw.items.slice(from),
+            omitted: from === 0 ? [] : [{ fromPair: 0, toPair: from - 1, reason: 'budget' }],
+          }),
+        );
       return { id, recordId, withSummary, bytesFrom };
     }
 
@@ -301,7 +366,13 @@ describe('projectConversationHistory', () => {
       const { id } = await conversation(30, (i) => ({ user: `question ${i}`, assistant: i < 10 ? sized(1000, 'r') : `answer ${i}` }));
       const raw = await project(id, LARGE);
       const recordId = await insertSummary(db.pool, { conversationId: id, fromPair: 0, summary: sized(400, 's') });
-      const verdict = await new ConversationReader(db.pool, { conversationId: id, scope: 'tenant-a', count: 30, budgetBytes: LARGE, onRead: undefined }).summary(0);
+      const verdict = await new ConversationReader(db.pool, {
+        conversationId: id,
+        scope: 'tenant-a',
+        count: 30,
+        budgetBytes: LARGE,
+        onRead: undefined,
+      }).summary(0);
       if (verdict === 'changed' || verdict.kind !== 'usable') throw new Error('the summary should be usable');
       const item = verdict.item;
       // Pairs 10-29 raw and the summary item beside them, with a little room; the ten originals are far over.
@@ -347,7 +418,12 @@ describe('projectConversationHistory', () => {
       checkInvariants(p);
       expect(summaries(p)).toEqual([]);
       expect(pairIndexes(p)).toEqual(range(1, 39));
-      expect(p.summaryNotUsed.find((s) => s.fromPair === 10)).toEqual({ fromPair: 10, toPair: 19, reason: 'larger_than_original', recordId });
+      expect(p.summaryNotUsed.find((s) => s.fromPair === 10)).toEqual({
+        fromPair: 10,
+        toPair: 19,
+        reason: 'larger_than_original',
+        recordId,
+      });
       // Unlimited budget: the originals, never the bigger, lossy summary.
       expect((await project(id, LARGE)).bytes).toBe(raw.bytes);
       // Pairs carried never fall as the budget grows (issue 11 item 8: 8,798 carried 40, 8,851 carried 30).
@@ -365,7 +441,13 @@ describe('projectConversationHistory', () => {
     const { id } = await conversation(25);
     const p = await project(id, 0);
     checkInvariants(p);
-    expect(p).toMatchObject({ items: [], bytes: 0, budgetBytes: 0, pairCount: 25, omitted: [{ fromPair: 0, toPair: 24, reason: 'budget' }] });
+    expect(p).toMatchObject({
+      items: [],
+      bytes: 0,
+      budgetBytes: 0,
+      pairCount: 25,
+      omitted: [{ fromPair: 0, toPair: 24, reason: 'budget' }],
+    });
     expect(toAnthropicMessages(p)).toEqual([]);
   });
 
@@ -373,7 +455,14 @@ describe('projectConversationHistory', () => {
     const { id } = await conversation(12, (i) => ({ user: `q${i}`, assistant: i === 11 ? sized(5000) : `a${i}` }));
     const reads: { query: string; rows: number; textRows?: number }[] = [];
     for (const layout of ['newest-first', 'stable'] as const) {
-      const p = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-a', budgetBytes: 4000, layout, onRead: (e) => reads.push(e) });
+      const p = await projectConversationHistory({
+        pool: db.pool,
+        conversationId: id,
+        scope: 'tenant-a',
+        budgetBytes: 4000,
+        layout,
+        onRead: (e) => reads.push(e),
+      });
       checkInvariants(p);
       expect(pairIndexes(p)).toEqual(range(0, 10));
       expect(p.omitted).toEqual([{ fromPair: 11, toPair: 11, reason: 'too_large' }]);
@@ -392,8 +481,13 @@ describe('projectConversationHistory', () => {
     const { id } = await conversation(30);
     await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
     const reads: string[] = [];
-    const wrongScope = await projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-b', budgetBytes: LARGE, onRead: (e) => reads.push(e.query) })
-      .catch((e: unknown) => e);
+    const wrongScope = await projectConversationHistory({
+      pool: db.pool,
+      conversationId: id,
+      scope: 'tenant-b',
+      budgetBytes: LARGE,
+      onRead: (e) => reads.push(e.query),
+    }).catch((e: unknown) => e);
     const missing = await project('00000000-0000-4000-8000-000000000000').catch((e: unknown) => e);
     const malformed = await project('not-a-uuid').catch((e: unknown) => e);
     for (const error of [wrongScope, missing, malformed]) {
@@ -408,17 +502,26 @@ describe('projectConversationHistory', () => {
 
   it('carries user text byte for byte, in raw pairs and beside summaries', async () => {
     const texts = [
-      'naïve 数据 🚀 \u200f\u200b end', 'e\u0301 (combining) vs é', '👩‍👩‍👧‍👦 family, 🇯🇵 flag', '  leading and trailing  \n',
-      'line\r\nbreaks\ttabs', 'quotes " \\ backslash \\" \u2028 \u2029', '{"json": "looking", "n": 1}', 'ｆｕｌｌｗｉｄｔｈ ＡＢＣ',
-      '\u{1F600}\u{1F64F}\u{10FFFF}', '<reply id="x">not a tag</reply>',
+      'naïve 数据 🚀 \u200f\u200b end',
+      'e\u0301 (combining) vs é',
+      '👩‍👩‍👧‍👦 family, 🇯🇵 flag',
+      '  leading and trailing  \n',
+      'line\r\nbreaks\ttabs',
+      'quotes " \\ backslash \\" \u2028 \u2029',
+      '{"json": "looking", "n": 1}',
+      'ｆｕｌｌｗｉｄｔｈ ＡＢＣ',
+      '\u{1F600}\u{1F64F}\u{10FFFF}',
+      '<reply id="x">not a tag</reply>',
     ];
     const { id } = await conversation(30, (i) => ({ user: texts[i % texts.length]!, assistant: `answer ${i}` }));
     await insertSummary(db.pool, { conversationId: id, fromPair: 0 });
     const p = await project(id);
     const [summary] = summaries(p);
-    for (const m of summary!.userMessages) expect(Buffer.from(m.text, 'utf8').equals(Buffer.from(texts[m.pairIndex % texts.length]!, 'utf8'))).toBe(true);
+    for (const m of summary!.userMessages)
+      expect(Buffer.from(m.text, 'utf8').equals(Buffer.from(texts[m.pairIndex % texts.length]!, 'utf8'))).toBe(true);
     for (const item of p.items) {
-      if (item.kind === 'pair') expect(Buffer.from(item.userText, 'utf8').equals(Buffer.from(texts[item.pairIndex % texts.length]!, 'utf8'))).toBe(true);
+      if (item.kind === 'pair')
+        expect(Buffer.from(item.userText, 'utf8').equals(Buffer.from(texts[item.pairIndex % texts.length]!, 'utf8'))).toBe(true);
     }
     // And in what the adapter sends: each user message its own text block, unchanged.
     const messages = toAnthropicMessages(p);
@@ -432,7 +535,13 @@ describe('projectConversationHistory', () => {
     const client = await db.pool.connect();
     try {
       await client.query('begin isolation level repeatable read');
-      const viaClient = await projectConversationHistory({ pool: client, conversationId: id, scope: 'tenant-a', budgetBytes: LARGE, layout: 'newest-first' });
+      const viaClient = await projectConversationHistory({
+        pool: client,
+        conversationId: id,
+        scope: 'tenant-a',
+        budgetBytes: LARGE,
+        layout: 'newest-first',
+      });
       await client.query('commit');
       expect(viaClient).toEqual(await project(id, LARGE));
     } finally {

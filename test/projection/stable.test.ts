@@ -1,8 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { sourceHash, sourceMessageIds } from '../../src/conversation/source-hash.ts';
 import {
-  FILL_RATIO, HEAD_MAX_RATIO, MAX_GAP_PAIRS, TAIL_PAIRS, messagesBytes, projectConversationHistory, projectedBytes, toAnthropicMessages,
-  type ConversationProjection, type PairItem, type ReadEvent,
+  FILL_RATIO,
+  HEAD_MAX_RATIO,
+  MAX_GAP_PAIRS,
+  TAIL_PAIRS,
+  messagesBytes,
+  projectConversationHistory,
+  projectedBytes,
+  toAnthropicMessages,
+  type ConversationProjection,
+  type PairItem,
+  type ReadEvent,
 } from '../../src/projection/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
@@ -20,18 +29,26 @@ const plain = (p: ConversationProjection) => toAnthropicMessages(p, { cacheBreak
 
 /** Replies of varying length, like a real conversation (deterministic). */
 const reply = (i: number) => ({
-  user: `question ${i}: ${'why '.repeat(1 + (i * 7) % 13)}?`,
-  assistant: `answer ${i}: ${'because of the fund fees and overlap. '.repeat(3 + (i * 11) % 29)}`,
+  user: `question ${i}: ${'why '.repeat(1 + ((i * 7) % 13))}?`,
+  assistant: `answer ${i}: ${'because of the fund fees and overlap. '.repeat(3 + ((i * 11) % 29))}`,
 });
 
 /** The pair the first item starts with. */
-const firstPair = (p: ConversationProjection) => { const i = p.items[0]!; return i.kind === 'pair' ? i.pairIndex : i.fromPair; };
+const firstPair = (p: ConversationProjection) => {
+  const i = p.items[0]!;
+  return i.kind === 'pair' ? i.pairIndex : i.fromPair;
+};
 
 /** Verbatim user messages a projection carries (raw pairs, and the ten beside each summary). */
 const users = (p: ConversationProjection) => p.items.reduce((n, i) => n + (i.kind === 'pair' ? 1 : i.userMessages.length), 0);
 
 /** One more turn: the next projection at `budget` keeps the layout and extends `before` byte for byte. */
-async function extendsOnNextTurn(id: string, budget: number, before: ConversationProjection, turn: number): Promise<ConversationProjection> {
+async function extendsOnNextTurn(
+  id: string,
+  budget: number,
+  before: ConversationProjection,
+  turn: number,
+): Promise<ConversationProjection> {
   await addPairs(db.pool, id, 1, reply, { startAt: turn });
   const next = await project(id, budget);
   expect(next.cache.rewrite).toBeNull();
@@ -73,7 +90,10 @@ async function checkBindings(conversationId: string, p: ConversationProjection):
   for (const item of p.items) {
     if (item.kind !== 'summary') continue;
     const source = await rangeSource(db.pool, conversationId, item.fromPair, item.toPair);
-    const { rows } = await db.pool.query('select source_message_ids::text[] as ids, source_hash from sourcebound.conversation_summaries where id = $1', [item.recordId]);
+    const { rows } = await db.pool.query(
+      'select source_message_ids::text[] as ids, source_hash from sourcebound.conversation_summaries where id = $1',
+      [item.recordId],
+    );
     expect(rows[0].ids).toEqual(sourceMessageIds(source));
     expect(rows[0].source_hash).toBe(sourceHash(source));
     // Never inside the newest 20.
@@ -82,62 +102,78 @@ async function checkBindings(conversationId: string, p: ConversationProjection):
 }
 
 describe('cache-stable projection (default layout)', () => {
-  it.each([16 * 1024, 32 * 1024, 64 * 1024])('over 200 turns at %i bytes: fidelity rules on every request, only appends between rewrites', async (budget) => {
-    const id = await createConversation(db.pool);
-    let previous: string[] | null = null;
-    let rewrites = 0;
-    let appended = 0;
-    let appendedBytes = 0;
-    let summariesShown = 0;
-    const fills: number[] = [];
-    for (let turn = 0; turn < 200; turn++) {
-      await addPairs(db.pool, id, 1, reply, { startAt: turn });
-      // Summaries arrive as a worker would make them: range k once 10k+29 pairs exist, a few turns late.
-      const k = Math.floor((turn - 33) / 10);
-      if (turn >= 33 && (turn - 33) % 10 === 0) await insertSummary(db.pool, { conversationId: id, fromPair: k * 10, summary: `Fees and overlap of pairs ${k * 10}-${k * 10 + 9} were compared.` });
-      const p = await project(id, budget);
-      expect(p.bytes).toBeLessThanOrEqual(budget);
-      expect(p.bytes).toBe(messagesBytes(toAnthropicMessages(p)));
-      expect(p.problems).toEqual([]);
-      await checkBindings(id, p);
-      await checkFidelity(id, p);
-      summariesShown += p.items.filter((i) => i.kind === 'summary').length;
-      const whole = await project(id, 10_000_000, { layout: 'newest-first', persistLayout: false });
-      if (whole.bytes > budget) fills.push(p.bytes / budget);
-      const now = plain(p);
-      if (p.cache.rewrite === null) {
-        // Between rewrites the history only grows at its end: the previous one is a prefix, byte for byte.
-        expect(previous).not.toBeNull();
-        expect(now.slice(0, previous!.length)).toEqual(previous);
-        expect(now.length).toBe(previous!.length + 2);
-        appended += 1;
-      } else {
-        rewrites += 1;
-        expect(p.cache.layoutSaved).toBe(true);
-        // Rule 3: a rewrite of a history larger than the budget fills at least three quarters of it.
-        if (whole.bytes > budget) expect(p.bytes).toBeGreaterThanOrEqual(FILL_RATIO * budget);
+  it.each([16 * 1024, 32 * 1024, 64 * 1024])(
+    'over 200 turns at %i bytes: fidelity rules on every request, only appends between rewrites',
+    async (budget) => {
+      const id = await createConversation(db.pool);
+      let previous: string[] | null = null;
+      let rewrites = 0;
+      let appended = 0;
+      let appendedBytes = 0;
+      let summariesShown = 0;
+      const fills: number[] = [];
+      for (let turn = 0; turn < 200; turn++) {
+        await addPairs(db.pool, id, 1, reply, { startAt: turn });
+        // Summaries arrive as a worker would make them: range k once 10k+29 pairs exist, a few turns late.
+        const k = Math.floor((turn - 33) / 10);
+        if (turn >= 33 && (turn - 33) % 10 === 0)
+          await insertSummary(db.pool, {
+            conversationId: id,
+            fromPair: k * 10,
+            summary: `Fees and overlap of pairs ${k * 10}-${k * 10 + 9} were compared.`,
+          });
+        const p = await project(id, budget);
+        expect(p.bytes).toBeLessThanOrEqual(budget);
+        expect(p.bytes).toBe(messagesBytes(toAnthropicMessages(p)));
+        expect(p.problems).toEqual([]);
+        await checkBindings(id, p);
+        await checkFidelity(id, p);
+        summariesShown += p.items.filter((i) => i.kind === 'summary').length;
+        const whole = await project(id, 10_000_000, { layout: 'newest-first', persistLayout: false });
+        if (whole.bytes > budget) fills.push(p.bytes / budget);
+        const now = plain(p);
+        if (p.cache.rewrite === null) {
+          // Between rewrites the history only grows at its end: the previous one is a prefix, byte for byte.
+          expect(previous).not.toBeNull();
+          expect(now.slice(0, previous!.length)).toEqual(previous);
+          expect(now.length).toBe(previous!.length + 2);
+          appended += 1;
+        } else {
+          rewrites += 1;
+          expect(p.cache.layoutSaved).toBe(true);
+          // Rule 3: a rewrite of a history larger than the budget fills at least three quarters of it.
+          if (whole.bytes > budget) expect(p.bytes).toBeGreaterThanOrEqual(FILL_RATIO * budget);
+        }
+        appendedBytes += Buffer.byteLength(
+          JSON.stringify(toAnthropicMessages({ items: p.items.slice(-1), omitted: [] }, { cacheBreakpoint: false })),
+        );
+        previous = now;
       }
-      appendedBytes += Buffer.byteLength(JSON.stringify(toAnthropicMessages({ items: p.items.slice(-1), omitted: [] }, { cacheBreakpoint: false })));
-      previous = now;
-    }
-    // A rewrite leaves a quarter of the budget free: the next is a quarter budget of new exchanges away.
-    expect(rewrites).toBeLessThanOrEqual(Math.ceil(appendedBytes / (budget * (1 - FILL_RATIO))) + 2);
-    expect(appended).toBeGreaterThan(0);
-    expect(summariesShown).toBeGreaterThan(0);
-    // The budget is used: no request whose history exceeds it is below half, and the mean is high.
-    expect(Math.min(...fills)).toBeGreaterThanOrEqual(0.5);
-    expect(fills.reduce((a, b) => a + b, 0) / fills.length).toBeGreaterThanOrEqual(0.85);
-  }, 180_000);
+      // A rewrite leaves a quarter of the budget free: the next is a quarter budget of new exchanges away.
+      expect(rewrites).toBeLessThanOrEqual(Math.ceil(appendedBytes / (budget * (1 - FILL_RATIO))) + 2);
+      expect(appended).toBeGreaterThan(0);
+      expect(summariesShown).toBeGreaterThan(0);
+      // The budget is used: no request whose history exceeds it is below half, and the mean is high.
+      expect(Math.min(...fills)).toBeGreaterThanOrEqual(0.5);
+      expect(fills.reduce((a, b) => a + b, 0) / fills.length).toBeGreaterThanOrEqual(0.85);
+    },
+    180_000,
+  );
 
   it('a conversation resumed after the cache lifetime is laid out afresh; within it the layout is kept and its use recorded', async () => {
     const id = await createConversation(db.pool);
     await addPairs(db.pool, id, 60, reply);
-    for (const k of [0, 1, 2]) await insertSummary(db.pool, { conversationId: id, fromPair: k * 10, summary: `Fees of pairs ${k * 10}-${k * 10 + 9}.` });
+    for (const k of [0, 1, 2])
+      await insertSummary(db.pool, { conversationId: id, fromPair: k * 10, summary: `Fees of pairs ${k * 10}-${k * 10 + 9}.` });
     const budget = 16 * 1024;
     let clock = Date.UTC(2026, 0, 1);
-    const at = (extra: Partial<Parameters<typeof projectConversationHistory>[0]> = {}) => project(id, budget, { now: () => clock, ...extra });
+    const at = (extra: Partial<Parameters<typeof projectConversationHistory>[0]> = {}) =>
+      project(id, budget, { now: () => clock, ...extra });
     expect((await at()).cache.rewrite).toBe('first');
-    const usedAt = async () => (await db.pool.query('select used_at from sourcebound.projection_layouts where conversation_id = $1', [id])).rows[0].used_at.getTime();
+    const usedAt = async () =>
+      (
+        await db.pool.query('select used_at from sourcebound.projection_layouts where conversation_id = $1', [id])
+      ).rows[0].used_at.getTime();
     expect(await usedAt()).toBe(clock);
     // A turn two minutes later: kept, and its use recorded (the cache's lifetime starts again).
     await addPairs(db.pool, id, 1, reply, { startAt: 60 });
@@ -166,8 +202,15 @@ describe('cache-stable projection (default layout)', () => {
   it('a pasted 9.5 KB message never hides everything older (16 KiB): older pairs and summaries still come', async () => {
     const id = await createConversation(db.pool);
     await addPairs(db.pool, id, 39, reply);
-    for (const k of [0, 1]) await insertSummary(db.pool, { conversationId: id, fromPair: k * 10, summary: `Fees of pairs ${k * 10}-${k * 10 + 9}.` });
-    await addPairs(db.pool, id, 1, () => ({ user: `please read this log:\n${'ERROR disk full at sector 7; '.repeat(330)}`, assistant: 'The disk is full.' }), { startAt: 39 });
+    for (const k of [0, 1])
+      await insertSummary(db.pool, { conversationId: id, fromPair: k * 10, summary: `Fees of pairs ${k * 10}-${k * 10 + 9}.` });
+    await addPairs(
+      db.pool,
+      id,
+      1,
+      () => ({ user: `please read this log:\n${'ERROR disk full at sector 7; '.repeat(330)}`, assistant: 'The disk is full.' }),
+      { startAt: 39 },
+    );
     await addPairs(db.pool, id, 1, reply, { startAt: 40 });
     for (const layout of ['stable', 'newest-first'] as const) {
       const p = await project(id, 16 * 1024, { layout });
@@ -212,7 +255,10 @@ describe('cache-stable projection (default layout)', () => {
     const c = await project(id, 16 * 1024);
     expect(c.items.at(-1)).toMatchObject({ kind: 'pair', pairIndex: 39, assistantText: 'edited answer' });
     // And back to the text it had: equal content, an equal item.
-    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [written[39]!.assistantMessageId, reply(39).assistant]);
+    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [
+      written[39]!.assistantMessageId,
+      reply(39).assistant,
+    ]);
     expect((await project(id, 16 * 1024)).items.at(-1)).toEqual(a.items.at(-1));
   });
 
@@ -224,7 +270,10 @@ describe('cache-stable projection (default layout)', () => {
     const before = await project(id, budget);
     expect(before.items[0]).toMatchObject({ kind: 'summary', recordId });
     await extendsOnNextTurn(id, budget, before, 45);
-    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [written[3]!.assistantMessageId, 'a different answer']);
+    await db.pool.query('update sourcebound.messages set content = $2 where id = $1', [
+      written[3]!.assistantMessageId,
+      'a different answer',
+    ]);
     const after = await project(id, budget);
     expect(after.cache.rewrite).toBe('changed');
     expect(after.items.some((i) => i.kind === 'summary')).toBe(false);
@@ -248,11 +297,15 @@ describe('cache-stable projection (default layout)', () => {
     const written = await addPairs(db.pool, id, 100, reply);
     const budget = 16 * 1024;
     expect((await project(id, budget)).cache.layoutSaved).toBe(true);
-    for (const pair of written.slice(10, 20)) await db.pool.query(`update sourcebound.runs set status = 'failed' where id = $1`, [pair.runId]);
+    for (const pair of written.slice(10, 20))
+      await db.pool.query(`update sourcebound.runs set status = 'failed' where id = $1`, [pair.runId]);
     const rewritten = await project(id, budget);
     expect(rewritten.pairCount).toBe(90);
     expect(rewritten.cache).toMatchObject({ rewrite: 'changed', layoutSaved: true });
-    const { rows } = await db.pool.query('select end_pair from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2', [id, budget]);
+    const { rows } = await db.pool.query(
+      'select end_pair from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2',
+      [id, budget],
+    );
     expect(rows[0].end_pair).toBe(90);
     // Until the count passes the old 100, every turn used to be a rewrite from a start that moved.
     let before = rewritten;
@@ -264,10 +317,27 @@ describe('cache-stable projection (default layout)', () => {
     await addPairs(db.pool, id, 40, reply);
     const budget = 8192;
     // What a call that started before the current layout was stored would write.
-    const stale = { startPair: 0, endPair: 1, summaries: [], gaps: [], prefixSha256: 'a'.repeat(64), prefixBytes: 10, savedCost: 0, savesBytes: 0, headSha256: null, usedAt: new Date() };
+    const stale = {
+      startPair: 0,
+      endPair: 1,
+      summaries: [],
+      gaps: [],
+      prefixSha256: 'a'.repeat(64),
+      prefixBytes: 10,
+      savedCost: 0,
+      savesBytes: 0,
+      headSha256: null,
+      usedAt: new Date(),
+    };
     const first = await project(id, budget);
     expect(first.cache.layoutSaved).toBe(true);
-    const read = async () => (await db.pool.query('select start_pair, end_pair, prefix_sha256 from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2', [id, budget])).rows[0];
+    const read = async () =>
+      (
+        await db.pool.query(
+          'select start_pair, end_pair, prefix_sha256 from sourcebound.projection_layouts where conversation_id = $1 and budget_bytes = $2',
+          [id, budget],
+        )
+      ).rows[0];
     const stored = await read();
     const args = { conversationId: id, scope: SCOPE, budgetBytes: budget, layout: stale };
     // It read no layout, or another one: nothing is written, and it says so.
@@ -275,7 +345,18 @@ describe('cache-stable projection (default layout)', () => {
     expect(await projectionLayoutWrite(db.pool, { ...args, replaces: { ...stale, prefixSha256: 'b'.repeat(64) } })).toBe(false);
     expect(await read()).toEqual(stored);
     // It read the stored one: written, even with fewer pairs.
-    const current = { startPair: stored.start_pair, endPair: stored.end_pair, summaries: [], gaps: [], prefixSha256: stored.prefix_sha256, prefixBytes: 0, savedCost: 0, savesBytes: 0, headSha256: null, usedAt: new Date() };
+    const current = {
+      startPair: stored.start_pair,
+      endPair: stored.end_pair,
+      summaries: [],
+      gaps: [],
+      prefixSha256: stored.prefix_sha256,
+      prefixBytes: 0,
+      savedCost: 0,
+      savesBytes: 0,
+      headSha256: null,
+      usedAt: new Date(),
+    };
     expect(await projectionLayoutWrite(db.pool, { ...args, replaces: current })).toBe(true);
     expect(await read()).toEqual({ start_pair: 0, end_pair: 1, prefix_sha256: 'a'.repeat(64) });
     // The projection finds it stale and lays out anew.
@@ -345,7 +426,9 @@ describe('cache-stable projection (default layout)', () => {
     expect(a.cache.rewrite).toBe('first');
     expect(b.cache.rewrite).toBe('first');
     expect(c.cache.rewrite).toBe('first');
-    await expect(projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-b', budgetBytes: 8192 })).rejects.toThrow(/not found/);
+    await expect(projectConversationHistory({ pool: db.pool, conversationId: id, scope: 'tenant-b', budgetBytes: 8192 })).rejects.toThrow(
+      /not found/,
+    );
   });
 
   it('an unchanged layout is read at the cost of what it holds, not of the conversation', async () => {

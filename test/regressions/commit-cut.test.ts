@@ -29,7 +29,9 @@ import { startTcpProxy } from '../support/tcp-proxy.ts';
  */
 const db = await createTestDatabase();
 const pools: pg.Pool[] = [];
-afterAll(async () => { await Promise.all(pools.map((p) => p.end())); });
+afterAll(async () => {
+  await Promise.all(pools.map((p) => p.end()));
+});
 
 /** The offline summarizer; `beforeAnswer` runs inside the first call, once the claim is made. */
 function hookedSummarizer(beforeAnswer: () => Promise<void>): Summarizer {
@@ -60,24 +62,35 @@ async function rowLocker(conversationId: string) {
     async lock() {
       await client.query('begin');
       const { rowCount } = await client.query(
-        `select 1 from sourcebound.conversation_summaries where conversation_id = $1 and status = 'running' for update`, [conversationId]);
+        `select 1 from sourcebound.conversation_summaries where conversation_id = $1 and status = 'running' for update`,
+        [conversationId],
+      );
       expect(rowCount).toBe(1);
     },
-    async end() { await client.end(); },
+    async end() {
+      await client.end();
+    },
   };
 }
 
 /** Terminates the backend running commit_summary() once it waits for a lock; returns its pid. */
 async function terminateWaitingCommit(): Promise<number> {
   let pid = 0;
-  await until(async () => {
-    const { rows } = await db.pool.query<{ pid: number }>(
-      `select pid from pg_stat_activity
-       where datname = current_database() and wait_event_type = 'Lock' and query like '%sourcebound.commit_summary(%'`);
-    pid = rows[0]?.pid ?? 0;
-    return pid !== 0;
-  }, 30_000, 'the commit waiting for the row lock');
-  const { rows: [t] } = await db.pool.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [pid]);
+  await until(
+    async () => {
+      const { rows } = await db.pool.query<{ pid: number }>(
+        `select pid from pg_stat_activity
+       where datname = current_database() and wait_event_type = 'Lock' and query like '%sourcebound.commit_summary(%'`,
+      );
+      pid = rows[0]?.pid ?? 0;
+      return pid !== 0;
+    },
+    30_000,
+    'the commit waiting for the row lock',
+  );
+  const {
+    rows: [t],
+  } = await db.pool.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [pid]);
   expect(t!.ok).toBe(true);
   return pid;
 }
@@ -90,7 +103,10 @@ describe('a commit cut mid-statement with the answer in hand', () => {
     await addPairs(db.pool, c, 30);
     const locker = await rowLocker(c);
     try {
-      const ctx = context(db.url, hookedSummarizer(() => locker.lock()));
+      const ctx = context(
+        db.url,
+        hookedSummarizer(() => locker.lock()),
+      );
       const pass = compactConversation(ctx, c);
       await terminateWaitingCommit();
       await locker.client.query('rollback');
@@ -110,7 +126,15 @@ describe('a commit cut mid-statement with the answer in hand', () => {
     const proxy = await startTcpProxy({ host: new URL(db.url).hostname, port: Number(new URL(db.url).port || 5432) });
     try {
       const lines: { msg: string; kind?: string }[] = [];
-      const logger = pino({ level: 'info' }, new Writable({ write(chunk, _enc, done) { lines.push(JSON.parse(String(chunk))); done(); } }));
+      const logger = pino(
+        { level: 'info' },
+        new Writable({
+          write(chunk, _enc, done) {
+            lines.push(JSON.parse(String(chunk)));
+            done();
+          },
+        }),
+      );
       const ctx = context(proxy.through(db.url), createOfflineSummarizer({ maxChars: 6000 }), logger);
       const cut = proxy.cutReplyTo('sourcebound.commit_summary(');
       const report = await compactConversation(ctx, c);
@@ -131,11 +155,17 @@ describe('a commit cut mid-statement with the answer in hand', () => {
     const pairs = await addPairs(db.pool, c, 30);
     const locker = await rowLocker(c);
     try {
-      const ctx = context(db.url, hookedSummarizer(() => locker.lock()));
+      const ctx = context(
+        db.url,
+        hookedSummarizer(() => locker.lock()),
+      );
       const pass = compactConversation(ctx, c);
       await terminateWaitingCommit();
       // The edit commits with the lock's release: the retry then re-hashes the changed source.
-      await locker.client.query('update sourcebound.messages set content = $2 where id = $1', [pairs[3]!.assistantMessageId, 'answer 3, edited']);
+      await locker.client.query('update sourcebound.messages set content = $2 where id = $1', [
+        pairs[3]!.assistantMessageId,
+        'answer 3, edited',
+      ]);
       await locker.client.query('commit');
       const report = await pass;
       expect(report.ranges.map((r) => r.result)).toEqual(['stale', 'completed']);
@@ -143,7 +173,10 @@ describe('a commit cut mid-statement with the answer in hand', () => {
       const first = records.find((r) => r.id === report.ranges[0]!.recordId)!;
       expect(first).toMatchObject({ status: 'stale', attemptsSpent: 1, summary: null });
       expect(records.filter((r) => r.status === 'completed').map((r) => r.id)).toEqual([report.ranges[1]!.recordId]);
-      expect(await attemptsOf(c)).toEqual([['stale', true], ['ok', true]]);
+      expect(await attemptsOf(c)).toEqual([
+        ['stale', true],
+        ['ok', true],
+      ]);
     } finally {
       await locker.end();
     }

@@ -24,15 +24,19 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function claim(conversationId: string, leaseMs: number): Promise<Extract<ClaimResult, { kind: 'claimed' }>> {
   const result = await claimRange(db.pool, {
-    conversationId, range: { fromPair: 0, toPair: 9 }, model: 'anthropic/claude-test',
-    promptVersion: CONVERSATION_PROMPT_VERSION, workerId: 'host:1:same', leaseMs,
+    conversationId,
+    range: { fromPair: 0, toPair: 9 },
+    model: 'anthropic/claude-test',
+    promptVersion: CONVERSATION_PROMPT_VERSION,
+    workerId: 'host:1:same',
+    leaseMs,
   });
   if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`);
   return result;
 }
 
 describe('a claim taken over by another job of the same worker process', () => {
-  it('drops the first job\'s late result and completes with the second job\'s, every attempt settled', async () => {
+  it("drops the first job's late result and completes with the second job's, every attempt settled", async () => {
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 30);
     const first = await claim(c, 1);
@@ -40,9 +44,17 @@ describe('a claim taken over by another job of the same worker process', () => {
     const second = await claim(c, 60_000);
     expect(second.record.id).toBe(first.record.id);
 
-    const late = await commitOutcome(db.pool, { record: first.record, attemptId: first.attemptId, workerId: 'host:1:same' }, ok('the first job, too late'));
+    const late = await commitOutcome(
+      db.pool,
+      { record: first.record, attemptId: first.attemptId, workerId: 'host:1:same' },
+      ok('the first job, too late'),
+    );
     expect(late.kind).toBe('lease_lost');
-    const done = await commitOutcome(db.pool, { record: second.record, attemptId: second.attemptId, workerId: 'host:1:same' }, ok('the second job'));
+    const done = await commitOutcome(
+      db.pool,
+      { record: second.record, attemptId: second.attemptId, workerId: 'host:1:same' },
+      ok('the second job'),
+    );
     expect(done.kind).toBe('completed');
 
     const [record] = await summariesOfConversationRead(db.pool, c);

@@ -22,7 +22,13 @@ const db = await createTestDatabase();
 async function worker() {
   const config = loadConfig({ DATABASE_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: '200', LOG_LEVEL: 'silent' });
   const database = await openDatabase(config, silentLogger, 8);
-  const handle = await startWorker({ config, logger: silentLogger, database, summarizer: createOfflineSummarizer({ maxChars: 6000 }), skipMigrations: true });
+  const handle = await startWorker({
+    config,
+    logger: silentLogger,
+    database,
+    summarizer: createOfflineSummarizer({ maxChars: 6000 }),
+    skipMigrations: true,
+  });
   return { handle, database };
 }
 
@@ -30,14 +36,25 @@ describe('a worker whose graphile-worker runner stops by itself', () => {
   it('starts a new runner in the same process and goes on compacting; stop() then resolves cleanly', async () => {
     const { handle, database } = await worker();
     let settled = false;
-    void handle.runner.promise.then(() => { settled = true; }, () => { settled = true; });
+    void handle.runner.promise.then(
+      () => {
+        settled = true;
+      },
+      () => {
+        settled = true;
+      },
+    );
     // The library's own stop, not ours: what its runner does when its worker pool fails.
     await handle.runner.stop();
     await until(async () => handle.health().restarts === 1 && handle.health().running, 20_000, 'a new runner');
     expect(settled).toBe(false);
     const c = await createConversation(db.pool);
     await addPairs(db.pool, c, 30);
-    await until(async () => (await summariesOfConversationRead(db.pool, c)).some((r) => r.status === 'completed'), 20_000, 'range compacted by the new runner');
+    await until(
+      async () => (await summariesOfConversationRead(db.pool, c)).some((r) => r.status === 'completed'),
+      20_000,
+      'range compacted by the new runner',
+    );
     await handle.stop();
     await expect(handle.runner.promise).resolves.toBeUndefined();
     await database.close();

@@ -9,10 +9,23 @@ const scope = 'tenant-a';
 
 describe('toAnthropicRequest', () => {
   it('alternates roles, answers every tool_use in the next user message, and keeps user text verbatim', async () => {
-    const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100, unitsPerGroup: 2, settlement: (g, u) => (g === 11 ? (u === 1 ? 'pending' : 'unknown') : 'settled') });
+    const { runId } = await buildRun(pool, {
+      groups: 12,
+      turnBytes: 2500,
+      resultBytes: 100,
+      unitsPerGroup: 2,
+      settlement: (g, u) => (g === 11 ? (u === 1 ? 'pending' : 'unknown') : 'settled'),
+    });
     await recordCorrection({ pool, runId, scope, text: 'Do not treat NAV values from a month ago as current.' });
     await recordModelTurn({ pool, runId, scope, text: 'Noted.' });
-    const { request, report } = await prepareChecked({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: recordingSummarizer() });
+    const { request, report } = await prepareChecked({
+      pool,
+      runId,
+      scope,
+      ...INPUT,
+      policy: SMALL_POLICY,
+      summarizer: recordingSummarizer(),
+    });
     expect(report.compaction.decision).toBe('committed');
     const out = toAnthropicRequest(request);
     expect(out.messages[0]!.role).toBe('user');

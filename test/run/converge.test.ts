@@ -1,8 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import type { Outcome } from '../../src/support/summary-contract.ts';
 import {
-  measureRequest, prepareRunRequest, readRunBudget, recordCorrection, recoverRunContext, type CheckpointSummaryItem,
-  type PrepareRunRequestOptions, type RunCompactionPolicy, type RunRequestItem, type ToolResultItem,
+  measureRequest,
+  prepareRunRequest,
+  readRunBudget,
+  recordCorrection,
+  recoverRunContext,
+  type CheckpointSummaryItem,
+  type PrepareRunRequestOptions,
+  type RunCompactionPolicy,
+  type RunRequestItem,
+  type ToolResultItem,
 } from '../../src/run/index.ts';
 import { SUMMARY_FLOOR_BYTES } from '../../src/run/compaction-plan.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -20,7 +28,12 @@ const db = await createTestDatabase();
 const pool = db.pool;
 const scope = 'tenant-a';
 
-const CHUNKED = { ...SMALL_POLICY, thresholdBytes: 48 * 1024, targetBytes: 40 * 1024, maxSummaryInputBytes: 24 * 1024 } satisfies Partial<RunCompactionPolicy>;
+const CHUNKED = {
+  ...SMALL_POLICY,
+  thresholdBytes: 48 * 1024,
+  targetBytes: 40 * 1024,
+  maxSummaryInputBytes: 24 * 1024,
+} satisfies Partial<RunCompactionPolicy>;
 /** 60 groups of a 2.5 KB turn and a 3 KB result: about 4x the threshold after reversible fitting. */
 const LARGE = { groups: 60, turnBytes: 2500, resultBytes: 3000 } as const;
 
@@ -31,23 +44,31 @@ function prepare(runId: string, extra: Partial<PrepareRunRequestOptions> = {}) {
 async function checkpoints(runId: string) {
   const { rows } = await pool.query(
     `select id, segment, predecessor_id, from_seq::float8 as "fromSeq", to_seq::float8 as "toSeq", compacted_seqs::float8[] as seqs,
-       summary_request_id, summary, tool_result_refs from sourcebound.run_checkpoints where run_id = $1 order by segment`, [runId]);
+       summary_request_id, summary, tool_result_refs from sourcebound.run_checkpoints where run_id = $1 order by segment`,
+    [runId],
+  );
   return rows;
 }
 
 async function receipts(runId: string) {
   const { rows } = await pool.query(
     `select id, identity_key, attempt, status, spent, predecessor_id, compacted_seqs::float8[] as seqs, max_chars, input_bytes
-     from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`, [runId]);
+     from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`,
+    [runId],
+  );
   return rows;
 }
 
 async function modelSeqs(runId: string): Promise<number[]> {
-  const { rows } = await pool.query(`select seq::float8 as seq from sourcebound.run_turns where run_id = $1 and kind = 'model' order by seq`, [runId]);
+  const { rows } = await pool.query(
+    `select seq::float8 as seq from sourcebound.run_turns where run_id = $1 and kind = 'model' order by seq`,
+    [runId],
+  );
   return rows.map((r) => r.seq);
 }
 
-const inputBytes = (items: readonly { id: string; text: string }[]) => items.reduce((n, i) => n + Buffer.byteLength(i.id) + Buffer.byteLength(i.text), 0);
+const inputBytes = (items: readonly { id: string; text: string }[]) =>
+  items.reduce((n, i) => n + Buffer.byteLength(i.id) + Buffer.byteLength(i.text), 0);
 const summariesOf = (items: readonly RunRequestItem[]) => items.filter((i): i is CheckpointSummaryItem => i.kind === 'checkpoint_summary');
 
 describe('a Run many times over the threshold', () => {
@@ -124,10 +145,17 @@ describe('a Run many times over the threshold', () => {
     }
     expect(summariesOf(request.messages).map((s) => s.checkpointId)).toEqual(cps.map((c) => c.id));
     expect(request.messages[0]).toMatchObject({ kind: 'user_request', text: 'USER-CANARY-REQUEST: compare the funds.' });
-    expect(request.messages.filter((m) => m.kind === 'correction')).toEqual([expect.objectContaining({ revision: 1, text: 'USER-CANARY-CORRECTION: only EU funds' })]);
+    expect(request.messages.filter((m) => m.kind === 'correction')).toEqual([
+      expect.objectContaining({ revision: 1, text: 'USER-CANARY-CORRECTION: only EU funds' }),
+    ]);
 
     // Every summary was reserved and settled against the budget; nothing stays reserved.
-    expect(await readRunBudget({ pool, runId, scope })).toMatchObject({ requestsUsed: k, tokensUsed: 120 * k, requestsReserved: 0, tokensReserved: 0 });
+    expect(await readRunBudget({ pool, runId, scope })).toMatchObject({
+      requestsUsed: k,
+      tokensUsed: 120 * k,
+      requestsReserved: 0,
+      tokensReserved: 0,
+    });
 
     // Cold recovery rebuilds exactly this request; the next call has nothing to do.
     const recovered = await recoverRunContext({ pool, runId, scope, ...INPUT, policy: CHUNKED });
@@ -165,7 +193,10 @@ describe('a Run many times over the threshold', () => {
     expect(second.report.fits).toBe(true);
     const rs = await receipts(runId);
     const pinned = rs.filter((r) => r.identity_key === first.report.compaction.candidate!.identityKey);
-    expect(pinned.map((r) => [r.status, r.attempt])).toEqual([['unknown', 1], ['ok', 2]]);
+    expect(pinned.map((r) => [r.status, r.attempt])).toEqual([
+      ['unknown', 1],
+      ['ok', 2],
+    ]);
     expect(rs.filter((r) => r.status !== 'ok')).toHaveLength(1);
     expect((await checkpoints(runId)).length).toBe(2 + second.report.compactions.length);
     expect((await recoverRunContext({ pool, runId, scope, ...INPUT, policy: CHUNKED })).request).toEqual(second.request);
@@ -216,7 +247,11 @@ describe('a Run many times over the threshold', () => {
     const done = await prepare(enough.runId, { summarizer: recordingSummarizer() });
     expect(done.report.fits).toBe(true);
     expect(done.report.compactions).toHaveLength(k);
-    expect(await readRunBudget({ pool, runId: enough.runId, scope })).toMatchObject({ requestsLimit: k + 1, requestsUsed: k, requestsReserved: 0 });
+    expect(await readRunBudget({ pool, runId: enough.runId, scope })).toMatchObject({
+      requestsLimit: k + 1,
+      requestsUsed: k,
+      requestsReserved: 0,
+    });
   });
 
   it('rejects a summary longer than its share of the room, so the rest of the plan stays reachable', async () => {
@@ -228,7 +263,10 @@ describe('a Run many times over the threshold', () => {
     const shape = { groups: 24, turnBytes: 2500, resultBytes: 3000 } as const;
     const wide = { ...CHUNKED, summaryCapBytes: 50_000, maxSummaryInputBytes: 24 * 1024 };
     const twin = await buildRun(pool, shape);
-    const probe = await prepare(twin.runId, { summarizer: recordingSummarizer(() => ok('Earlier searches and their results.')), policy: wide });
+    const probe = await prepare(twin.runId, {
+      summarizer: recordingSummarizer(() => ok('Earlier searches and their results.')),
+      policy: wide,
+    });
     const twinPlan = probe.report.compactions[0]!.plan!;
     const k = twinPlan.checkpoints;
     expect(k).toBeGreaterThan(1);
@@ -250,7 +288,11 @@ describe('a Run many times over the threshold', () => {
     // candidate is a later boundary (the same first turn, and further).
     const again = await prepare(runId, { summarizer, policy });
     const first = again.report.compactions[0]!;
-    expect(first.refused).toMatchObject({ identityKey: report.compaction.candidate!.identityKey, summaryRequestId: report.compaction.summaryRequestId, reason: report.compaction.reason });
+    expect(first.refused).toMatchObject({
+      identityKey: report.compaction.candidate!.identityKey,
+      summaryRequestId: report.compaction.summaryRequestId,
+      reason: report.compaction.reason,
+    });
     for (const c of again.report.compactions) expect(c.summaryRequestId).not.toBe(report.compaction.summaryRequestId);
     expect(first.candidate!.fromSeq).toBe(report.compaction.candidate!.fromSeq);
     expect(first.candidate!.toSeq).toBeGreaterThan(report.compaction.candidate!.toSeq);
@@ -280,7 +322,13 @@ describe('a Run whose floor is over the target', () => {
   it('keeps what a checkpoint says of its tool calls bounded, so many compacted calls still fit (issue 12, defect 7)', async () => {
     // 24 groups of 10 small tool units. Per-call references in each summary (about 126 bytes a
     // call) used to hold more than the target: insufficient_room, for ever.
-    const { runId } = await buildRun(pool, { groups: 24, turnBytes: 1200, resultBytes: 40, unitsPerGroup: 10, settlement: (g, u) => (u === 3 ? 'failed' : u === 4 ? 'unknown' : 'settled') });
+    const { runId } = await buildRun(pool, {
+      groups: 24,
+      turnBytes: 1200,
+      resultBytes: 40,
+      unitsPerGroup: 10,
+      settlement: (g, u) => (u === 3 ? 'failed' : u === 4 ? 'unknown' : 'settled'),
+    });
     const summarizer = recordingSummarizer();
     const policy = { ...SMALL_POLICY, maxSummaryInputBytes: 12 * 1024 };
     const { report, request } = await prepare(runId, { summarizer, policy });

@@ -16,7 +16,12 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
  * Runs the child until it announces `event`, then SIGKILLs it and waits for
  * its exit. Event-driven: no sleeps.
  */
-async function killAt(runId: string, mode: 'in-call' | 'after-commit' | 'in-second-call', event: string, policy?: object): Promise<Record<string, unknown>> {
+async function killAt(
+  runId: string,
+  mode: 'in-call' | 'after-commit' | 'in-second-call',
+  event: string,
+  policy?: object,
+): Promise<Record<string, unknown>> {
   const args = [CHILD, db.url, runId, scope, mode, ...(policy ? [JSON.stringify(policy)] : [])];
   const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
@@ -77,7 +82,11 @@ describe('a process killed during run compaction', () => {
     expect(next.report.compaction).toMatchObject({ decision: 'committed', attempt: 2 });
     const all = await rows('run_summary_requests', runId);
     expect(all.map((r) => [r.status, r.attempt, r.identity_key])).toEqual(
-      expect.arrayContaining([['unknown', 1, receipt.identity_key], ['ok', 2, receipt.identity_key]]));
+      expect.arrayContaining([
+        ['unknown', 1, receipt.identity_key],
+        ['ok', 2, receipt.identity_key],
+      ]),
+    );
   });
 
   it('after commit and before acknowledgement: recovery finds the checkpoint through its receipt and nothing is sent twice', async () => {
@@ -88,7 +97,9 @@ describe('a process killed during run compaction', () => {
     const forbidden = forbiddenSummarizer();
     const recovered = await recoverRunContext({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer: forbidden });
     expect(recovered.report.checkpointsUsed).toEqual([announced.checkpointId]);
-    expect(recovered.report.receipts).toEqual([expect.objectContaining({ status: 'ok', spent: true, checkpointId: announced.checkpointId })]);
+    expect(recovered.report.receipts).toEqual([
+      expect.objectContaining({ status: 'ok', spent: true, checkpointId: announced.checkpointId }),
+    ]);
     expect(recovered.report.fits).toBe(true);
     expect(recovered.request.messages[1]).toMatchObject({ kind: 'checkpoint_summary', text: 'summary written by the child' });
 
@@ -137,7 +148,15 @@ describe('a process killed between two summaries of one plan', () => {
     expect(next.report.compactions[0]!.candidate!.identityKey).toBe(second.identity_key);
     expect(next.report.fits).toBe(true);
     const all = await rows('run_summary_requests', runId);
-    expect(all.filter((r) => r.identity_key === second.identity_key).map((r) => [r.status, r.attempt]).sort()).toEqual([['ok', 2], ['unknown', 1]]);
+    expect(
+      all
+        .filter((r) => r.identity_key === second.identity_key)
+        .map((r) => [r.status, r.attempt])
+        .sort(),
+    ).toEqual([
+      ['ok', 2],
+      ['unknown', 1],
+    ]);
     expect((await recoverRunContext({ pool, runId, scope, ...INPUT, policy, clock: later })).request).toEqual(next.request);
   });
 });

@@ -50,9 +50,12 @@ describe('the agent loop of docs/runs.md (examples/run-agent-loop.ts)', () => {
     const conversationId = await createConversation(pool, scope);
     const { runId } = await startRun({ pool, scope, conversationId, request: 'Compare the overlap and fees in my technology funds.' });
     const loop: AgentLoop = {
-      pool, scope, runId,
+      pool,
+      scope,
+      runId,
       client: new Anthropic({ apiKey: server.apiKey, baseURL: server.url, maxRetries: 0 }),
-      model: 'claude-test', system: 'You research funds. Reread stored results with read_result.',
+      model: 'claude-test',
+      system: 'You research funds. Reread stored results with read_result.',
       tools: [{ name: 'fetch', input_schema: { type: 'object' } }],
       // 300 KB of CJK with no newline: over the inline limit by bytes, far under it in UTF-16 units.
       runTool: async (_name, input) => `${JSON.stringify(input)} ${'基金費用'.repeat(25_000)}`,
@@ -74,7 +77,10 @@ describe('the agent loop of docs/runs.md (examples/run-agent-loop.ts)', () => {
     expect(outcomes.map((o) => o.kind)).toEqual(['tool_calls', 'tool_calls', 'tool_calls', 'answered']);
 
     // Every request, as the server received it, is what was measured (plus the max_tokens the loop adds).
-    const { rows } = await pool.query<{ bytes: number }>('select request_bytes as bytes from sourcebound.run_model_requests where run_id = $1 order by id', [runId]);
+    const { rows } = await pool.query<{ bytes: number }>(
+      'select request_bytes as bytes from sourcebound.run_model_requests where run_id = $1 order by id',
+      [runId],
+    );
     expect(server.requests.map((r) => r.bytes + 16 * 1024 - MAX_TOKENS_FIELD)).toEqual(rows.map((r) => r.bytes));
     for (const r of server.requests) expect(r.bytes).toBeLessThanOrEqual(256 * 1024);
     // The bodies went in as content and are shown by excerpt and reference, not whole.
@@ -102,17 +108,27 @@ describe('the agent loop of docs/runs.md (examples/run-agent-loop.ts)', () => {
 
   it('turns a provider response into text, tool calls and thinking blocks', () => {
     const turn = turnOfMessage({
-      id: 'msg_1', stop_reason: 'tool_use', usage: { input_tokens: 10, output_tokens: 5 },
+      id: 'msg_1',
+      stop_reason: 'tool_use',
+      usage: { input_tokens: 10, output_tokens: 5 },
       content: [
-        { type: 'thinking', thinking: 'hmm', signature: 's' } as { type: string }, { type: 'redacted_thinking', data: 'opaque' } as { type: string },
-        { type: 'text', text: 'One.' } as { type: string }, { type: 'text', text: 'Two.' } as { type: string },
+        { type: 'thinking', thinking: 'hmm', signature: 's' } as { type: string },
+        { type: 'redacted_thinking', data: 'opaque' } as { type: string },
+        { type: 'text', text: 'One.' } as { type: string },
+        { type: 'text', text: 'Two.' } as { type: string },
         { type: 'tool_use', id: 'tu', name: 'fetch', input: { q: 1 } } as { type: string },
       ],
     });
     expect(turn).toEqual({
-      id: 'msg_1', text: 'One.\n\nTwo.', stopReason: 'tool_use', usage: { inputTokens: 10, outputTokens: 5 },
+      id: 'msg_1',
+      text: 'One.\n\nTwo.',
+      stopReason: 'tool_use',
+      usage: { inputTokens: 10, outputTokens: 5 },
       toolCalls: [{ id: 'tu', name: 'fetch', input: { q: 1 } }],
-      thinking: [{ type: 'thinking', thinking: 'hmm', signature: 's' }, { type: 'redacted_thinking', data: 'opaque' }],
+      thinking: [
+        { type: 'thinking', thinking: 'hmm', signature: 's' },
+        { type: 'redacted_thinking', data: 'opaque' },
+      ],
     });
   });
 
@@ -139,7 +155,9 @@ describe('the agent loop of docs/runs.md (examples/run-agent-loop.ts)', () => {
     expect(result).toMatchObject({ steps: 4, outcome: 'answered', answer: 'TECH and AB overlap in 12 holdings.' });
     expect(server.count).toBe(4);
     const { rows } = await pool.query(
-      `select count(*) filter (where status = 'settled')::int as settled, count(*)::int as units from sourcebound.run_tool_units where run_id = $1`, [result.runId]);
+      `select count(*) filter (where status = 'settled')::int as settled, count(*)::int as units from sourcebound.run_tool_units where run_id = $1`,
+      [result.runId],
+    );
     expect(rows[0]).toEqual({ settled: 4, units: 4 });
     const { rows: turns } = await pool.query(`select kind from sourcebound.run_turns where run_id = $1 order by seq`, [result.runId]);
     expect(turns.map((t) => t.kind)).toEqual(['request', 'model', 'model', 'correction', 'model', 'model']);

@@ -3,8 +3,19 @@ import { createOfflineSummarizer, OFFLINE_MODEL } from '../../src/gateway/offlin
 import { RUN_PROMPT_VERSION } from '../../src/gateway/prompts.ts';
 import type { Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
-  measureRequest, prepareRunRequest, readResult, readRunBudget, recordCorrection, recordModelTurn, recordToolCall,
-  recordToolResult, recoverRunContext, storeResult, toAnthropicRequest, type PrepareRunRequestOptions, type RunRequestItem,
+  measureRequest,
+  prepareRunRequest,
+  readResult,
+  readRunBudget,
+  recordCorrection,
+  recordModelTurn,
+  recordToolCall,
+  recordToolResult,
+  recoverRunContext,
+  storeResult,
+  toAnthropicRequest,
+  type PrepareRunRequestOptions,
+  type RunRequestItem,
 } from '../../src/run/index.ts';
 import { SUMMARY_BYTES_PER_CALL, SUMMARY_BYTES_PER_TURN, SUMMARY_FLOOR_BYTES } from '../../src/run/compaction-plan.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -26,7 +37,9 @@ async function checkpoints(runId: string) {
 }
 
 async function receipts(runId: string) {
-  const { rows } = await pool.query(`select * from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`, [runId]);
+  const { rows } = await pool.query(`select * from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`, [
+    runId,
+  ]);
   return rows;
 }
 
@@ -51,7 +64,12 @@ describe('measuring the request', () => {
   });
 
   it('shows a pending tool call as pending, and an unknown one as unknown, never as completed', async () => {
-    const { runId } = await buildRun(pool, { groups: 3, turnBytes: 100, resultBytes: 100, settlement: (g) => (g === 1 ? 'unknown' : g === 2 ? 'pending' : 'settled') });
+    const { runId } = await buildRun(pool, {
+      groups: 3,
+      turnBytes: 100,
+      resultBytes: 100,
+      settlement: (g) => (g === 1 ? 'unknown' : g === 2 ? 'pending' : 'settled'),
+    });
     const { request } = await prepare(runId);
     const statuses = request.messages.filter((m) => m.kind === 'tool_result').map((m) => m.kind === 'tool_result' && m.status);
     expect(statuses).toEqual(['settled', 'unknown', 'dispatched']);
@@ -61,7 +79,15 @@ describe('measuring the request', () => {
 describe('reversible fitting', () => {
   it('shrinks the catalog, then replaces older rereadable bodies by references, keeping recent groups intact', async () => {
     const { runId, proposals } = await buildRun(pool, { groups: 8, turnBytes: 200, resultBytes: 4000 });
-    for (let v = 0; v < 3; v++) await storeResult({ pool, runId, scope, resultId: v === 0 ? undefined : (await storeResult({ pool, runId, scope, content: 'seed' })).resultId, content: `version ${v}`, label: 'L'.repeat(200) });
+    for (let v = 0; v < 3; v++)
+      await storeResult({
+        pool,
+        runId,
+        scope,
+        resultId: v === 0 ? undefined : (await storeResult({ pool, runId, scope, content: 'seed' })).resultId,
+        content: `version ${v}`,
+        label: 'L'.repeat(200),
+      });
     const { request, report } = await prepare(runId, { summarizer: forbiddenSummarizer() });
     expect(report.steps.map((s) => s.step)).toEqual(['measure', 'shrink_catalog', 'reference_results']);
     expect(report.bytes).toBeLessThanOrEqual(SMALL_POLICY.targetBytes);
@@ -90,7 +116,13 @@ describe('reversible fitting', () => {
 
 describe('semantic compaction', () => {
   it('summarizes older settled work through the summarizer and commits an immutable checkpoint', async () => {
-    const { runId, proposals } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 300, unitsPerGroup: 2, settlement: (g, u) => (g === 1 && u === 1 ? 'unknown' : g === 2 && u === 0 ? 'failed' : 'settled') });
+    const { runId, proposals } = await buildRun(pool, {
+      groups: 12,
+      turnBytes: 2500,
+      resultBytes: 300,
+      unitsPerGroup: 2,
+      settlement: (g, u) => (g === 1 && u === 1 ? 'unknown' : g === 2 && u === 0 ? 'failed' : 'settled'),
+    });
     await recordCorrection({ pool, runId, scope, text: 'USER-CANARY-CORRECTION-1' });
     const summarizer = recordingSummarizer();
     const { request, report } = await prepare(runId, { summarizer });
@@ -115,15 +147,40 @@ describe('semantic compaction', () => {
     expect(call.items.filter((i) => i.id.startsWith('turn:')).map((i) => Number(i.id.slice(5)))).toEqual(seqs);
     expect(call.items.filter((i) => i.id.startsWith('tool:'))).toHaveLength(20);
 
-    expect(kinds(request.messages)).toEqual(['user_request', 'checkpoint_summary', 'model_turn', 'tool_result', 'tool_result', 'model_turn', 'tool_result', 'tool_result', 'correction']);
+    expect(kinds(request.messages)).toEqual([
+      'user_request',
+      'checkpoint_summary',
+      'model_turn',
+      'tool_result',
+      'tool_result',
+      'model_turn',
+      'tool_result',
+      'tool_result',
+      'correction',
+    ]);
     const summary = request.messages[1]!;
-    expect(summary).toMatchObject({ kind: 'checkpoint_summary', authoritative: false, segment: 1, fromSeq: seqs[0], toSeq: seqs.at(-1), text: 'Summary 1: 30 items, turn:' + seqs[0] + ', tool:tu_0_0, tool:tu_0_1.' });
+    expect(summary).toMatchObject({
+      kind: 'checkpoint_summary',
+      authoritative: false,
+      segment: 1,
+      fromSeq: seqs[0],
+      toSeq: seqs.at(-1),
+      text: 'Summary 1: 30 items, turn:' + seqs[0] + ', tool:tu_0_0, tool:tu_0_1.',
+    });
 
     const [cp] = await checkpoints(runId);
     expect(cp).toMatchObject({
-      id: report.compaction.checkpointId, scope, segment: 1, predecessor_id: null, correction_revision: 1, model_route: INPUT.model,
-      summary_request_id: report.compaction.summaryRequestId, summary_model: 'test/recorder@1', prompt_version: 'run-compaction@2',
-      summary: summary.kind === 'checkpoint_summary' ? summary.text : null, source_hash: report.compaction.candidate!.sourceHash,
+      id: report.compaction.checkpointId,
+      scope,
+      segment: 1,
+      predecessor_id: null,
+      correction_revision: 1,
+      model_route: INPUT.model,
+      summary_request_id: report.compaction.summaryRequestId,
+      summary_model: 'test/recorder@1',
+      prompt_version: 'run-compaction@2',
+      summary: summary.kind === 'checkpoint_summary' ? summary.text : null,
+      source_hash: report.compaction.candidate!.sourceHash,
     });
     expect(cp.compacted_seqs.map(Number)).toEqual(seqs);
     expect(cp.source_hashes).toHaveLength(10);
@@ -131,15 +188,21 @@ describe('semantic compaction', () => {
     expect(cp.tool_result_refs[3]).toMatchObject({ proposalId: 'tu_1_1', settlement: 'unknown', resultId: null });
 
     // Immutable in the database.
-    await expect(pool.query(`update sourcebound.run_checkpoints set summary = 'rewritten' where id = $1`, [cp.id])).rejects.toThrow(/immutable/);
+    await expect(pool.query(`update sourcebound.run_checkpoints set summary = 'rewritten' where id = $1`, [cp.id])).rejects.toThrow(
+      /immutable/,
+    );
     await expect(pool.query(`delete from sourcebound.run_checkpoints where id = $1`, [cp.id])).rejects.toThrow(/cannot be deleted/);
-    await expect(pool.query(`update sourcebound.run_summary_requests set status = 'unknown' where run_id = $1`, [runId])).rejects.toThrow(/immutable/);
+    await expect(pool.query(`update sourcebound.run_summary_requests set status = 'unknown' where run_id = $1`, [runId])).rejects.toThrow(
+      /immutable/,
+    );
 
     // Cold recovery rebuilds exactly this request with no model call.
     const forbidden = forbiddenSummarizer();
     const recovered = await recoverRunContext({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY });
     expect(recovered.request).toEqual(request);
-    expect(recovered.report.receipts).toEqual([expect.objectContaining({ id: report.compaction.summaryRequestId, status: 'ok', checkpointId: cp.id })]);
+    expect(recovered.report.receipts).toEqual([
+      expect.objectContaining({ id: report.compaction.summaryRequestId, status: 'ok', checkpointId: cp.id }),
+    ]);
     const next = await prepare(runId, { summarizer: forbidden });
     expect(next.request).toEqual(request);
     expect(next.report.compaction.decision).toBe('not_needed');
@@ -158,7 +221,13 @@ describe('semantic compaction', () => {
     expect(first.report.compaction.decision).toBe('committed');
     const r = { next: 0 };
     for (let g = 0; g < 10; g++) {
-      await recordModelTurn({ pool, runId, scope, text: `MODEL-TURN-late-${g} ` + 'w'.repeat(2500), toolCalls: [{ id: `late_${g}`, name: 'search', input: {} }] });
+      await recordModelTurn({
+        pool,
+        runId,
+        scope,
+        text: `MODEL-TURN-late-${g} ` + 'w'.repeat(2500),
+        toolCalls: [{ id: `late_${g}`, name: 'search', input: {} }],
+      });
       await recordToolCall({ pool, runId, scope, proposalId: `late_${g}`, dispatchId: `d-late-${g}` });
       await recordToolResult({ pool, runId, scope, proposalId: `late_${g}`, settlement: 'settled', content: `late result ${r.next++}` });
     }
@@ -172,10 +241,14 @@ describe('semantic compaction', () => {
     expect(Number(cps[1].from_seq)).toBeGreaterThan(Number(cps[0].to_seq));
     expect(kinds(second.request.messages).slice(0, 3)).toEqual(['user_request', 'checkpoint_summary', 'checkpoint_summary']);
     // The database refuses an overlapping or out-of-chain checkpoint.
-    await expect(pool.query(
-      `insert into sourcebound.run_checkpoints (run_id, conversation_id, scope, segment, predecessor_id, correction_revision, model_route, from_seq, to_seq, compacted_seqs, source_hashes, source_hash, hash_version, tool_result_refs, summary_request_id, summary_model, prompt_version, summary, summary_bytes)
+    await expect(
+      pool.query(
+        `insert into sourcebound.run_checkpoints (run_id, conversation_id, scope, segment, predecessor_id, correction_revision, model_route, from_seq, to_seq, compacted_seqs, source_hashes, source_hash, hash_version, tool_result_refs, summary_request_id, summary_model, prompt_version, summary, summary_bytes)
        select run_id, conversation_id, scope, 3, id, 0, 'm', from_seq, to_seq, compacted_seqs, source_hashes, source_hash, 1, '[]', summary_request_id, 'm', prompt_version, summary, summary_bytes
-       from sourcebound.run_checkpoints where id = $1`, [cps[1].id])).rejects.toThrow(/overlaps/);
+       from sourcebound.run_checkpoints where id = $1`,
+        [cps[1].id],
+      ),
+    ).rejects.toThrow(/overlaps/);
   });
 
   it('rejects a summary that fails the net-benefit gate, keeps the original, records why, and never judges it again', async () => {
@@ -194,7 +267,13 @@ describe('semantic compaction', () => {
     const { runId } = await buildRun(pool, shape);
     const summarizer = recordingSummarizer((req) => ok('基'.repeat(req.maxChars!)));
     const before = await prepare(runId, { summarizer, policy });
-    expect(before.report.compaction).toMatchObject({ decision: 'rejected', outcome: 'ok', summaryAllowance: SUMMARY_FLOOR_BYTES, summaryMaxChars: SUMMARY_FLOOR_BYTES, summaryBytes: 3 * SUMMARY_FLOOR_BYTES });
+    expect(before.report.compaction).toMatchObject({
+      decision: 'rejected',
+      outcome: 'ok',
+      summaryAllowance: SUMMARY_FLOOR_BYTES,
+      summaryMaxChars: SUMMARY_FLOOR_BYTES,
+      summaryBytes: 3 * SUMMARY_FLOOR_BYTES,
+    });
     // The room this Run's plan leaves: more than the allowance, less than the summary.
     const plan = before.report.compaction.plan!;
     expect(plan.checkpoints).toBe(1);
@@ -212,10 +291,18 @@ describe('semantic compaction', () => {
     // compactable group is in it: no later boundary yet, so nothing is sent, and the report says why.
     const again = await prepare(runId, { summarizer, policy });
     expect(again.report.compaction).toMatchObject({
-      decision: 'skipped', summaryRequestId: null,
-      refused: { identityKey: before.report.compaction.candidate!.identityKey, summaryRequestId: receipt.id, summaryBytes: 3 * SUMMARY_FLOOR_BYTES, reason: before.report.compaction.reason },
+      decision: 'skipped',
+      summaryRequestId: null,
+      refused: {
+        identityKey: before.report.compaction.candidate!.identityKey,
+        summaryRequestId: receipt.id,
+        summaryBytes: 3 * SUMMARY_FLOOR_BYTES,
+        reason: before.report.compaction.reason,
+      },
     });
-    expect(again.report.compaction.reason).toMatch(new RegExp(`^refused:${before.report.compaction.candidate!.identityKey}: .*never sent again`));
+    expect(again.report.compaction.reason).toMatch(
+      new RegExp(`^refused:${before.report.compaction.candidate!.identityKey}: .*never sent again`),
+    );
     expect(summarizer.calls).toHaveLength(1);
   });
 
@@ -231,7 +318,10 @@ describe('semantic compaction', () => {
     const b = await prepare(many.runId, { summarizer, policy });
     const c = b.report.compaction.candidate!;
     expect(c.toolUnits).toBe(12 * c.seqs.length);
-    expect(b.report.compaction).toMatchObject({ decision: 'committed', summaryAllowance: SUMMARY_BYTES_PER_CALL * c.toolUnits + SUMMARY_BYTES_PER_TURN * c.seqs.length });
+    expect(b.report.compaction).toMatchObject({
+      decision: 'committed',
+      summaryAllowance: SUMMARY_BYTES_PER_CALL * c.toolUnits + SUMMARY_BYTES_PER_TURN * c.seqs.length,
+    });
     expect(b.report.compaction.summaryAllowance).toBeGreaterThan(SUMMARY_FLOOR_BYTES);
   });
 
@@ -247,10 +337,18 @@ describe('semantic compaction', () => {
     const big = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100, budget: { requests: 5, tokens: 1_000_000 } });
     const refused = await prepare(big.runId, { summarizer, budget: { finalizationRequests: 4, finalizationTokens: 999_000 } });
     expect(refused.report.compaction.reason).toBe('finalization_reserve');
-    const allowed = await prepare(big.runId, { summarizer, budget: { finalizationRequests: 4, finalizationTokens: 1000, summaryTokens: 5000 } });
+    const allowed = await prepare(big.runId, {
+      summarizer,
+      budget: { finalizationRequests: 4, finalizationTokens: 1000, summaryTokens: 5000 },
+    });
     expect(allowed.report.compaction.decision).toBe('committed');
     // Reserved before dispatch, settled after: the provider's usage is what is charged.
-    expect(await readRunBudget({ pool, runId: big.runId, scope })).toMatchObject({ requestsUsed: 1, tokensUsed: 120, requestsReserved: 0, tokensReserved: 0 });
+    expect(await readRunBudget({ pool, runId: big.runId, scope })).toMatchObject({
+      requestsUsed: 1,
+      tokensUsed: 120,
+      requestsReserved: 0,
+      tokensReserved: 0,
+    });
   });
 
   it('settles every outcome against the budget: deferred and config cost nothing, unknown costs its reservation', async () => {
@@ -265,13 +363,24 @@ describe('semantic compaction', () => {
       const { report } = await prepare(runId, { summarizer, budget: { summaryTokens: 777 } });
       expect(report.compaction).toMatchObject({ decision: 'failed', outcome: o.kind });
     }
-    expect((await receipts(runId)).map((r) => [r.status, r.spent])).toEqual([['deferred', false], ['config', false], ['invalid', true]]);
-    expect(await readRunBudget({ pool, runId, scope })).toMatchObject({ requestsUsed: 1, tokensUsed: 15, requestsReserved: 0, tokensReserved: 0 });
+    expect((await receipts(runId)).map((r) => [r.status, r.spent])).toEqual([
+      ['deferred', false],
+      ['config', false],
+      ['invalid', true],
+    ]);
+    expect(await readRunBudget({ pool, runId, scope })).toMatchObject({
+      requestsUsed: 1,
+      tokensUsed: 15,
+      requestsReserved: 0,
+      tokensReserved: 0,
+    });
   });
 
   it('keeps an unknown outcome unknown: one more attempt under the same identity, never a third, and the database refuses one', async () => {
     const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100, budget: { requests: 50, tokens: 1_000_000 } });
-    const summarizer = recordingSummarizer((_req, n) => (n <= 2 ? { kind: 'unknown', reason: 'connection cut after send', requestId: null } : ok(`Healthy summary ${n}.`)));
+    const summarizer = recordingSummarizer((_req, n) =>
+      n <= 2 ? { kind: 'unknown', reason: 'connection cut after send', requestId: null } : ok(`Healthy summary ${n}.`),
+    );
     const a = await prepare(runId, { summarizer, budget: { summaryTokens: 1000 } });
     expect(a.report.compaction).toMatchObject({ decision: 'failed', outcome: 'unknown', attempt: 1 });
     // More work arrives: the candidate would grow, but the unknown dispatch pins its identity.
@@ -281,25 +390,43 @@ describe('semantic compaction', () => {
     expect(b.report.compaction).toMatchObject({ decision: 'failed', outcome: 'unknown', attempt: 2 });
     expect(b.report.compaction.candidate!.identityKey).toBe(a.report.compaction.candidate!.identityKey);
     const rs = await receipts(runId);
-    expect(rs.map((r) => [r.status, r.attempt, r.identity_key === rs[0].identity_key])).toEqual([['unknown', 1, true], ['unknown', 2, true]]);
+    expect(rs.map((r) => [r.status, r.attempt, r.identity_key === rs[0].identity_key])).toEqual([
+      ['unknown', 1, true],
+      ['unknown', 2, true],
+    ]);
     // Each unknown is charged its whole reservation.
     expect(await readRunBudget({ pool, runId, scope })).toMatchObject({ requestsUsed: 2, tokensUsed: 2000, requestsReserved: 0 });
     // The database itself refuses a third dispatch of that identity.
-    await expect(pool.query(
-      `insert into sourcebound.run_summary_requests (run_id, conversation_id, scope, identity_key, attempt, from_seq, to_seq, compacted_seqs, source_hash, hash_version, model, prompt_version, max_chars, input_bytes, reserved_requests, reserved_tokens, lease_expires_at)
-       select run_id, conversation_id, scope, identity_key, 3, from_seq, to_seq, compacted_seqs, source_hash, 1, model, prompt_version, 1, 1, 0, 0, now() from sourcebound.run_summary_requests where id = $1`, [rs[0].id])).rejects.toThrow(/two attempts/);
+    await expect(
+      pool.query(
+        `insert into sourcebound.run_summary_requests (run_id, conversation_id, scope, identity_key, attempt, from_seq, to_seq, compacted_seqs, source_hash, hash_version, model, prompt_version, max_chars, input_bytes, reserved_requests, reserved_tokens, lease_expires_at)
+       select run_id, conversation_id, scope, identity_key, 3, from_seq, to_seq, compacted_seqs, source_hash, 1, model, prompt_version, 1, 1, 0, 0, now() from sourcebound.run_summary_requests where id = $1`,
+        [rs[0].id],
+      ),
+    ).rejects.toThrow(/two attempts/);
   });
 
   it('makes progress after two unknown outcomes: never that material again, a later boundary once the run grows (issue 12, defect 6)', async () => {
     const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100 });
-    const summarizer = recordingSummarizer((_req, n) => (n <= 2 ? { kind: 'unknown', reason: 'HTTP 500 after send', requestId: null } : ok(`Healthy summary ${n}.`)));
+    const summarizer = recordingSummarizer((_req, n) =>
+      n <= 2 ? { kind: 'unknown', reason: 'HTTP 500 after send', requestId: null } : ok(`Healthy summary ${n}.`),
+    );
     const a = await prepare(runId, { summarizer });
     const b = await prepare(runId, { summarizer });
     expect([a.report.compaction.attempt, b.report.compaction.attempt]).toEqual([1, 2]);
     const exhausted = a.report.compaction.candidate!;
     // The provider is healthy again, but the run has not grown: that material is never sent again.
     const c = await prepare(runId, { summarizer });
-    expect(c.report.compaction).toMatchObject({ decision: 'skipped', exhausted: { identityKey: exhausted.identityKey, attempts: 2, lastOutcome: 'unknown', fromSeq: exhausted.fromSeq, toSeq: exhausted.toSeq } });
+    expect(c.report.compaction).toMatchObject({
+      decision: 'skipped',
+      exhausted: {
+        identityKey: exhausted.identityKey,
+        attempts: 2,
+        lastOutcome: 'unknown',
+        fromSeq: exhausted.fromSeq,
+        toSeq: exhausted.toSeq,
+      },
+    });
     expect(c.report.compaction.reason).toMatch(new RegExp(`^exhausted:${exhausted.identityKey}: .*never sent again`));
     expect(summarizer.calls).toHaveLength(2);
     // The run grows: a later boundary (the same groups and the next) is different material.
@@ -383,7 +510,12 @@ describe('semantic compaction', () => {
   });
 
   it('never compacts past unsettled work, nor the most recent groups', async () => {
-    const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100, settlement: (g) => (g === 0 ? 'pending' : 'settled') });
+    const { runId } = await buildRun(pool, {
+      groups: 12,
+      turnBytes: 2500,
+      resultBytes: 100,
+      settlement: (g) => (g === 0 ? 'pending' : 'settled'),
+    });
     const summarizer = recordingSummarizer();
     const blocked = await prepare(runId, { summarizer });
     expect(blocked.report.compaction).toMatchObject({ decision: 'skipped' });
@@ -437,22 +569,25 @@ describe('hooks', () => {
     for (const variant of ['none', 'hostile'] as const) {
       const { runId } = await buildRun(pool, { groups: 12, turnBytes: 2500, resultBytes: 100, request: 'same request' });
       const summarizer = recordingSummarizer((req) => ok(`summary of ${req.items.length} items`));
-      const hooks = variant === 'none' ? undefined : {
-        onBeforeCompaction: (o: any) => {
-          seen.push(`before:${o.compaction.decision}`);
-          expect(Object.isFrozen(o.compaction.candidate.seqs)).toBe(true);
-          o.compaction.candidate.seqs.push(999_999); // throws: frozen
-        },
-        onAfterCompaction: async (o: any) => {
-          seen.push(`after:${o.compaction.decision}`);
-          try {
-            o.compaction.decision = 'rejected';
-          } catch {
-            seen.push('mutation refused');
-          }
-          throw new Error('hook failure');
-        },
-      };
+      const hooks =
+        variant === 'none'
+          ? undefined
+          : {
+              onBeforeCompaction: (o: any) => {
+                seen.push(`before:${o.compaction.decision}`);
+                expect(Object.isFrozen(o.compaction.candidate.seqs)).toBe(true);
+                o.compaction.candidate.seqs.push(999_999); // throws: frozen
+              },
+              onAfterCompaction: async (o: any) => {
+                seen.push(`after:${o.compaction.decision}`);
+                try {
+                  o.compaction.decision = 'rejected';
+                } catch {
+                  seen.push('mutation refused');
+                }
+                throw new Error('hook failure');
+              },
+            };
       const { request, report } = await prepare(runId, { summarizer, hooks });
       results.push({ request, report, inputs: summarizer.calls.map((c) => c.items.map((i) => i.text)), cps: await checkpoints(runId) });
     }

@@ -2,12 +2,34 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { Outcome, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
-  measureRequest, prepareRunRequest, recordCorrection, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, startRun,
-  storeResult, type CheckpointSummaryItem, type PreparedRunRequest, type ResultMeta, type RunRequest, type RunRequestItem,
+  measureRequest,
+  prepareRunRequest,
+  recordCorrection,
+  recordModelTurn,
+  recordToolCall,
+  recordToolResult,
+  recoverRunContext,
+  startRun,
+  storeResult,
+  type CheckpointSummaryItem,
+  type PreparedRunRequest,
+  type ResultMeta,
+  type RunRequest,
+  type RunRequestItem,
 } from '../../src/run/index.ts';
 import { summaryNote } from '../../src/run/checkpoint-item.ts';
 import { createTestDatabase } from '../support/db.ts';
-import { createConversation, filler, INPUT, ok, prng, recordingSummarizer, SMALL_POLICY, type Prng, prepareChecked } from './support/fixtures.ts';
+import {
+  createConversation,
+  filler,
+  INPUT,
+  ok,
+  prng,
+  recordingSummarizer,
+  SMALL_POLICY,
+  type Prng,
+  prepareChecked,
+} from './support/fixtures.ts';
 
 /**
  * Property-based tests over generated Run histories. Each seed generates a
@@ -38,7 +60,12 @@ interface Model {
   seed: number;
   runId: string;
   variant: Variant;
-  policy: Omit<typeof SMALL_POLICY, 'keepRecentGroups' | 'maxSummaryInputBytes'> & { keepRecentGroups: number; maxSummaryInputBytes: number; maxSummariesPerPrepare?: number; grounding: 'flag' };
+  policy: Omit<typeof SMALL_POLICY, 'keepRecentGroups' | 'maxSummaryInputBytes'> & {
+    keepRecentGroups: number;
+    maxSummaryInputBytes: number;
+    maxSummariesPerPrepare?: number;
+    grounding: 'flag';
+  };
   protectedTexts: string[];
   /** proposal id -> settlement status now */
   units: Map<string, 'dispatched' | 'settled' | 'failed' | 'unknown'>;
@@ -62,7 +89,19 @@ async function generate(seed: number, behaviour: Behaviour, variant: Variant = '
   const conversationId = await createConversation(pool, scope);
   const requestText = filler(r, r.int(20, 1500), `USER-CANARY-REQ-${seed}`);
   const { runId } = await startRun({ pool, scope, conversationId, request: requestText });
-  const m: Model = { seed, runId, variant, policy, protectedTexts: [requestText], units: new Map(), modelSeqs: [], calls: [], externals: [], failures: [], last: null };
+  const m: Model = {
+    seed,
+    runId,
+    variant,
+    policy,
+    protectedTexts: [requestText],
+    units: new Map(),
+    modelSeqs: [],
+    calls: [],
+    externals: [],
+    failures: [],
+    last: null,
+  };
   const summarizer = recordingSummarizer((request, n) => {
     m.calls.push({ request, pending: new Set([...m.units].filter(([, s]) => s === 'dispatched').map(([id]) => id)) });
     return reply(behaviour, r, request, seed, n);
@@ -77,14 +116,22 @@ async function generate(seed: number, behaviour: Behaviour, variant: Variant = '
     }
     if (r.chance(0.1)) {
       const previous = m.externals.length > 0 && r.chance(0.5) ? r.pick(m.externals).resultId : undefined;
-      m.externals.push(await storeResult({ pool, runId, scope, resultId: previous, content: filler(r, r.int(100, 6000)), label: `doc ${g}` }));
+      m.externals.push(
+        await storeResult({ pool, runId, scope, resultId: previous, content: filler(r, r.int(100, 6000)), label: `doc ${g}` }),
+      );
     }
     // Pending effects settle later, sometimes.
     for (const [id, s] of m.units) {
       if (s === 'dispatched' && r.chance(0.4)) await settle(m, r, id, r.chance(0.7) ? 'settled' : 'unknown');
     }
     const ids = Array.from({ length: r.int(0, 3) }, (_, u) => `p${g}_${u}`);
-    const { seq } = await recordModelTurn({ pool, runId, scope, text: filler(r, r.int(0, 3000), `MODEL-${g}`), toolCalls: ids.map((id) => ({ id, name: r.pick(['search', 'read', 'calc']), input: { q: filler(r, r.int(1, 60)) } })) });
+    const { seq } = await recordModelTurn({
+      pool,
+      runId,
+      scope,
+      text: filler(r, r.int(0, 3000), `MODEL-${g}`),
+      toolCalls: ids.map((id) => ({ id, name: r.pick(['search', 'read', 'calc']), input: { q: filler(r, r.int(1, 60)) } })),
+    });
     m.modelSeqs.push(seq);
     for (const id of ids) {
       m.units.set(id, 'dispatched');
@@ -108,10 +155,23 @@ async function settle(m: Model, r: Prng, id: string, s: 'settled' | 'failed' | '
   const big = r.next();
   const size = big < 0.7 ? r.int(20, 1500) : big < 0.95 ? r.int(2000, 9000) : r.int(10_000, 20_000);
   if (s === 'settled' && m.externals.length > 0 && r.chance(0.1)) {
-    await recordToolResult({ pool, runId: m.runId, scope, proposalId: id, dispatchId: `d-${id}`, settlement: 'settled', resultRef: r.pick(m.externals) });
+    await recordToolResult({
+      pool,
+      runId: m.runId,
+      scope,
+      proposalId: id,
+      dispatchId: `d-${id}`,
+      settlement: 'settled',
+      resultRef: r.pick(m.externals),
+    });
   } else {
     await recordToolResult({
-      pool, runId: m.runId, scope, proposalId: id, dispatchId: `d-${id}`, settlement: s,
+      pool,
+      runId: m.runId,
+      scope,
+      proposalId: id,
+      dispatchId: `d-${id}`,
+      settlement: s,
       content: s === 'unknown' ? undefined : filler(r, size, `RESULT-${id}`),
       error: s === 'settled' ? undefined : `${s}: upstream said no`,
     });
@@ -142,7 +202,8 @@ async function check(m: Model, { request, report }: PreparedRunRequest & { reque
 
   // Every protected original, verbatim and in order.
   const protectedItems = request.messages.filter((i) => i.kind === 'user_request' || i.kind === 'correction');
-  if (JSON.stringify(protectedItems.map((i) => i.text)) !== JSON.stringify(m.protectedTexts)) fail('protected originals differ from what was recorded');
+  if (JSON.stringify(protectedItems.map((i) => i.text)) !== JSON.stringify(m.protectedTexts))
+    fail('protected originals differ from what was recorded');
   const revisions = protectedItems.map((i) => (i.kind === 'correction' ? i.revision : 0));
   if (revisions.some((rev, i) => rev !== i)) fail(`revisions out of order: ${revisions}`);
 
@@ -158,37 +219,56 @@ async function check(m: Model, { request, report }: PreparedRunRequest & { reque
     visibleTurns.add(item.seq);
     for (const [k, call] of item.toolCalls.entries()) {
       const unit = request.messages[i + 1 + k];
-      if (unit?.kind !== 'tool_result' || unit.proposalId !== call.id || unit.seq !== item.seq) fail(`unit ${call.id} separated from its call`);
+      if (unit?.kind !== 'tool_result' || unit.proposalId !== call.id || unit.seq !== item.seq)
+        fail(`unit ${call.id} separated from its call`);
     }
     i += item.toolCalls.length;
   }
-  const { rows: cps } = await pool.query(`select id, segment, from_seq::float8 as f, to_seq::float8 as t, compacted_seqs::float8[] as seqs from sourcebound.run_checkpoints where run_id = $1 order by segment`, [m.runId]);
+  const { rows: cps } = await pool.query(
+    `select id, segment, from_seq::float8 as f, to_seq::float8 as t, compacted_seqs::float8[] as seqs from sourcebound.run_checkpoints where run_id = $1 order by segment`,
+    [m.runId],
+  );
   const compacted = new Set<number>(cps.flatMap((c) => c.seqs));
   for (const seq of m.modelSeqs) {
-    if (visibleTurns.has(seq) === compacted.has(seq)) fail(`model turn ${seq} is ${visibleTurns.has(seq) ? 'both shown and compacted' : 'lost'}`);
+    if (visibleTurns.has(seq) === compacted.has(seq))
+      fail(`model turn ${seq} is ${visibleTurns.has(seq) ? 'both shown and compacted' : 'lost'}`);
   }
   const summaries = request.messages.filter((i): i is CheckpointSummaryItem => i.kind === 'checkpoint_summary');
-  if (summaries.map((s) => s.checkpointId).join() !== cps.map((c) => c.id).join()) fail('summaries shown differ from committed checkpoints');
+  if (summaries.map((s) => s.checkpointId).join() !== cps.map((c) => c.id).join())
+    fail('summaries shown differ from committed checkpoints');
 
   // The newest groups are intact: never compacted, never referenced.
   const recent = m.modelSeqs.slice(-policy.keepRecentGroups);
   for (const seq of recent) if (compacted.has(seq)) fail(`recent turn ${seq} compacted`);
   for (const item of request.messages) {
-    if (item.kind === 'tool_result' && recent.includes(item.seq) && item.reference && item.body === undefined && m.units.get(item.proposalId) !== undefined) {
+    if (
+      item.kind === 'tool_result' &&
+      recent.includes(item.seq) &&
+      item.reference &&
+      item.body === undefined &&
+      m.units.get(item.proposalId) !== undefined
+    ) {
       const externalized = m.externals.some((e) => e.resultId === item.reference!.resultId);
       // Fitting reaches into the newest groups only after every older body is a reference.
-      if (!externalized && report.references.some((r) => r.proposalId === item.proposalId) && !report.steps.some((st) => st.step === 'excerpt_recent' || st.step === 'reference_recent')) fail(`recent unit ${item.proposalId} replaced by a reference`);
+      if (
+        !externalized &&
+        report.references.some((r) => r.proposalId === item.proposalId) &&
+        !report.steps.some((st) => st.step === 'excerpt_recent' || st.step === 'reference_recent')
+      )
+        fail(`recent unit ${item.proposalId} replaced by a reference`);
     }
   }
 
   // Every checkpoint made by this call saved at least the minimum; the report lists each decision.
   for (const s of report.steps) {
-    if (s.step === 'compaction' && s.bytesBefore - s.bytesAfter < policy.minSavingBytes) fail(`a checkpoint saved ${s.bytesBefore - s.bytesAfter} bytes`);
+    if (s.step === 'compaction' && s.bytesBefore - s.bytesAfter < policy.minSavingBytes)
+      fail(`a checkpoint saved ${s.bytesBefore - s.bytesAfter} bytes`);
   }
   if (report.compaction !== report.compactions.at(-1)) fail('report.compaction is not the last decision');
   const committedNow = report.compactions.filter((c) => c.decision === 'committed').length;
   if (report.steps.filter((s) => s.step === 'compaction').length !== committedNow) fail('compaction steps differ from committed decisions');
-  if (report.compactions.filter((c) => c.summaryRequestId !== null).length > (policy.maxSummariesPerPrepare ?? 16)) fail('more summaries than the per-call limit');
+  if (report.compactions.filter((c) => c.summaryRequestId !== null).length > (policy.maxSummariesPerPrepare ?? 16))
+    fail('more summaries than the per-call limit');
 
   // Fits, or says why not; and when a fitting solution exists, it fits.
   if (report.fits !== report.bytes <= policy.thresholdBytes) fail('fits flag disagrees with bytes');
@@ -201,8 +281,10 @@ async function check(m: Model, { request, report }: PreparedRunRequest & { reque
     const bound = feasibleUpperBound(request, m, cps.at(-1)?.t ?? 0, m.variant === 'chunked');
     STATS.oracleChecked++;
     if (process.env.RUN_PROPERTY_DEBUG) console.log(m.seed, report.bytes, bound, report.reason);
-    if (bound.plain <= policy.thresholdBytes) fail(`a fitting request without compaction exists (<= ${bound.plain}) but got ${report.bytes}: ${report.reason}`);
-    if (bound.compacted !== null && bound.compacted <= policy.targetBytes) fail(`a compacted request of <= ${bound.compacted} exists but got ${report.bytes}: ${report.reason}`);
+    if (bound.plain <= policy.thresholdBytes)
+      fail(`a fitting request without compaction exists (<= ${bound.plain}) but got ${report.bytes}: ${report.reason}`);
+    if (bound.compacted !== null && bound.compacted <= policy.targetBytes)
+      fail(`a compacted request of <= ${bound.compacted} exists but got ${report.bytes}: ${report.reason}`);
   }
 }
 
@@ -230,7 +312,15 @@ function feasibleUpperBound(request: RunRequest, m: Model, afterSeq: number, per
   const older = groups.slice(0, Math.max(0, groups.length - m.policy.keepRecentGroups));
   const referenced = (item: RunRequestItem): RunRequestItem => {
     if (item.kind !== 'tool_result' || (item.body === undefined && item.excerpt === undefined)) return item;
-    const ref = item.reference ?? { resultId: randomUUID(), version: 99, bytes: 99_999_999, lines: 9_999_999, sha256: 'f'.repeat(64), label: null, note: '' };
+    const ref = item.reference ?? {
+      resultId: randomUUID(),
+      version: 99,
+      bytes: 99_999_999,
+      lines: 9_999_999,
+      sha256: 'f'.repeat(64),
+      label: null,
+      note: '',
+    };
     return { ...item, body: undefined, excerpt: undefined, reference: { ...ref, note: 'n'.repeat(100) } };
   };
   const olderSet = new Set(older.flatMap((g) => g.items));
@@ -241,9 +331,17 @@ function feasibleUpperBound(request: RunRequest, m: Model, afterSeq: number, per
   while (prefix < older.length && older[prefix]!.settled && older[prefix]!.seq > afterSeq) prefix++;
   if (prefix === 0) return { plain, compacted: null };
   const summaryOf = (): CheckpointSummaryItem => ({
-    kind: 'checkpoint_summary', checkpointId: randomUUID(), segment: 99, fromSeq: 10 ** 9, toSeq: 10 ** 9, authoritative: false,
+    kind: 'checkpoint_summary',
+    checkpointId: randomUUID(),
+    segment: 99,
+    fromSeq: 10 ** 9,
+    toSeq: 10 ** 9,
+    authoritative: false,
     // Every answer of this summarizer carries its invented canary (grounding 'flag'): the note names it.
-    note: summaryNote([`identifier:SUMMARY-CANARY-${m.seed}-9999`]), text: 'w'.repeat(100), toolUnits: 0, toolCalls: 'x'.repeat(1100),
+    note: summaryNote([`identifier:SUMMARY-CANARY-${m.seed}-9999`]),
+    text: 'w'.repeat(100),
+    toolUnits: 0,
+    toolCalls: 'x'.repeat(1100),
   });
   const replaced = new Set(older.slice(0, prefix).flatMap((g) => g.items));
   const starts = new Set(older.slice(0, prefix).map((g) => g.items[0]));
@@ -275,14 +373,20 @@ async function checkFinal(m: Model, behaviour: Behaviour) {
     }
   }
   // Checkpoints never overlap and form one chain.
-  const { rows: cps } = await pool.query(`select id, segment, predecessor_id, from_seq::float8 as f, to_seq::float8 as t from sourcebound.run_checkpoints where run_id = $1 order by segment`, [m.runId]);
+  const { rows: cps } = await pool.query(
+    `select id, segment, predecessor_id, from_seq::float8 as f, to_seq::float8 as t from sourcebound.run_checkpoints where run_id = $1 order by segment`,
+    [m.runId],
+  );
   for (let i = 1; i < cps.length; i++) {
     if (cps[i].f <= cps[i - 1].t || cps[i].predecessor_id !== cps[i - 1].id) fail(`checkpoint ${i + 1} overlaps or breaks the chain`);
   }
   // Attempts are bounded per identity; after an unknown outcome the same material is never
   // sent again under a new identity (seed 004). Different material (a later boundary once the
   // run has grown) is a new candidate and may be tried.
-  const { rows: rs } = await pool.query(`select identity_key, predecessor_id, status, spent, attempt, source_hash, compacted_seqs::text as seqs from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`, [m.runId]);
+  const { rows: rs } = await pool.query(
+    `select identity_key, predecessor_id, status, spent, attempt, source_hash, compacted_seqs::text as seqs from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`,
+    [m.runId],
+  );
   const spent = new Map<string, number>();
   const lastSpent = new Map<string, { status: string; identity: string; material: string }>();
   for (const r of rs) {
@@ -302,7 +406,11 @@ async function checkFinal(m: Model, behaviour: Behaviour) {
   if (behaviour === 'reliable' && rs.some((r) => r.status !== 'ok')) fail('reliable summarizer produced a non-ok receipt');
 }
 
-async function runSeeds(behaviour: Behaviour, seeds: number, variant: Variant = 'one'): Promise<{ failures: string[]; calls: number; checkpoints: number; chains: number }> {
+async function runSeeds(
+  behaviour: Behaviour,
+  seeds: number,
+  variant: Variant = 'one',
+): Promise<{ failures: string[]; calls: number; checkpoints: number; chains: number }> {
   const failures: string[] = [];
   let calls = 0;
   let next = 0;
@@ -319,7 +427,9 @@ async function runSeeds(behaviour: Behaviour, seeds: number, variant: Variant = 
   await Promise.all(Array.from({ length: PARALLEL }, worker));
   const { rows } = await pool.query(
     `select count(*)::int as n, count(distinct k.run_id) filter (where k.segment > 1)::int as chains
-     from sourcebound.run_checkpoints k where k.run_id = any($1::uuid[])`, [runIds]);
+     from sourcebound.run_checkpoints k where k.run_id = any($1::uuid[])`,
+    [runIds],
+  );
   return { failures, calls, checkpoints: rows[0].n, chains: rows[0].chains };
 }
 

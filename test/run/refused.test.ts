@@ -1,7 +1,13 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Summarizer, SummaryRequest } from '../../src/support/summary-contract.ts';
 import {
-  recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, type RunCompactionReport, type PrepareRunRequestOptions, type RunCompactionPolicy,
+  recordModelTurn,
+  recordToolCall,
+  recordToolResult,
+  recoverRunContext,
+  type RunCompactionReport,
+  type PrepareRunRequestOptions,
+  type RunCompactionPolicy,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { gatewayFor } from '../support/gateway.ts';
@@ -41,19 +47,40 @@ function scripted(answer: (request: SummaryRequest, n: number) => Behaviour | nu
 
 async function receipts(runId: string) {
   const { rows } = await pool.query(
-    `select id, identity_key, status, reason, compacted_seqs::float8[] as seqs from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`, [runId]);
+    `select id, identity_key, status, reason, compacted_seqs::float8[] as seqs from sourcebound.run_summary_requests where run_id = $1 order by dispatched_at, attempt`,
+    [runId],
+  );
   return rows;
 }
 
 /** One more work group, as the agent loop records it. */
 async function grow(runId: string, n: number) {
-  await recordModelTurn({ pool, runId, scope, text: `MODEL-TURN-late-${n} ${'w'.repeat(2500)}`, toolCalls: [{ id: `late_${n}`, name: 'search', input: { q: `late ${n}` } }] });
+  await recordModelTurn({
+    pool,
+    runId,
+    scope,
+    text: `MODEL-TURN-late-${n} ${'w'.repeat(2500)}`,
+    toolCalls: [{ id: `late_${n}`, name: 'search', input: { q: `late ${n}` } }],
+  });
   await recordToolCall({ pool, runId, scope, proposalId: `late_${n}`, dispatchId: `d-late-${n}` });
-  await recordToolResult({ pool, runId, scope, proposalId: `late_${n}`, settlement: 'settled', content: `late result ${n} ${'r'.repeat(3000)}` });
+  await recordToolResult({
+    pool,
+    runId,
+    scope,
+    proposalId: `late_${n}`,
+    settlement: 'settled',
+    content: `late result ${n} ${'r'.repeat(3000)}`,
+  });
 }
 
 /** Summaries of several chunks (12 KiB of input each) bring the request to the target; room to spare under it. */
-const CHUNKED = { ...SMALL_POLICY, thresholdBytes: 48 * 1024, targetBytes: 40 * 1024, summaryCapBytes: 50_000, maxSummaryInputBytes: 12 * 1024 } satisfies Partial<RunCompactionPolicy>;
+const CHUNKED = {
+  ...SMALL_POLICY,
+  thresholdBytes: 48 * 1024,
+  targetBytes: 40 * 1024,
+  summaryCapBytes: 50_000,
+  maxSummaryInputBytes: 12 * 1024,
+} satisfies Partial<RunCompactionPolicy>;
 const SHAPE = { groups: 24, turnBytes: 2500, resultBytes: 3000 } as const;
 
 describe('a summary the net-benefit gate refused', () => {
@@ -81,7 +108,9 @@ describe('a summary the net-benefit gate refused', () => {
     expect(refusal.plan!.checkpoints).toBeGreaterThan(1);
     expect(server.count).toBe(1);
     // The refusal and its reason are on the receipt.
-    expect(await receipts(runId)).toEqual([expect.objectContaining({ id: refusal.summaryRequestId, status: 'ok', reason: refusal.reason })]);
+    expect(await receipts(runId)).toEqual([
+      expect.objectContaining({ id: refusal.summaryRequestId, status: 'ok', reason: refusal.reason }),
+    ]);
 
     // The agent loop goes on: the Run grows, and the next turn asks for its next request. The stored
     // answer is not judged again: the candidate is a later boundary (the same first turn, and further),
@@ -90,7 +119,12 @@ describe('a summary the net-benefit gate refused', () => {
     const b = await prepare(runId, summarizer);
     expect(b.report.compactions[0]).toMatchObject({
       decision: 'committed',
-      refused: { identityKey: refusal.candidate!.identityKey, summaryRequestId: refusal.summaryRequestId, summaryBytes: 1536, reason: refusal.reason },
+      refused: {
+        identityKey: refusal.candidate!.identityKey,
+        summaryRequestId: refusal.summaryRequestId,
+        summaryBytes: 1536,
+        reason: refusal.reason,
+      },
     });
     expect(b.report.compactions[0]!.candidate!.fromSeq).toBe(refusal.candidate!.fromSeq);
     expect(b.report.compactions[0]!.candidate!.toSeq).toBeGreaterThan(refusal.candidate!.toSeq);
@@ -117,10 +151,19 @@ describe('a summary the net-benefit gate refused', () => {
     }
     expect(waited.length).toBeGreaterThan(0);
     for (const w of waited) {
-      expect(w).toMatchObject({ decision: 'skipped', refused: { identityKey: second.candidate!.identityKey, summaryRequestId: second.summaryRequestId, reason: second.reason } });
-      expect(w.reason).toMatch(new RegExp(`^refused:${second.candidate!.identityKey}: turns ${second.candidate!.fromSeq}-${second.candidate!.toSeq}: .*would save at most \\d+\\)$`));
+      expect(w).toMatchObject({
+        decision: 'skipped',
+        refused: { identityKey: second.candidate!.identityKey, summaryRequestId: second.summaryRequestId, reason: second.reason },
+      });
+      expect(w.reason).toMatch(
+        new RegExp(
+          `^refused:${second.candidate!.identityKey}: turns ${second.candidate!.fromSeq}-${second.candidate!.toSeq}: .*would save at most \\d+\\)$`,
+        ),
+      );
     }
-    expect(c.report.compactions).toEqual([expect.objectContaining({ decision: 'committed', refused: expect.objectContaining({ identityKey: second.candidate!.identityKey }) })]);
+    expect(c.report.compactions).toEqual([
+      expect.objectContaining({ decision: 'committed', refused: expect.objectContaining({ identityKey: second.candidate!.identityKey }) }),
+    ]);
     expect(c.report.compaction.candidate!.fromSeq).toBe(second.candidate!.fromSeq);
     expect(c.report.compaction.candidate!.toSeq).toBeGreaterThan(second.candidate!.toSeq);
     expect(c.report.bytes).toBeLessThanOrEqual(policy.targetBytes);
@@ -130,7 +173,10 @@ describe('a summary the net-benefit gate refused', () => {
     expect(summarizer.requests).toHaveLength(1 + b.report.compactions.length + 1);
     const rs = await receipts(runId);
     expect(rs).toHaveLength(summarizer.requests.length);
-    expect(rs.filter((r) => r.reason !== null).map((r) => [r.id, r.reason])).toEqual([[refusal.summaryRequestId, refusal.reason], [second.summaryRequestId, second.reason]]);
+    expect(rs.filter((r) => r.reason !== null).map((r) => [r.id, r.reason])).toEqual([
+      [refusal.summaryRequestId, refusal.reason],
+      [second.summaryRequestId, second.reason],
+    ]);
     // Cold recovery rebuilds that request.
     expect((await recoverRunContext({ pool, runId, scope, ...INPUT, policy })).request).toEqual(c.request);
   });

@@ -4,7 +4,17 @@ import { describe, expect, it } from 'vitest';
 import { step } from '../../examples/run-agent-loop.ts';
 import type { Outcome, Summarizer } from '../../src/support/summary-contract.ts';
 import {
-  readResult, readResultTool, recordCorrection, recordModelRequest, recordModelTurn, recordToolCall, recordToolResult, recoverRunContext, RunHistoryError, startRun, storeResult,
+  readResult,
+  readResultTool,
+  recordCorrection,
+  recordModelRequest,
+  recordModelTurn,
+  recordToolCall,
+  recordToolResult,
+  recoverRunContext,
+  RunHistoryError,
+  startRun,
+  storeResult,
   type AnthropicRunRequest,
 } from '../../src/run/index.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -25,13 +35,16 @@ async function newRun(request = 'Find the cheapest fund.') {
   return runId;
 }
 
-const toolUses = (body: AnthropicRunRequest) => body.messages.flatMap((m) => m.content).filter((b) => b.type === 'tool_use') as { id: string; input: unknown }[];
+const toolUses = (body: AnthropicRunRequest) =>
+  body.messages.flatMap((m) => m.content).filter((b) => b.type === 'tool_use') as { id: string; input: unknown }[];
 
 describe('a tool call the Messages API refuses in every later request', () => {
   it('is refused when recorded: an id outside [a-zA-Z0-9_-] (the API answers 400 "String should match pattern")', async () => {
     const runId = await newRun();
     for (const id of ['call:1', 'fn.search', 'a b', 'toolu_01/2', 'ü']) {
-      await expect(recordModelTurn({ pool, runId, scope, text: 't', toolCalls: [{ id, name: 'search', input: {} }] }), id).rejects.toThrow(/not one the Messages API accepts/);
+      await expect(recordModelTurn({ pool, runId, scope, text: 't', toolCalls: [{ id, name: 'search', input: {} }] }), id).rejects.toThrow(
+        /not one the Messages API accepts/,
+      );
     }
     // Nothing was recorded: the request has no turn, and a valid id goes in.
     await recordModelTurn({ pool, runId, scope, text: 't', toolCalls: [{ id: 'toolu_01-A_b', name: 'search', input: {} }] });
@@ -42,13 +55,22 @@ describe('a tool call the Messages API refuses in every later request', () => {
   it('is refused when recorded: an input that is not a JSON object (tool_use.input must be one); a missing input is sent as {}', async () => {
     const runId = await newRun();
     for (const input of ['text', 42, true, [1, 2], new Date(0), { toJSON: () => 'x' }]) {
-      await expect(recordModelTurn({ pool, runId, scope, text: 't', toolCalls: [{ id: 'a', name: 'search', input }] }), JSON.stringify(input))
-        .rejects.toThrow(/must be a JSON object/);
+      await expect(
+        recordModelTurn({ pool, runId, scope, text: 't', toolCalls: [{ id: 'a', name: 'search', input }] }),
+        JSON.stringify(input),
+      ).rejects.toThrow(/must be a JSON object/);
     }
     // An object with a NUL is stored escaped and is still an object.
     await recordModelTurn({
-      pool, runId, scope, text: 't',
-      toolCalls: [{ id: 'none', name: 'search', input: undefined }, { id: 'nil', name: 'search', input: null }, { id: 'nul', name: 'search', input: { q: 'a\u0000b' } }],
+      pool,
+      runId,
+      scope,
+      text: 't',
+      toolCalls: [
+        { id: 'none', name: 'search', input: undefined },
+        { id: 'nil', name: 'search', input: null },
+        { id: 'nul', name: 'search', input: { q: 'a\u0000b' } },
+      ],
     });
     const prepared = await prepareChecked({ pool, runId, scope, ...INPUT });
     expect(toolUses(prepared.body!).map((b) => b.input)).toEqual([{}, {}, { q: 'a\u0000b' }]);
@@ -61,22 +83,47 @@ describe('text a PostgreSQL text column cannot hold (a NUL)', () => {
     const binary = `PK\u0003\u0004\u0000\u0000 header\u0000\ud800 end`;
     const runId = await newRun('Read the archive\u0000.');
     await recordCorrection({ pool, runId, scope, text: 'Only the \u0000 header.' });
-    await recordModelTurn({ pool, runId, scope, text: 'Reading\u0000 it.', toolCalls: [{ id: 'read', name: 'cat', input: {} }, { id: 'bad', name: 'cat', input: {} }] });
+    await recordModelTurn({
+      pool,
+      runId,
+      scope,
+      text: 'Reading\u0000 it.',
+      toolCalls: [
+        { id: 'read', name: 'cat', input: {} },
+        { id: 'bad', name: 'cat', input: {} },
+      ],
+    });
     await recordToolCall({ pool, runId, scope, proposalId: 'read', dispatchId: 'd-read' });
-    const { result } = await recordToolResult({ pool, runId, scope, proposalId: 'read', settlement: 'settled', content: binary, label: 'zip\u0000' });
+    const { result } = await recordToolResult({
+      pool,
+      runId,
+      scope,
+      proposalId: 'read',
+      settlement: 'settled',
+      content: binary,
+      label: 'zip\u0000',
+    });
     await recordToolResult({ pool, runId, scope, proposalId: 'bad', settlement: 'failed', error: 'EISDIR\u0000' });
     const stored = await storeResult({ pool, runId, scope, content: `a\u0000b`, label: 'l\u0000' });
 
     const expected = binary.replace(/\u0000|\ud800/g, '\uFFFD');
-    expect(result).toMatchObject({ bytes: Buffer.byteLength(expected), sha256: createHash('sha256').update(expected).digest('hex'), label: 'zip\uFFFD' });
+    expect(result).toMatchObject({
+      bytes: Buffer.byteLength(expected),
+      sha256: createHash('sha256').update(expected).digest('hex'),
+      label: 'zip\uFFFD',
+    });
     expect((await readResult({ pool, runId, scope, resultId: result!.resultId, version: 1 })).content).toBe(expected);
     expect(stored).toMatchObject({ bytes: 5, label: 'l\uFFFD' });
     expect((await readResult({ pool, runId, scope, resultId: stored.resultId, version: 1 })).content).toBe('a\uFFFDb');
 
     const prepared = await prepareChecked({ pool, runId, scope, ...INPUT });
     const items = prepared.request.messages;
-    expect(items.map((m) => ('text' in m ? m.text : m.kind === 'tool_result' ? m.body ?? m.error : null))).toEqual([
-      'Read the archive\uFFFD.', 'Only the \uFFFD header.', 'Reading\uFFFD it.', expected, 'EISDIR\uFFFD',
+    expect(items.map((m) => ('text' in m ? m.text : m.kind === 'tool_result' ? (m.body ?? m.error) : null))).toEqual([
+      'Read the archive\uFFFD.',
+      'Only the \uFFFD header.',
+      'Reading\uFFFD it.',
+      expected,
+      'EISDIR\uFFFD',
     ]);
     // Replaying the request is idempotent in its stored form.
     expect((await startRun({ pool, scope, runId, request: 'Read the archive\u0000.' })).runId).toBe(runId);
@@ -90,8 +137,13 @@ describe('text a PostgreSQL text column cannot hold (a NUL)', () => {
     try {
       const runId = await newRun('Read the archive.');
       const loop = {
-        pool, scope, runId, client: new Anthropic({ apiKey: server.apiKey, baseURL: server.url, maxRetries: 0 }),
-        model: 'claude-test', system: 'You read files.', tools: [{ name: 'cat', input_schema: { type: 'object' } }],
+        pool,
+        scope,
+        runId,
+        client: new Anthropic({ apiKey: server.apiKey, baseURL: server.url, maxRetries: 0 }),
+        model: 'claude-test',
+        system: 'You read files.',
+        tools: [{ name: 'cat', input_schema: { type: 'object' } }],
         runTool: async () => 'PK\u0003\u0004\u0000\u0000 central directory',
       };
       server.enqueue(behaviours.blocks([{ type: 'tool_use', id: 'toolu_cat', name: 'cat', input: { path: 'a.zip' } }], 'tool_use'));
@@ -110,7 +162,9 @@ describe('text a PostgreSQL text column cannot hold (a NUL)', () => {
     const runId = await newRun();
     await expect(storeResult({ pool, runId, scope, content: 'x', label: 5 as unknown as string })).rejects.toBeInstanceOf(RunHistoryError);
     await recordModelTurn({ pool, runId, scope, text: 't', toolCalls: [{ id: 'a', name: 'cat', input: {} }] });
-    await expect(recordToolResult({ pool, runId, scope, proposalId: 'a', settlement: 'failed', label: {} as unknown as string })).rejects.toBeInstanceOf(RunHistoryError);
+    await expect(
+      recordToolResult({ pool, runId, scope, proposalId: 'a', settlement: 'failed', label: {} as unknown as string }),
+    ).rejects.toBeInstanceOf(RunHistoryError);
   });
 });
 
@@ -123,7 +177,13 @@ describe('newest groups whose excerpts alone are over the threshold (many parall
     for (let g = 0; g < 3; g++) {
       const calls = Array.from({ length: 40 }, (_, i) => `toolu_${g}_${i}`);
       ids.push(...calls);
-      await recordModelTurn({ pool, runId, scope, text: `Fetching batch ${g}.`, toolCalls: calls.map((id) => ({ id, name: 'fetch', input: { url: `https://example.com/${id}` } })) });
+      await recordModelTurn({
+        pool,
+        runId,
+        scope,
+        text: `Fetching batch ${g}.`,
+        toolCalls: calls.map((id) => ({ id, name: 'fetch', input: { url: `https://example.com/${id}` } })),
+      });
       for (const id of calls) {
         await recordToolCall({ pool, runId, scope, proposalId: id, dispatchId: `d-${id}` });
         await recordToolResult({ pool, runId, scope, proposalId: id, settlement: 'settled', content: `page ${id} `.repeat(4000) });
@@ -198,7 +258,14 @@ describe('a model turn recorded again after a crash (the application cannot know
     await recordModelRequest({ pool, runId, scope, requestKey: 'msg_1', requestBytes: 100 });
     await recordModelRequest({ pool, runId, scope, requestKey: 'msg_2', requestBytes: 100 });
     const answer = { pool, runId, scope, text: 'The cheapest is fund C.', modelRequestKey: 'msg_1' };
-    const search = { pool, runId, scope, text: 'Searching.', modelRequestKey: 'msg_2', toolCalls: [{ id: 'toolu_1', name: 'search', input: { q: 'fees' } }] };
+    const search = {
+      pool,
+      runId,
+      scope,
+      text: 'Searching.',
+      modelRequestKey: 'msg_2',
+      toolCalls: [{ id: 'toolu_1', name: 'search', input: { q: 'fees' } }],
+    };
     const first = await recordModelTurn(answer);
     // Before: a second model turn (the answer twice in every later request), and for a turn with tool calls a
     // RunHistoryError for a duplicate id, which the application could not tell from a real conflict.
@@ -212,11 +279,17 @@ describe('a model turn recorded again after a crash (the application cannot know
     expect(a).toEqual(b);
     // Another turn for the same key is refused, not appended.
     await expect(recordModelTurn({ ...answer, text: 'Something else.' })).rejects.toThrow(/already has a different turn/);
-    await expect(recordModelTurn({ ...search, toolCalls: [{ id: 'toolu_2', name: 'search', input: {} }] })).rejects.toThrow(/already has a different turn/);
+    await expect(recordModelTurn({ ...search, toolCalls: [{ id: 'toolu_2', name: 'search', input: {} }] })).rejects.toThrow(
+      /already has a different turn/,
+    );
 
     const prepared = await prepareChecked({ pool, runId, scope, ...INPUT });
     expect(prepared.request.messages.map((m) => (m.kind === 'model_turn' ? m.text : m.kind))).toEqual([
-      'user_request', 'The cheapest is fund C.', 'Searching.', 'tool_result', 'Fund C, checked.',
+      'user_request',
+      'The cheapest is fund C.',
+      'Searching.',
+      'tool_result',
+      'Fund C, checked.',
     ]);
   });
 });
@@ -225,13 +298,43 @@ describe('null for an absent value, from a plain JS caller', () => {
   it('is absent in recordToolResult (content, resultRef) and recordModelTurn (modelRequestKey), as it was for error', async () => {
     // A null resultRef was destructured (TypeError); a null content was "not a string"; a null key was "no model request null".
     const runId = await newRun();
-    await recordModelTurn({ pool, runId, scope, text: 't', modelRequestKey: null as unknown as string, toolCalls: [{ id: 'a', name: 'cat', input: {} }, { id: 'b', name: 'cat', input: {} }] });
+    await recordModelTurn({
+      pool,
+      runId,
+      scope,
+      text: 't',
+      modelRequestKey: null as unknown as string,
+      toolCalls: [
+        { id: 'a', name: 'cat', input: {} },
+        { id: 'b', name: 'cat', input: {} },
+      ],
+    });
     const none = null as unknown as undefined;
-    expect((await recordToolResult({ pool, runId, scope, proposalId: 'a', settlement: 'failed', content: none, resultRef: none, error: 'ENOENT' })).status).toBe('failed');
+    expect(
+      (
+        await recordToolResult({
+          pool,
+          runId,
+          scope,
+          proposalId: 'a',
+          settlement: 'failed',
+          content: none,
+          resultRef: none,
+          error: 'ENOENT',
+        })
+      ).status,
+    ).toBe('failed');
     await recordToolCall({ pool, runId, scope, proposalId: 'b', dispatchId: 'd-b' });
-    expect((await recordToolResult({ pool, runId, scope, proposalId: 'b', settlement: 'settled', content: 'found', resultRef: none })).result).toMatchObject({ bytes: 5 });
+    expect(
+      (await recordToolResult({ pool, runId, scope, proposalId: 'b', settlement: 'settled', content: 'found', resultRef: none })).result,
+    ).toMatchObject({ bytes: 5 });
     const prepared = await prepareChecked({ pool, runId, scope, ...INPUT });
-    expect(prepared.request.messages.map((m) => (m.kind === 'tool_result' ? m.body ?? m.error : m.kind))).toEqual(['user_request', 'model_turn', 'ENOENT', 'found']);
+    expect(prepared.request.messages.map((m) => (m.kind === 'tool_result' ? (m.body ?? m.error) : m.kind))).toEqual([
+      'user_request',
+      'model_turn',
+      'ENOENT',
+      'found',
+    ]);
   });
 });
 
@@ -241,9 +344,27 @@ describe('a summarizer outcome of the wrong shape (a plain JS summarizer)', () =
   const cases: [string, unknown, { decision: string; status: string; reason?: RegExp }][] = [
     ['no known kind', { kind: 'done', text: 'x' }, { decision: 'failed', status: 'unknown', reason: /^contract:malformed_outcome:done$/ }],
     ['deferred without retryAfterMs', { kind: 'deferred', reason: 'busy' }, { decision: 'failed', status: 'deferred', reason: /^busy$/ }],
-    ['deferred for longer than a Date holds', { kind: 'deferred', reason: 'busy', retryAfterMs: 1e300 }, { decision: 'failed', status: 'deferred', reason: /^busy$/ }],
-    ['ok with usage that is not whole tokens', { kind: 'ok', text: 'Earlier searches of fund fees.', model: 'm', usage: { inputTokens: 1.5, outputTokens: Number.NaN }, requestId: null }, { decision: 'committed', status: 'ok' }],
-    ['invalid with a NUL in its reason', { kind: 'invalid', reason: 'bad\u0000answer', model: 'm', usage: null, requestId: null }, { decision: 'failed', status: 'invalid', reason: /^bad answer$/ }],
+    [
+      'deferred for longer than a Date holds',
+      { kind: 'deferred', reason: 'busy', retryAfterMs: 1e300 },
+      { decision: 'failed', status: 'deferred', reason: /^busy$/ },
+    ],
+    [
+      'ok with usage that is not whole tokens',
+      {
+        kind: 'ok',
+        text: 'Earlier searches of fund fees.',
+        model: 'm',
+        usage: { inputTokens: 1.5, outputTokens: Number.NaN },
+        requestId: null,
+      },
+      { decision: 'committed', status: 'ok' },
+    ],
+    [
+      'invalid with a NUL in its reason',
+      { kind: 'invalid', reason: 'bad\u0000answer', model: 'm', usage: null, requestId: null },
+      { decision: 'failed', status: 'invalid', reason: /^bad answer$/ },
+    ],
   ];
   for (const [name, outcome, want] of cases) {
     it(`${name}: settled on its receipt, and prepareRunRequest returns`, async () => {
@@ -252,7 +373,10 @@ describe('a summarizer outcome of the wrong shape (a plain JS summarizer)', () =
       const prepared = await prepareChecked({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY, summarizer });
       expect(prepared.report.compaction.decision).toBe(want.decision);
       if (want.reason) expect(prepared.report.compaction.reason).toMatch(want.reason);
-      const { rows } = await pool.query<{ status: string; charged_tokens: string }>('select status, charged_tokens from sourcebound.run_summary_requests where run_id = $1', [runId]);
+      const { rows } = await pool.query<{ status: string; charged_tokens: string }>(
+        'select status, charged_tokens from sourcebound.run_summary_requests where run_id = $1',
+        [runId],
+      );
       expect(rows.map((r) => r.status)).toEqual([want.status]);
       const recovered = await recoverRunContext({ pool, runId, scope, ...INPUT, policy: SMALL_POLICY });
       expect(recovered.report.inFlight).toEqual([]);
@@ -266,8 +390,16 @@ describe('a request that ends with a text-only model turn (asked again, as after
     try {
       const client = new Anthropic({ apiKey: server.apiKey, baseURL: server.url, maxRetries: 0 });
       // The server enforces the API's rule.
-      await expect(client.messages.create({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'The fee is \n' }] }))
-        .rejects.toThrow(/final assistant content cannot end with trailing whitespace/);
+      await expect(
+        client.messages.create({
+          model: 'm',
+          max_tokens: 10,
+          messages: [
+            { role: 'user', content: 'Hi' },
+            { role: 'assistant', content: 'The fee is \n' },
+          ],
+        }),
+      ).rejects.toThrow(/final assistant content cannot end with trailing whitespace/);
       for (const text of ['The cheapest fund is A, because\n\n', 'Fees compared. \t', 'No trailing space.']) {
         const runId = await newRun();
         await recordModelTurn({ pool, runId, scope, text, toolCalls: [] });

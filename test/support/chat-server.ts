@@ -27,16 +27,33 @@ export type ChatBehaviour =
 
 export const chat = {
   echo: (): ChatBehaviour => ({ kind: 'echo' }),
-  text: (content: string | null, finishReason: string | null = 'stop'): ChatBehaviour =>
-    ({ kind: 'choice', message: { role: 'assistant', content, refusal: null }, finishReason }),
+  text: (content: string | null, finishReason: string | null = 'stop'): ChatBehaviour => ({
+    kind: 'choice',
+    message: { role: 'assistant', content, refusal: null },
+    finishReason,
+  }),
   toolCalls: (): ChatBehaviour => ({
     kind: 'choice',
     finishReason: 'tool_calls',
-    message: { role: 'assistant', content: 'A perfectly good summary.', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{}' } }] },
+    message: {
+      role: 'assistant',
+      content: 'A perfectly good summary.',
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{}' } }],
+    },
   }),
-  refusal: (): ChatBehaviour => ({ kind: 'choice', finishReason: 'stop', message: { role: 'assistant', content: null, refusal: 'I cannot help with that.' } }),
-  error: (status: number, type = 'api_error', headers?: Record<string, string>, code?: string): ChatBehaviour =>
-    ({ kind: 'error', status, type, message: `scripted ${status}`, ...(headers ? { headers } : {}), ...(code ? { code } : {}) }),
+  refusal: (): ChatBehaviour => ({
+    kind: 'choice',
+    finishReason: 'stop',
+    message: { role: 'assistant', content: null, refusal: 'I cannot help with that.' },
+  }),
+  error: (status: number, type = 'api_error', headers?: Record<string, string>, code?: string): ChatBehaviour => ({
+    kind: 'error',
+    status,
+    type,
+    message: `scripted ${status}`,
+    ...(headers ? { headers } : {}),
+    ...(code ? { code } : {}),
+  }),
   delayed: (delayMs: number, b: ChatBehaviour): ChatBehaviour => ({ ...b, delayMs }) as ChatBehaviour,
 } as const;
 
@@ -75,18 +92,27 @@ export async function startChatServer(options: { apiKey?: string | null; default
   const events = new EventEmitter();
   events.setMaxListeners(0);
 
-  const server = createServer((req, res) => { void handle(req, res); });
+  const server = createServer((req, res) => {
+    void handle(req, res);
+  });
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     const raw = await readBody(req);
     let body: Record<string, unknown> | undefined;
-    try { body = JSON.parse(raw) as Record<string, unknown>; } catch { body = undefined; }
-    if (req.method !== 'POST' || path !== '/v1/chat/completions') return sendJson(res, 404, { error: { message: `no route ${path}`, type: 'invalid_request_error' } });
+    try {
+      body = JSON.parse(raw) as Record<string, unknown>;
+    } catch {
+      body = undefined;
+    }
+    if (req.method !== 'POST' || path !== '/v1/chat/completions')
+      return sendJson(res, 404, { error: { message: `no route ${path}`, type: 'invalid_request_error' } });
     if (apiKey !== null && req.headers['authorization'] !== `Bearer ${apiKey}`) {
       requests.push({ path, headers: req.headers, body, behaviour: 'rejected' });
       events.emit('change');
-      return sendJson(res, 401, { error: { message: 'Incorrect API key provided', type: 'invalid_request_error', code: 'invalid_api_key' } });
+      return sendJson(res, 401, {
+        error: { message: 'Incorrect API key provided', type: 'invalid_request_error', code: 'invalid_api_key' },
+      });
     }
     const behaviour = queue.shift() ?? defaultBehaviour;
     requests.push({ path, headers: req.headers, body, behaviour: behaviour.kind });
@@ -109,8 +135,12 @@ export async function startChatServer(options: { apiKey?: string | null; default
     const requestId = `req_chat_${++sequence}`;
     const model = typeof body?.['model'] === 'string' ? body['model'] : 'unknown';
     const completion = (message: Record<string, unknown>, finishReason: string | null) => ({
-      id: `chatcmpl-${sequence}`, object: 'chat.completion', created: 1_700_000_000, model,
-      choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }], usage: USAGE,
+      id: `chatcmpl-${sequence}`,
+      object: 'chat.completion',
+      created: 1_700_000_000,
+      model,
+      choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }],
+      usage: USAGE,
     });
     switch (behaviour.kind) {
       case 'echo':
@@ -120,9 +150,15 @@ export async function startChatServer(options: { apiKey?: string | null; default
       case 'body':
         return sendJson(res, 200, behaviour.body, requestId);
       case 'error':
-        return sendJson(res, behaviour.status, {
-          error: { message: behaviour.message ?? 'error', type: behaviour.type ?? null, param: null, code: behaviour.code ?? null },
-        }, requestId, behaviour.headers);
+        return sendJson(
+          res,
+          behaviour.status,
+          {
+            error: { message: behaviour.message ?? 'error', type: behaviour.type ?? null, param: null, code: behaviour.code ?? null },
+          },
+          requestId,
+          behaviour.headers,
+        );
       case 'malformed':
         res.writeHead(200, { 'content-type': 'application/json', 'x-request-id': requestId });
         res.end('{"id": "chatcmpl-broken", "choices": [');
@@ -141,21 +177,45 @@ export async function startChatServer(options: { apiKey?: string | null; default
   return {
     url: `http://127.0.0.1:${port}/v1`,
     apiKey,
-    get requests() { return requests; },
-    get count() { return requests.length; },
-    get inFlight() { return inFlight; },
-    enqueue: (...items) => { queue.push(...items); },
-    setDefault: (b) => { defaultBehaviour = b; },
+    get requests() {
+      return requests;
+    },
+    get count() {
+      return requests.length;
+    },
+    get inFlight() {
+      return inFlight;
+    },
+    enqueue: (...items) => {
+      queue.push(...items);
+    },
+    setDefault: (b) => {
+      defaultBehaviour = b;
+    },
     waitFor(predicate, timeoutMs = 10_000) {
       if (predicate()) return Promise.resolve();
       return new Promise((resolve, reject) => {
-        const check = () => { if (predicate()) { cleanup(); resolve(); } };
-        const timer = setTimeout(() => { cleanup(); reject(new Error(`chat server: condition not met within ${timeoutMs} ms`)); }, timeoutMs);
-        const cleanup = () => { clearTimeout(timer); events.off('change', check); };
+        const check = () => {
+          if (predicate()) {
+            cleanup();
+            resolve();
+          }
+        };
+        const timer = setTimeout(() => {
+          cleanup();
+          reject(new Error(`chat server: condition not met within ${timeoutMs} ms`));
+        }, timeoutMs);
+        const cleanup = () => {
+          clearTimeout(timer);
+          events.off('change', check);
+        };
         events.on('change', check);
       });
     },
-    reset() { requests = []; queue.length = 0; },
+    reset() {
+      requests = [];
+      queue.length = 0;
+    },
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -165,7 +225,7 @@ export async function startChatServer(options: { apiKey?: string | null; default
 
 /** "Summary of N items." then, per fenced item of the user message, its id (`pair 12` for a pair number) and first 60 characters. */
 export function echo(body: Record<string, unknown> | undefined): string {
-  const messages = Array.isArray(body?.['messages']) ? body['messages'] as { role?: string; content?: unknown }[] : [];
+  const messages = Array.isArray(body?.['messages']) ? (body['messages'] as { role?: string; content?: unknown }[]) : [];
   const user = messages.find((m) => m.role === 'user');
   return echoOfMaterial(typeof user?.content === 'string' ? user.content : '');
 }

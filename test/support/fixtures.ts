@@ -55,7 +55,9 @@ export async function addPairs(
 }
 
 export async function pairCount(db: Queryable, conversationId: string): Promise<number> {
-  const { rows } = await db.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs where conversation_id = $1', [conversationId]);
+  const { rows } = await db.query<{ n: number }>('select count(*)::int as n from sourcebound.pairs where conversation_id = $1', [
+    conversationId,
+  ]);
   return rows[0]!.n;
 }
 

@@ -11,7 +11,13 @@ export function gatewayFor(server: MessagesServer, options: { model?: string; ti
   const maxChars = options.maxChars ?? 6000;
   const timeoutMs = options.timeoutMs ?? 30_000;
   return createGateway({
-    summarizer: createAnthropicSummarizer({ apiKey: server.apiKey, baseURL: server.url, model: options.model ?? 'claude-test', maxChars, timeoutMs }),
+    summarizer: createAnthropicSummarizer({
+      apiKey: server.apiKey,
+      baseURL: server.url,
+      model: options.model ?? 'claude-test',
+      maxChars,
+      timeoutMs,
+    }),
     defaults: { maxChars, deadlineMs: timeoutMs },
   });
 }

@@ -60,7 +60,9 @@ export default async function setup(project: TestProject) {
 /** Template name changes whenever a migration changes, so a stale template is never cloned. */
 function migrationsDigest(): string {
   const hash = createHash('sha256');
-  for (const file of readdirSync(MIGRATIONS_FOLDER).filter((f) => f.endsWith('.sql')).sort()) {
+  for (const file of readdirSync(MIGRATIONS_FOLDER)
+    .filter((f) => f.endsWith('.sql'))
+    .sort()) {
     hash.update(file).update(readFileSync(join(MIGRATIONS_FOLDER, file)));
   }
   hash.update(readFileSync(new URL('../../package-lock.json', import.meta.url)));
@@ -97,5 +99,3 @@ async function dropDatabases(adminUrl: string, prefix: string): Promise<void> {
     await admin.end();
   }
 }
-
-

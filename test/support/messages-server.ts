@@ -49,9 +49,15 @@ export function invalidRequest(body: unknown): string | null {
   const last = messages.at(-1) as { role?: unknown; content?: unknown };
   if (last?.role !== 'assistant') return null;
   const content = last.content;
-  const final = typeof content === 'string' ? content : Array.isArray(content) ? (content.at(-1) as { type?: unknown; text?: unknown } | undefined) : undefined;
+  const final =
+    typeof content === 'string'
+      ? content
+      : Array.isArray(content)
+        ? (content.at(-1) as { type?: unknown; text?: unknown } | undefined)
+        : undefined;
   const finalText = typeof final === 'string' ? final : final?.type === 'text' && typeof final.text === 'string' ? final.text : null;
-  if (finalText !== null && finalText !== finalText.trimEnd()) return 'messages: final assistant content cannot end with trailing whitespace';
+  if (finalText !== null && finalText !== finalText.trimEnd())
+    return 'messages: final assistant content cannot end with trailing whitespace';
   return null;
 }
 
@@ -63,7 +69,10 @@ export const behaviours = {
   toolUse: (): Behaviour => ({
     kind: 'message',
     stopReason: 'tool_use',
-    content: [text('A perfectly good summary of the replies.'), { type: 'tool_use', id: 'toolu_01', name: 'lookup', input: { q: 'x' }, caller: { type: 'direct' } }],
+    content: [
+      text('A perfectly good summary of the replies.'),
+      { type: 'tool_use', id: 'toolu_01', name: 'lookup', input: { q: 'x' }, caller: { type: 'direct' } },
+    ],
   }),
   maxTokens: (): Behaviour => ({ kind: 'message', content: [text('A summary that was cut')], stopReason: 'max_tokens' }),
   refusal: (): Behaviour => ({ kind: 'message', content: [text('I cannot help with that.')], stopReason: 'refusal' }),
@@ -79,10 +88,19 @@ export const behaviours = {
     content: [{ type: 'thinking', thinking: 'Let me think.', signature: 'sig' }, text('A good summary.')],
   }),
   httpError: (status: number, errorType: string, headers?: Record<string, string>): Behaviour => ({
-    kind: 'error', status, errorType, message: `scripted ${status}`, ...(headers ? { headers } : {}),
+    kind: 'error',
+    status,
+    errorType,
+    message: `scripted ${status}`,
+    ...(headers ? { headers } : {}),
   }),
-  rateLimited: (retryAfterSeconds: number): Behaviour =>
-    ({ kind: 'error', status: 429, errorType: 'rate_limit_error', message: 'rate limited', headers: { 'retry-after': String(retryAfterSeconds) } }),
+  rateLimited: (retryAfterSeconds: number): Behaviour => ({
+    kind: 'error',
+    status: 429,
+    errorType: 'rate_limit_error',
+    message: 'rate limited',
+    headers: { 'retry-after': String(retryAfterSeconds) },
+  }),
   overloaded: (): Behaviour => ({ kind: 'error', status: 529, errorType: 'overloaded_error', message: 'Overloaded' }),
   malformed: (): Behaviour => ({ kind: 'malformed' }),
   hang: (): Behaviour => ({ kind: 'hang' }),
@@ -186,7 +204,14 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
     }
 
     const behaviour = queue.shift() ?? defaultBehaviour;
-    requests.push({ method: req.method, path, headers: req.headers, body, bytes: Buffer.byteLength(raw, 'utf8'), behaviour: behaviour.kind });
+    requests.push({
+      method: req.method,
+      path,
+      headers: req.headers,
+      body,
+      bytes: Buffer.byteLength(raw, 'utf8'),
+      behaviour: behaviour.kind,
+    });
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);
     let ended = false;
@@ -212,11 +237,17 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
       case 'message':
         return sendJson(res, 200, { ...message('', behaviour.stopReason, body), content: behaviour.content }, requestId);
       case 'error':
-        return sendJson(res, behaviour.status, {
-          type: 'error',
-          error: { type: behaviour.errorType, message: behaviour.message ?? behaviour.errorType },
-          request_id: requestId,
-        }, requestId, behaviour.headers);
+        return sendJson(
+          res,
+          behaviour.status,
+          {
+            type: 'error',
+            error: { type: behaviour.errorType, message: behaviour.message ?? behaviour.errorType },
+            request_id: requestId,
+          },
+          requestId,
+          behaviour.headers,
+        );
       case 'malformed':
         res.writeHead(200, { 'content-type': 'application/json', 'request-id': requestId });
         res.end('{"id": "msg_broken", "type": "message", "content": [');
@@ -231,7 +262,9 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
         res.socket?.destroy();
         return;
       case 'hold': {
-        const answer = () => { if (!res.destroyed) respond({ kind: 'echo' }, body, res); };
+        const answer = () => {
+          if (!res.destroyed) respond({ kind: 'echo' }, body, res);
+        };
         parked.push(answer);
         res.on('close', () => {
           const at = parked.indexOf(answer);
@@ -266,16 +299,30 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
   return {
     url: `http://127.0.0.1:${port}`,
     apiKey,
-    get requests() { return requests; },
-    get count() { return requests.length; },
-    get inFlight() { return inFlight; },
-    get maxInFlight() { return maxInFlight; },
-    get held() { return parked.length; },
+    get requests() {
+      return requests;
+    },
+    get count() {
+      return requests.length;
+    },
+    get inFlight() {
+      return inFlight;
+    },
+    get maxInFlight() {
+      return maxInFlight;
+    },
+    get held() {
+      return parked.length;
+    },
     releaseHeld(n = Infinity) {
       for (const answer of parked.splice(0, n)) answer();
     },
-    enqueue: (...items) => { queue.push(...items); },
-    setDefault: (b) => { defaultBehaviour = b; },
+    enqueue: (...items) => {
+      queue.push(...items);
+    },
+    setDefault: (b) => {
+      defaultBehaviour = b;
+    },
     waitFor(predicate, timeoutMs = 10_000) {
       if (predicate()) return Promise.resolve();
       return new Promise((resolve, reject) => {
@@ -288,7 +335,10 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
           cleanup();
           reject(new Error(`messages server: condition not met within ${timeoutMs} ms (count ${requests.length}, in flight ${inFlight})`));
         }, timeoutMs);
-        const cleanup = () => { clearTimeout(timer); events.off('change', check); };
+        const cleanup = () => {
+          clearTimeout(timer);
+          events.off('change', check);
+        };
         events.on('change', check);
       });
     },
@@ -394,7 +444,9 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const server = await startMessagesServer();
   process.stdout.write(`${JSON.stringify({ url: server.url })}\n`);
-  const stop = () => { void server.close().then(() => process.exit(0)); };
+  const stop = () => {
+    void server.close().then(() => process.exit(0));
+  };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
 }

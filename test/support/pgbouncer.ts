@@ -44,7 +44,9 @@ export function pgbouncerBinary(): string | null {
 export async function startPgBouncer(options: { serverUrl: string; poolSize?: number }): Promise<PgBouncer> {
   const binary = pgbouncerBinary();
   if (binary === null) {
-    throw new Error('pgbouncer is not installed (looked in PATH and /usr/sbin): run `apt-get install -y pgbouncer` (.ci/run does this when it is absent)');
+    throw new Error(
+      'pgbouncer is not installed (looked in PATH and /usr/sbin): run `apt-get install -y pgbouncer` (.ci/run does this when it is absent)',
+    );
   }
   const server = new URL(options.serverUrl);
   const port = await freePort();
@@ -58,39 +60,48 @@ export async function startPgBouncer(options: { serverUrl: string; poolSize?: nu
     ...(server.password ? [`password=${decodeURIComponent(server.password)}`] : []),
   ].join(' ');
   const ini = join(folder, 'pgbouncer.ini');
-  writeFileSync(ini, [
-    '[databases]',
-    // Any database name the client asks for, on the one server.
-    `* = ${target}`,
-    '[pgbouncer]',
-    'listen_addr = 127.0.0.1',
-    `listen_port = ${port}`,
-    'unix_socket_dir =',
-    // Clients are not authenticated (the test server is local); PgBouncer logs in to the server as `user`.
-    'auth_type = any',
-    'pool_mode = transaction',
-    `default_pool_size = ${options.poolSize ?? 6}`,
-    'max_client_conn = 1000',
-    'admin_users = postgres',
-    'stats_users = postgres',
-    'ignore_startup_parameters = extra_float_digits',
-    // After a failed server login PgBouncer waits this long before the next one (default 15 s):
-    // across a PostgreSQL restart that wait, not the server, would decide how soon work resumes.
-    'server_login_retry = 1',
-    'logfile =',
-    'pidfile =',
-    '',
-  ].join('\n'));
+  writeFileSync(
+    ini,
+    [
+      '[databases]',
+      // Any database name the client asks for, on the one server.
+      `* = ${target}`,
+      '[pgbouncer]',
+      'listen_addr = 127.0.0.1',
+      `listen_port = ${port}`,
+      'unix_socket_dir =',
+      // Clients are not authenticated (the test server is local); PgBouncer logs in to the server as `user`.
+      'auth_type = any',
+      'pool_mode = transaction',
+      `default_pool_size = ${options.poolSize ?? 6}`,
+      'max_client_conn = 1000',
+      'admin_users = postgres',
+      'stats_users = postgres',
+      'ignore_startup_parameters = extra_float_digits',
+      // After a failed server login PgBouncer waits this long before the next one (default 15 s):
+      // across a PostgreSQL restart that wait, not the server, would decide how soon work resumes.
+      'server_login_retry = 1',
+      'logfile =',
+      'pidfile =',
+      '',
+    ].join('\n'),
+  );
   chmodSync(ini, 0o644);
 
   const asRoot = userInfo().uid === 0;
   const child: ChildProcess = spawn(binary, [...(asRoot ? ['-u', 'postgres'] : []), ini], { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
-  child.stdout!.setEncoding('utf8').on('data', (c: string) => { log += c; });
-  child.stderr!.setEncoding('utf8').on('data', (c: string) => { log += c; });
+  child.stdout!.setEncoding('utf8').on('data', (c: string) => {
+    log += c;
+  });
+  child.stderr!.setEncoding('utf8').on('data', (c: string) => {
+    log += c;
+  });
   const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')));
   let exitedWith: number | string | null = null;
-  void exited.then((c) => { exitedWith = c; });
+  void exited.then((c) => {
+    exitedWith = c;
+  });
 
   const base = new URL(options.serverUrl);
   base.host = `127.0.0.1:${port}`;
@@ -123,7 +134,9 @@ export async function startPgBouncer(options: { serverUrl: string; poolSize?: nu
       await admin.connect();
       try {
         // The admin console speaks the simple protocol only.
-        const result = await admin.query({ text: 'SHOW SERVERS', rowMode: 'array' } as pg.QueryConfig) as unknown as pg.QueryResult<unknown[]>;
+        const result = (await admin.query({ text: 'SHOW SERVERS', rowMode: 'array' } as pg.QueryConfig)) as unknown as pg.QueryResult<
+          unknown[]
+        >;
         const dbColumn = result.fields.findIndex((f) => f.name === 'database');
         return result.rows.filter((r) => r[dbColumn] === name).length;
       } finally {

@@ -54,18 +54,36 @@ export function spawnSourcebound(args: string[], env: Record<string, string>, bi
       }
     }
   });
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk; });
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
   const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')));
   const proc: WorkerProcess = {
     child,
     logs,
-    get stderr() { return stderr; },
+    get stderr() {
+      return stderr;
+    },
     waitForLog(predicate, timeoutMs = 30_000) {
       const found = logs.find(predicate);
       if (found) return Promise.resolve(found);
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no matching log line within ${timeoutMs} ms; stderr: ${stderr.slice(-2000)}; last logs: ${JSON.stringify(logs.slice(-5))}`)), timeoutMs);
-        waiters.push({ predicate, resolve: (l) => { clearTimeout(timer); resolve(l); } });
+        const timer = setTimeout(
+          () =>
+            reject(
+              new Error(
+                `no matching log line within ${timeoutMs} ms; stderr: ${stderr.slice(-2000)}; last logs: ${JSON.stringify(logs.slice(-5))}`,
+              ),
+            ),
+          timeoutMs,
+        );
+        waiters.push({
+          predicate,
+          resolve: (l) => {
+            clearTimeout(timer);
+            resolve(l);
+          },
+        });
       });
     },
     exited,

@@ -33,44 +33,45 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   let server: Server | null = null;
   let armed: { text: string; cut: () => void } | null = null;
 
-  const listen = () => new Promise<void>((resolve, reject) => {
-    const s = createServer((client) => {
-      const upstream = connect(target.port, target.host);
-      sockets.add(client);
-      sockets.add(upstream);
-      const drop = () => {
-        client.destroy();
-        upstream.destroy();
-        sockets.delete(client);
-        sockets.delete(upstream);
-      };
-      client.on('error', drop).on('close', drop);
-      upstream.on('error', drop).on('close', drop);
-      // Forwarded by hand (not piped) so a cut can sit between a statement and its answer.
-      let cutting: (() => void) | null = null;
-      client.on('data', (chunk: Buffer) => {
-        if (armed && chunk.includes(armed.text)) {
-          cutting = armed.cut;
-          armed = null;
-        }
-        upstream.write(chunk);
+  const listen = () =>
+    new Promise<void>((resolve, reject) => {
+      const s = createServer((client) => {
+        const upstream = connect(target.port, target.host);
+        sockets.add(client);
+        sockets.add(upstream);
+        const drop = () => {
+          client.destroy();
+          upstream.destroy();
+          sockets.delete(client);
+          sockets.delete(upstream);
+        };
+        client.on('error', drop).on('close', drop);
+        upstream.on('error', drop).on('close', drop);
+        // Forwarded by hand (not piped) so a cut can sit between a statement and its answer.
+        let cutting: (() => void) | null = null;
+        client.on('data', (chunk: Buffer) => {
+          if (armed && chunk.includes(armed.text)) {
+            cutting = armed.cut;
+            armed = null;
+          }
+          upstream.write(chunk);
+        });
+        upstream.on('data', (chunk: Buffer) => {
+          if (cutting) {
+            drop();
+            cutting();
+            return;
+          }
+          client.write(chunk);
+        });
       });
-      upstream.on('data', (chunk: Buffer) => {
-        if (cutting) {
-          drop();
-          cutting();
-          return;
-        }
-        client.write(chunk);
+      s.once('error', reject);
+      s.listen(port, '127.0.0.1', () => {
+        s.off('error', reject);
+        server = s;
+        resolve();
       });
     });
-    s.once('error', reject);
-    s.listen(port, '127.0.0.1', () => {
-      s.off('error', reject);
-      server = s;
-      resolve();
-    });
-  });
   const down = async () => {
     const s = server;
     server = null;
@@ -88,7 +89,10 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     },
     down,
     up: () => (server ? Promise.resolve() : listen()),
-    cutReplyTo: (text) => new Promise<void>((resolve) => { armed = { text, cut: resolve }; }),
+    cutReplyTo: (text) =>
+      new Promise<void>((resolve) => {
+        armed = { text, cut: resolve };
+      }),
     close: down,
   };
 }

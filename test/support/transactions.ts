@@ -18,7 +18,12 @@ export interface TwoTransactionsOptions {
  * `first` commits, then `second` completes and commits. What the triggers must
  * survive: two writers crossing a threshold at the same time.
  */
-export async function inTwoTransactions(connectionString: string, first: Statement, second: Statement, options: TwoTransactionsOptions = {}): Promise<void> {
+export async function inTwoTransactions(
+  connectionString: string,
+  first: Statement,
+  second: Statement,
+  options: TwoTransactionsOptions = {},
+): Promise<void> {
   const a = new pg.Client({ connectionString });
   const b = new pg.Client({ connectionString });
   await Promise.all([a.connect(), b.connect()]);

@@ -52,7 +52,9 @@ describe('behind a PgBouncer that hangs (PAUSE)', () => {
     });
     running.push(w);
     let exitedAt = 0;
-    void w.exited.then(() => { exitedAt = Date.now(); });
+    void w.exited.then(() => {
+      exitedAt = Date.now();
+    });
     const context = () => `stderr: ${w.stderr.slice(-3000)}\nlast logs: ${JSON.stringify(w.logs.slice(-12))}`;
     // Processes loading TypeScript on a loaded two-core machine took over a minute to start.
     await w.waitForLog((l) => l.msg === 'worker started', 120_000);
@@ -67,7 +69,10 @@ describe('behind a PgBouncer that hangs (PAUSE)', () => {
       expect(gaveUp.level).toBe(50);
       // Before the fix: "worker stopped" only after the retired runner's whole call grace
       // (about 2.5 minutes with the defaults), then the process stayed until RESUME.
-      const code = await Promise.race([w.exited, new Promise<string>((r) => setTimeout(() => r('still running'), SHUTDOWN_MS + MARGIN_MS + 10_000))]);
+      const code = await Promise.race([
+        w.exited,
+        new Promise<string>((r) => setTimeout(() => r('still running'), SHUTDOWN_MS + MARGIN_MS + 10_000)),
+      ]);
       expect(code, context()).toBe(1);
       expect(exitedAt - gaveUpAt, context()).toBeLessThan(SHUTDOWN_MS + MARGIN_MS);
       expect(exitedAt - lostAt, context()).toBeLessThan(RECOVERY_MS + PROBE_TIMEOUT_MS + SHUTDOWN_MS + MARGIN_MS);

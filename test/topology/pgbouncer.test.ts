@@ -59,8 +59,13 @@ function worker(env: Record<string, string> = {}): WorkerProcess {
 }
 // Processes loading TypeScript on two cores at load 15 took over a minute to start.
 const started = (w: WorkerProcess) => w.waitForLog((l) => l.msg === 'worker started', 120_000);
-const completedIn = async (ids: string[]) => (await db.pool.query<{ n: number }>(
-  `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`, [ids])).rows[0]!.n;
+const completedIn = async (ids: string[]) =>
+  (
+    await db.pool.query<{ n: number }>(
+      `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`,
+      [ids],
+    )
+  ).rows[0]!.n;
 
 describe('behind PgBouncer in transaction mode, with a direct URL for sessions', () => {
   it('three migrators at once on an empty database: all succeed, once, and no lock is left', async () => {
@@ -75,13 +80,17 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
       expect(codes, migrators.map((m) => m.stderr).join('\n')).toEqual([0, 0, 0]);
       const check = new pg.Client({ connectionString: withDatabase(db.adminUrl, name) });
       await check.connect();
-      const { rows: applied } = await check.query<{ n: number }>('select count(*)::int as n from sourcebound_migrations.__drizzle_migrations');
+      const { rows: applied } = await check.query<{ n: number }>(
+        'select count(*)::int as n from sourcebound_migrations.__drizzle_migrations',
+      );
       await check.end();
       const journal = JSON.parse(readFileSync(join(MIGRATIONS_FOLDER, 'meta/_journal.json'), 'utf8')) as { entries: unknown[] };
       expect(applied[0]!.n).toBe(journal.entries.length);
       const { rows: locks } = await admin.query<{ n: number }>(
         `select count(*)::int as n from pg_locks l join pg_database d on d.oid = l.database
-         where l.locktype = 'advisory' and l.classid = $1 and d.datname = $2`, [LOCK_NS.migrate, name]);
+         where l.locktype = 'advisory' and l.classid = $1 and d.datname = $2`,
+        [LOCK_NS.migrate, name],
+      );
       expect(locks[0]!.n).toBe(0);
     } finally {
       await admin.query(`drop database if exists ${name} with (force)`);
@@ -104,7 +113,13 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     const w = worker({ SOURCEBOUND_WORKER_CONCURRENCY: '4', SOURCEBOUND_MODEL_CONCURRENCY: '4' });
     await started(w);
     await until(async () => (await completedIn(conversations)) === 300, 200_000, '300 ranges completed through PgBouncer');
-    await until(async () => (await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0]!.n === 0, 20_000, 'no job left locked');
+    await until(
+      async () =>
+        (await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null'))
+          .rows[0]!.n === 0,
+      20_000,
+      'no job left locked',
+    );
     expect(w.logs.filter((l) => /prepared statement/i.test(JSON.stringify(l)))).toEqual([]);
     // Errors logged: none but a slow connect on a busy two-core machine (graphile-worker's cron retries those itself).
     expect(w.logs.filter((l) => l.level >= 50 && !/timeout exceeded when trying to connect/.test(l.msg))).toEqual([]);
@@ -118,9 +133,11 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     try {
       for (const c of conversations.slice(0, 3)) {
         // A budget that needs summaries (a history that fits is sent raw): the largest, in 10% steps, that shows one.
-        const at = (budgetBytes: number) => projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first' });
+        const at = (budgetBytes: number) =>
+          projectConversationHistory({ pool: db.pool, conversationId: c, scope: 'tenant-a', budgetBytes, layout: 'newest-first' });
         let budgetBytes = (await at(1 << 24)).bytes;
-        while (!(await at(budgetBytes)).items.some((item) => item.kind === 'summary') && budgetBytes > 1000) budgetBytes = Math.floor(budgetBytes * 0.9);
+        while (!(await at(budgetBytes)).items.some((item) => item.kind === 'summary') && budgetBytes > 1000)
+          budgetBytes = Math.floor(budgetBytes * 0.9);
         const args = { conversationId: c, scope: 'tenant-a', budgetBytes };
         const fresh = await projectConversationHistory({ pool: db.pool, ...args, layout: 'newest-first' });
         expect(await projectConversationHistory({ pool: pooled, ...args, layout: 'newest-first' })).toEqual(fresh);
@@ -137,19 +154,28 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     }
   }, 260_000);
 
-  it('fleet admission holds its limit across three workers and frees a SIGKILLed holder\'s slots', async () => {
+  it("fleet admission holds its limit across three workers and frees a SIGKILLed holder's slots", async () => {
     server.reset();
     server.setDefault(behaviours.echo(400));
     const limit = 3;
     const env = {
-      SOURCEBOUND_FLEET_CONCURRENCY: String(limit), SOURCEBOUND_WORKER_CONCURRENCY: '2', SOURCEBOUND_MODEL_CONCURRENCY: '2',
-      SOURCEBOUND_LEASE_MS: '3000', SOURCEBOUND_MODEL_TIMEOUT_MS: '2500', SOURCEBOUND_ADMISSION_WAIT_MS: '3000',
+      SOURCEBOUND_FLEET_CONCURRENCY: String(limit),
+      SOURCEBOUND_WORKER_CONCURRENCY: '2',
+      SOURCEBOUND_MODEL_CONCURRENCY: '2',
+      SOURCEBOUND_LEASE_MS: '3000',
+      SOURCEBOUND_MODEL_TIMEOUT_MS: '2500',
+      SOURCEBOUND_ADMISSION_WAIT_MS: '3000',
     };
     const workers = Array.from({ length: 3 }, () => worker(env));
     await Promise.all(workers.map(started));
-    const slotsHeld = async () => (await db.pool.query<{ n: number }>(
-      `select count(*)::int as n from pg_locks l join pg_database d on d.oid = l.database
-       where l.locktype = 'advisory' and l.classid = $1 and l.granted and d.datname = current_database()`, [LOCK_NS.admission])).rows[0]!.n;
+    const slotsHeld = async () =>
+      (
+        await db.pool.query<{ n: number }>(
+          `select count(*)::int as n from pg_locks l join pg_database d on d.oid = l.database
+       where l.locktype = 'advisory' and l.classid = $1 and l.granted and d.datname = current_database()`,
+          [LOCK_NS.admission],
+        )
+      ).rows[0]!.n;
     let maxHeld = 0;
     let sampling = true;
     const sampler = (async () => {
@@ -160,7 +186,9 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     })();
     const conversations: string[] = [];
     // Its claim is taken over after the lease; the sweep is what re-enqueues it in production.
-    const sweeper = setInterval(() => { void db.pool.query('select sourcebound.sweep_compaction()').catch(() => {}); }, 1000);
+    const sweeper = setInterval(() => {
+      void db.pool.query('select sourcebound.sweep_compaction()').catch(() => {});
+    }, 1000);
     try {
       for (let i = 0; i < 12; i++) {
         const c = await createConversation(db.pool);
@@ -207,18 +235,42 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     // pickup in a tenth of that proves the notification reached the worker. (How fast a pickup
     // through PgBouncer is against a direct one is a speed figure: P11 in the benchmarks.)
     const poll = 60_000;
-    const config = loadConfig({ DATABASE_URL: pooledUrl, DATABASE_DIRECT_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: String(poll), LOG_LEVEL: 'silent' });
+    const config = loadConfig({
+      DATABASE_URL: pooledUrl,
+      DATABASE_DIRECT_URL: db.url,
+      SOURCEBOUND_POLL_INTERVAL_MS: String(poll),
+      LOG_LEVEL: 'silent',
+    });
     const database = await openDatabase(config, silentLogger, 6);
-    const { rows: [before] } = await db.pool.query<{ at: Date }>('select clock_timestamp() as at');
-    const handle = await startWorker({ config, logger: silentLogger, database, summarizer: createOfflineSummarizer({ maxChars: 6000 }), skipMigrations: true });
+    const {
+      rows: [before],
+    } = await db.pool.query<{ at: Date }>('select clock_timestamp() as at');
+    const handle = await startWorker({
+      config,
+      logger: silentLogger,
+      database,
+      summarizer: createOfflineSummarizer({ maxChars: 6000 }),
+      skipMigrations: true,
+    });
     // graphile-worker opens its LISTEN connection after start-up and does not look for jobs when
     // it takes effect, so a job added before then waits for the poll: wait until this worker's
     // LISTEN has run on the direct URL (a backend started since, idle after it).
-    await until(async () => (await db.pool.query(
-      `select 1 from pg_stat_activity where datname = current_database() and backend_start >= $1
-         and state = 'idle' and query like 'LISTEN "jobs:insert"%'`, [before!.at])).rowCount! > 0, 30_000, 'the worker listening on the direct URL');
+    await until(
+      async () =>
+        (
+          await db.pool.query(
+            `select 1 from pg_stat_activity where datname = current_database() and backend_start >= $1
+         and state = 'idle' and query like 'LISTEN "jobs:insert"%'`,
+            [before!.at],
+          )
+        ).rowCount! > 0,
+      30_000,
+      'the worker listening on the direct URL',
+    );
     const starts = new Map<string, number>();
-    handle.runner.events.on('job:start', ({ job }) => starts.set(String((job.payload as { conversationId?: string }).conversationId), performance.now()));
+    handle.runner.events.on('job:start', ({ job }) =>
+      starts.set(String((job.payload as { conversationId?: string }).conversationId), performance.now()),
+    );
     expect(database.pooled).toBe(true);
     const pickups: number[] = [];
     try {
@@ -236,11 +288,17 @@ describe('behind PgBouncer in transaction mode, with a direct URL for sessions',
     expect(Math.max(...pickups)).toBeLessThan(poll / 10);
   }, 120_000);
 
-  it('the sweep crontab\'s queries go through the pooled URL while LISTEN holds the direct session', async () => {
+  it("the sweep crontab's queries go through the pooled URL while LISTEN holds the direct session", async () => {
     // graphile-worker's cron runs `pool.query()`, which pg-pool serves through the callback form of
     // connect, LISTEN's: routed to the one direct connection LISTEN holds, every tick timed out
     // ("timeout exceeded when trying to connect") and a crashed worker's ranges were never swept.
-    const pool = createWorkerPool({ connectionString: pooledUrl, directConnectionString: db.url, max: 2, applicationName: 'sourcebound-test', logger: silentLogger });
+    const pool = createWorkerPool({
+      connectionString: pooledUrl,
+      directConnectionString: db.url,
+      max: 2,
+      applicationName: 'sourcebound-test',
+      logger: silentLogger,
+    });
     try {
       const listen = await new Promise<pg.PoolClient>((resolve, reject) => {
         pool.connect((err, client) => (err || !client ? reject(err) : resolve(client)));

@@ -29,7 +29,9 @@ describe('session work refuses a transaction pooler at start', () => {
     const migrate = spawnSourcebound(['migrate'], { DATABASE_URL: pooledUrl });
     expect(await migrate.exited).toBe(1);
     expect(migrate.stderr.split('\n').filter(Boolean)).toHaveLength(1);
-    expect(migrate.stderr).toMatch(/^sourcebound migrate: the URL for session work .* leads to a transaction pooler.*Set DATABASE_DIRECT_URL/);
+    expect(migrate.stderr).toMatch(
+      /^sourcebound migrate: the URL for session work .* leads to a transaction pooler.*Set DATABASE_DIRECT_URL/,
+    );
     const { rows } = await db.pool.query(`select count(*)::int as n from pg_locks where locktype = 'advisory'`);
     expect(rows[0].n).toBe(0);
   });
@@ -44,9 +46,13 @@ describe('session work refuses a transaction pooler at start', () => {
       await db.pool.query(`select graphile_worker.add_job('sweep_compaction', '{}'::json)`);
       const worker = spawnSourcebound(args, { DATABASE_URL: pooledUrl, SOURCEBOUND_METRICS_PORT: '0' });
       expect(await worker.exited).toBe(1);
-      expect(worker.stderr).toMatch(/^sourcebound worker: the URL for session work .* leads to a transaction pooler.*Set DATABASE_DIRECT_URL/);
+      expect(worker.stderr).toMatch(
+        /^sourcebound worker: the URL for session work .* leads to a transaction pooler.*Set DATABASE_DIRECT_URL/,
+      );
       expect(worker.logs.map((l) => l.msg)).not.toContain('worker started');
-      const { rows } = await db.pool.query(`select count(*)::int as n from graphile_worker._private_jobs where attempts > 0 or locked_at is not null`);
+      const { rows } = await db.pool.query(
+        `select count(*)::int as n from graphile_worker._private_jobs where attempts > 0 or locked_at is not null`,
+      );
       expect(rows[0].n).toBe(0);
       await db.pool.query('delete from graphile_worker._private_jobs');
     });

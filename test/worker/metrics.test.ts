@@ -35,10 +35,12 @@ function sample(text: string, name: string, labels: Record<string, string> = {})
 }
 
 describe('reason labels', () => {
-  it('keep a reason\'s names and leave out its prose, so a count or a message never makes a new series', () => {
+  it("keep a reason's names and leave out its prose, so a count or a message never makes a new series", () => {
     expect(reasonLabel('stop_reason:max_tokens')).toBe('stop_reason:max_tokens');
     expect(reasonLabel('too_large:http_413:request_too_large')).toBe('too_large:http_413');
-    expect(reasonLabel('http_400:invalid_request_error: prompt is too long: 212345 tokens > 200000 maximum')).toBe('http_400:invalid_request_error');
+    expect(reasonLabel('http_400:invalid_request_error: prompt is too long: 212345 tokens > 200000 maximum')).toBe(
+      'http_400:invalid_request_error',
+    );
     expect(reasonLabel('ungrounded: 3 fact(s) not in the material: number:0.9%')).toBe('ungrounded');
     expect(reasonLabel('summarizer_threw:socket hang up')).toBe('summarizer_threw');
     expect(reasonLabel('empty_text')).toBe('empty_text');
@@ -50,8 +52,14 @@ describe('worker /metrics and /healthz', () => {
     server.reset();
     server.setDefault(behaviours.echo());
     const config = loadConfig({
-      DATABASE_URL: db.url, ANTHROPIC_API_KEY: server.apiKey, ANTHROPIC_BASE_URL: server.url, SOURCEBOUND_MODEL: 'claude-test',
-      SOURCEBOUND_FLEET_CONCURRENCY: '0', SOURCEBOUND_POLL_INTERVAL_MS: '200', SOURCEBOUND_METRICS_PORT: '0', LOG_LEVEL: 'silent',
+      DATABASE_URL: db.url,
+      ANTHROPIC_API_KEY: server.apiKey,
+      ANTHROPIC_BASE_URL: server.url,
+      SOURCEBOUND_MODEL: 'claude-test',
+      SOURCEBOUND_FLEET_CONCURRENCY: '0',
+      SOURCEBOUND_POLL_INTERVAL_MS: '200',
+      SOURCEBOUND_METRICS_PORT: '0',
+      LOG_LEVEL: 'silent',
     });
     const database = await openDatabase(config, silentLogger, 8);
     const handle = await startWorker({ config, logger: silentLogger, database, skipMigrations: true });
@@ -65,7 +73,7 @@ describe('worker /metrics and /healthz', () => {
     try {
       const health = await fetch(`${base}/healthz`);
       expect(health.status).toBe(200);
-      const healthBody = await health.json() as { beatOkAt: number | null };
+      const healthBody = (await health.json()) as { beatOkAt: number | null };
       expect(healthBody).toMatchObject({ status: 'ok', running: true, restarts: 0 });
       // Its heartbeat was recorded at start, before any job.
       expect(healthBody.beatOkAt).toBeGreaterThan(Date.now() - 30_000);
@@ -80,13 +88,25 @@ describe('worker /metrics and /healthz', () => {
       // One range completes.
       const good = await createConversation(db.pool);
       await addPairs(db.pool, good, 30);
-      await until(async () => (await summariesOfConversationRead(db.pool, good)).some((r) => r.status === 'completed'), 30_000, 'range completed');
+      await until(
+        async () => (await summariesOfConversationRead(db.pool, good)).some((r) => r.status === 'completed'),
+        30_000,
+        'range completed',
+      );
       // One range fails for good: two truncated answers.
       server.enqueue(behaviours.maxTokens(), behaviours.maxTokens());
       const bad = await createConversation(db.pool);
       await addPairs(db.pool, bad, 30);
-      await until(async () => (await summariesOfConversationRead(db.pool, bad)).some((r) => r.status === 'failed'), 30_000, 'range failed for good');
-      await until(async () => sample(await scrape(), 'sourcebound_ranges_total', { result: 'failed' }) === 1, 10_000, 'failed range counted');
+      await until(
+        async () => (await summariesOfConversationRead(db.pool, bad)).some((r) => r.status === 'failed'),
+        30_000,
+        'range failed for good',
+      );
+      await until(
+        async () => sample(await scrape(), 'sourcebound_ranges_total', { result: 'failed' }) === 1,
+        10_000,
+        'failed range counted',
+      );
 
       const after = await scrape();
       expect(sample(after, 'sourcebound_ranges_total', { result: 'completed' })).toBe(1);
@@ -106,19 +126,28 @@ describe('worker /metrics and /healthz', () => {
     }
   });
 
-  it('/healthz is 503 once the heartbeat is older than the fleet\'s patience, though PostgreSQL answers', async () => {
+  it("/healthz is 503 once the heartbeat is older than the fleet's patience, though PostgreSQL answers", async () => {
     let health: WorkerHealth = { ...NOT_STARTED, running: true, databaseOkAt: Date.now(), beatOkAt: Date.now() };
     const http = await startWorkerHttp({
-      host: '127.0.0.1', port: 0, registry: createWorkerMetrics({ pool: db.pool, defaultMetrics: false }).registry,
-      health: () => health, probeIntervalMs: 1000, beatStaleAfterMs: 20_000,
+      host: '127.0.0.1',
+      port: 0,
+      registry: createWorkerMetrics({ pool: db.pool, defaultMetrics: false }).registry,
+      health: () => health,
+      probeIntervalMs: 1000,
+      beatStaleAfterMs: 20_000,
     });
     try {
-      const get = async () => { const r = await fetch(`http://127.0.0.1:${http.port}/healthz`); return { status: r.status, body: await r.json() as { problem: string | null } }; };
+      const get = async () => {
+        const r = await fetch(`http://127.0.0.1:${http.port}/healthz`);
+        return { status: r.status, body: (await r.json()) as { problem: string | null } };
+      };
       expect((await get()).status).toBe(200);
       health = { ...health, databaseOkAt: Date.now(), beatOkAt: Date.now() - 21_000 };
       const stale = await get();
       expect(stale.status).toBe(503);
-      expect(stale.body.problem).toMatch(/^the heartbeat has not been recorded for 2\d{4} ms: the other workers take this worker's jobs and claims over$/);
+      expect(stale.body.problem).toMatch(
+        /^the heartbeat has not been recorded for 2\d{4} ms: the other workers take this worker's jobs and claims over$/,
+      );
       health = { ...health, beatOkAt: null };
       expect((await get()).status).toBe(503);
     } finally {
@@ -126,16 +155,22 @@ describe('worker /metrics and /healthz', () => {
     }
   });
 
-  it('queue gauges: runnable compaction jobs and the oldest one\'s wait, from the database at scrape time', async () => {
+  it("queue gauges: runnable compaction jobs and the oldest one's wait, from the database at scrape time", async () => {
     const metrics = createWorkerMetrics({ pool: db.pool, defaultMetrics: false });
     await db.pool.query('delete from graphile_worker._private_jobs');
-    for (const [key, ago] of [['a', 90], ['b', 5]] as const) {
+    for (const [key, ago] of [
+      ['a', 90],
+      ['b', 5],
+    ] as const) {
       await db.pool.query(
         `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', gen_random_uuid()), job_key := $1, run_at := now() - make_interval(secs => $2))`,
-        [`metrics-test-${key}`, ago]);
+        [`metrics-test-${key}`, ago],
+      );
     }
     // Not runnable yet: not counted.
-    await db.pool.query(`select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', gen_random_uuid()), run_at := now() + interval '1 hour')`);
+    await db.pool.query(
+      `select graphile_worker.add_job('compact_conversation', json_build_object('conversationId', gen_random_uuid()), run_at := now() + interval '1 hour')`,
+    );
     const text = await metrics.registry.metrics();
     expect(sample(text, 'sourcebound_queue_depth')).toBe(2);
     expect(sample(text, 'sourcebound_queue_oldest_job_age_seconds')).toBeGreaterThanOrEqual(90);

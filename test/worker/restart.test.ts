@@ -30,11 +30,17 @@ afterAll(() => server.close());
 function gatedSummarizer(options: { thenThrow?: boolean } = {}) {
   const offline = createOfflineSummarizer({ maxChars: 6000 });
   let release!: () => void;
-  const gate = new Promise<void>((r) => { release = r; });
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
   let entered!: () => void;
-  const inFlight = new Promise<void>((r) => { entered = r; });
+  const inFlight = new Promise<void>((r) => {
+    entered = r;
+  });
   let returned!: () => void;
-  const answered = new Promise<void>((r) => { returned = r; });
+  const answered = new Promise<void>((r) => {
+    returned = r;
+  });
   let calls = 0;
   const summarizer: Summarizer = {
     model: offline.model,
@@ -56,8 +62,12 @@ function gatedSummarizer(options: { thenThrow?: boolean } = {}) {
 async function workerBehindProxy(env: Record<string, string>, gate: { thenThrow?: boolean } = {}) {
   const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
   const config = loadConfig({
-    DATABASE_URL: proxy.through(db.url), SOURCEBOUND_POLL_INTERVAL_MS: '200', SOURCEBOUND_LEASE_MS: '60000',
-    SOURCEBOUND_RECOVERY_TIMEOUT_MS: '30000', LOG_LEVEL: 'silent', ...env,
+    DATABASE_URL: proxy.through(db.url),
+    SOURCEBOUND_POLL_INTERVAL_MS: '200',
+    SOURCEBOUND_LEASE_MS: '60000',
+    SOURCEBOUND_RECOVERY_TIMEOUT_MS: '30000',
+    LOG_LEVEL: 'silent',
+    ...env,
   });
   const database = await openDatabase(config, silentLogger, 8);
   const gated = gatedSummarizer(gate);
@@ -78,12 +88,20 @@ async function workerBehindProxy(env: Record<string, string>, gate: { thenThrow?
   }
 }
 
-const lockedJobs = async () => (await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0]!.n;
+const lockedJobs = async () =>
+  (await db.pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0]!
+    .n;
 const completed = async (c: string) => (await summariesOfConversationRead(db.pool, c)).some((r) => r.status === 'completed');
 
 describe('a worker through a PostgreSQL outage', () => {
   it('rides it out in-process: a new runner, a claim its dead task left open taken over at once (not after the 60 s lease)', async () => {
-    const { proxy, gated, handle, conversation: c, close } = await workerBehindProxy({ SOURCEBOUND_SHUTDOWN_TIMEOUT_MS: '1000' }, { thenThrow: true });
+    const {
+      proxy,
+      gated,
+      handle,
+      conversation: c,
+      close,
+    } = await workerBehindProxy({ SOURCEBOUND_SHUTDOWN_TIMEOUT_MS: '1000' }, { thenThrow: true });
     try {
       await proxy.down();
       await until(async () => handle.health().recovering, 10_000, 'the worker notices the outage');
@@ -95,14 +113,19 @@ describe('a worker through a PostgreSQL outage', () => {
       expect(Date.now() - back).toBeLessThan(30_000);
       expect(handle.health()).toMatchObject({ running: true, recovering: false, restarts: 1 });
       const attempts = await attemptsOfConversationRead(db.pool, c);
-      expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([['unknown', true], ['ok', true]]);
+      expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([
+        ['unknown', true],
+        ['ok', true],
+      ]);
       // Both by this process: the first generation's claim, handed back, then the second's.
       expect(attempts[1]!.workerId).toBe(`${handle.workerId}/r1`);
       expect(attempts[0]!.workerId).toBe(handle.workerId);
       // No job left locked: the one that completed the range reads the marks
       // once more before it ends, so it may still be finishing.
       await until(async () => (await lockedJobs()) === 0, 10_000, 'no job left locked');
-      expect(await handle.metrics.registry.getSingleMetricAsString('sourcebound_worker_restarts_total')).toMatch(/sourcebound_worker_restarts_total\{reason="[a-z_]+"\} 1/);
+      expect(await handle.metrics.registry.getSingleMetricAsString('sourcebound_worker_restarts_total')).toMatch(
+        /sourcebound_worker_restarts_total\{reason="[a-z_]+"\} 1/,
+      );
     } finally {
       await close();
     }
@@ -149,8 +172,12 @@ describe('a worker through a PostgreSQL outage', () => {
     const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
     try {
       const w = spawnSourcebound(['worker', '--no-migrate'], {
-        DATABASE_URL: proxy.through(db.url), ANTHROPIC_API_KEY: server.apiKey, ANTHROPIC_BASE_URL: server.url,
-        SOURCEBOUND_FLEET_CONCURRENCY: '0', SOURCEBOUND_RECOVERY_TIMEOUT_MS: '2000', SOURCEBOUND_POLL_INTERVAL_MS: '200',
+        DATABASE_URL: proxy.through(db.url),
+        ANTHROPIC_API_KEY: server.apiKey,
+        ANTHROPIC_BASE_URL: server.url,
+        SOURCEBOUND_FLEET_CONCURRENCY: '0',
+        SOURCEBOUND_RECOVERY_TIMEOUT_MS: '2000',
+        SOURCEBOUND_POLL_INTERVAL_MS: '200',
       });
       server.setDefault(behaviours.echo());
       await w.waitForLog((l) => l.msg === 'worker started', 60_000);

@@ -52,7 +52,11 @@ describe('sourcebound worker (real processes)', () => {
     await until(async () => (await completedRanges(c)) === 1, 30_000, 'range 0-9 completed');
     const dropped = await w.waitForLog((l) => l.msg.startsWith('invalid compact_conversation payload'));
     expect(dropped.level).toBe(50);
-    await until(async () => (await db.pool.query('select count(*)::int as n from graphile_worker._private_jobs')).rows[0].n === 0, 10_000, 'jobs finished');
+    await until(
+      async () => (await db.pool.query('select count(*)::int as n from graphile_worker._private_jobs')).rows[0].n === 0,
+      10_000,
+      'jobs finished',
+    );
     // Dropped, not retried: nothing is left waiting.
     expect(server.count).toBe(1);
   });
@@ -89,7 +93,10 @@ describe('sourcebound worker (real processes)', () => {
     await db.pool.query('select sourcebound.enqueue_compaction($1)', [c]);
     await until(async () => (await completedRanges(c)) === 1, 30_000, 'range taken over and completed');
     const attempts = await attemptsOfConversationRead(db.pool, c);
-    expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([['unknown', true], ['ok', true]]);
+    expect(attempts.map((a) => [a.outcome, a.spent])).toEqual([
+      ['unknown', true],
+      ['ok', true],
+    ]);
     expect(attempts[0]!.reason).toMatch(/lease_expired/);
     expect(new Set(attempts.map((a) => a.workerId)).size).toBe(2);
   });
@@ -106,16 +113,30 @@ describe('sourcebound worker (real processes)', () => {
     for (let i = 0; i < 1000; i++) await storm.query('select sourcebound.enqueue_compaction($1)', [c]);
     await storm.end();
     await until(async () => (await completedRanges(c)) === 3, 120_000, 'three ranges completed');
-    await until(async () => (await db.pool.query('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0].n === 0, 30_000, 'workers idle');
+    await until(
+      async () =>
+        (await db.pool.query('select count(*)::int as n from graphile_worker._private_jobs where locked_at is not null')).rows[0].n === 0,
+      30_000,
+      'workers idle',
+    );
     const records = await summariesOfConversationRead(db.pool, c);
-    expect(records.map((r) => [r.fromPair, r.status])).toEqual([[0, 'completed'], [10, 'completed'], [20, 'completed']]);
+    expect(records.map((r) => [r.fromPair, r.status])).toEqual([
+      [0, 'completed'],
+      [10, 'completed'],
+      [20, 'completed'],
+    ]);
     expect(server.count).toBe(3);
     expect((await attemptsOfConversationRead(db.pool, c)).length).toBe(3);
   }, 280_000);
 
   it('three workers with 4 model calls each and a fleet limit of 5 have exactly 5 requests in flight, never more', async () => {
     // Admission may wait as long as a loaded machine needs to fill a wave; a timeout would defer a range.
-    const env = { SOURCEBOUND_WORKER_CONCURRENCY: '4', SOURCEBOUND_MODEL_CONCURRENCY: '4', SOURCEBOUND_FLEET_CONCURRENCY: '5', SOURCEBOUND_ADMISSION_WAIT_MS: '120000' };
+    const env = {
+      SOURCEBOUND_WORKER_CONCURRENCY: '4',
+      SOURCEBOUND_MODEL_CONCURRENCY: '4',
+      SOURCEBOUND_FLEET_CONCURRENCY: '5',
+      SOURCEBOUND_ADMISSION_WAIT_MS: '120000',
+    };
     const workers = Array.from({ length: 3 }, () => worker(env));
     await Promise.all(workers.map((w) => started(w)));
     // Every call is parked until the test lets its wave go: 12 calls could run, the fleet lets 5 in.
@@ -130,10 +151,17 @@ describe('sourcebound worker (real processes)', () => {
       await server.waitFor(() => server.held === 5, 60_000);
       server.releaseHeld();
     }
-    await until(async () => {
-      const { rows } = await db.pool.query(`select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`, [conversations]);
-      return rows[0].n === 15;
-    }, 60_000, 'fifteen ranges completed');
+    await until(
+      async () => {
+        const { rows } = await db.pool.query(
+          `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and conversation_id = any($1::uuid[])`,
+          [conversations],
+        );
+        return rows[0].n === 15;
+      },
+      60_000,
+      'fifteen ranges completed',
+    );
     // Three waves of exactly five: the limit was reached each time and never passed.
     expect(server.maxInFlight).toBe(5);
     expect(server.count).toBe(15);
@@ -180,11 +208,13 @@ describe('sourcebound CLI', () => {
     expect(config.stderr).toMatch(/SOURCEBOUND_LEASE_MS/);
   });
 
-  it('enqueue adds a job for a conversation of its scope; another scope\'s id reads like an unknown one', async () => {
+  it("enqueue adds a job for a conversation of its scope; another scope's id reads like an unknown one", async () => {
     const c = await createConversation(db.pool);
     const ok = spawnSourcebound(['enqueue', c, '--scope', 'tenant-a'], { DATABASE_URL: db.url });
     expect(await ok.exited).toBe(0);
-    const { rows } = await db.pool.query(`select count(*)::int as n from graphile_worker._private_jobs where key = $1`, [`sourcebound:compact:${c}`]);
+    const { rows } = await db.pool.query(`select count(*)::int as n from graphile_worker._private_jobs where key = $1`, [
+      `sourcebound:compact:${c}`,
+    ]);
     expect(rows[0].n).toBe(1);
     const unscoped = spawnSourcebound(['enqueue', c], { DATABASE_URL: db.url });
     expect(await unscoped.exited).toBe(2);

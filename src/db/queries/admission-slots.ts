@@ -19,5 +19,5 @@ export async function admissionSlotTry(db: Queryable, namespace: number, slot: n
 
 /** Frees the slot and wakes the waiters of every process. */
 export async function admissionSlotRelease(db: Queryable, namespace: number, slot: number, channel: string): Promise<void> {
-  await db.query('select pg_advisory_unlock($1::int4, $2::int4), pg_notify($3, \'\')', [namespace, slot, channel]);
+  await db.query("select pg_advisory_unlock($1::int4, $2::int4), pg_notify($3, '')", [namespace, slot, channel]);
 }

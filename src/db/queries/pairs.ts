@@ -7,7 +7,6 @@
 import type pg from 'pg';
 import type { Queryable } from '../queryable.ts';
 
-
 /** One row where the index differs from the definition (sourcebound.pairs_drift). */
 export interface PairDriftRow {
   runId: string;

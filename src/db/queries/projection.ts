@@ -62,10 +62,15 @@ export interface ProjectionSummaryRow {
  * lookup), or null when no conversation has this id in this scope.
  */
 export async function conversationPairCountRead(
-  db: Queryable, conversationId: string, scope: string, observe?: ReadObserver,
+  db: Queryable,
+  conversationId: string,
+  scope: string,
+  observe?: ReadObserver,
 ): Promise<number | null> {
-  const { rows } = await db.query<{ pairCount: number | null }>(
-    'select sourcebound.projection_pair_count($1, $2) as "pairCount"', [conversationId, scope]);
+  const { rows } = await db.query<{ pairCount: number | null }>('select sourcebound.projection_pair_count($1, $2) as "pairCount"', [
+    conversationId,
+    scope,
+  ]);
   const pairCount = rows[0]?.pairCount ?? null;
   observe?.({ query: 'conversationPairCountRead', rows: pairCount === null ? 0 : 1 });
   return pairCount;
@@ -83,13 +88,19 @@ export async function pairsPageRead(
   args: { conversationId: string; scope: string; fromPair: number; toPair: number; maxTextBytes: number | null },
   observe?: ReadObserver,
 ): Promise<ProjectionPairRow[]> {
-  const { rows } = await db.query<ProjectionPairRow>(
-    'select * from sourcebound.projection_pairs_page($1, $2, $3, $4, $5)',
-    [args.conversationId, args.scope, args.fromPair, args.toPair, args.maxTextBytes],
-  );
+  const { rows } = await db.query<ProjectionPairRow>('select * from sourcebound.projection_pairs_page($1, $2, $3, $4, $5)', [
+    args.conversationId,
+    args.scope,
+    args.fromPair,
+    args.toPair,
+    args.maxTextBytes,
+  ]);
   observe?.({
-    query: 'pairsPageRead', rows: rows.length, textRows: rows.filter((r) => r.userText !== null).length,
-    fromPair: args.fromPair, toPair: args.toPair,
+    query: 'pairsPageRead',
+    rows: rows.length,
+    textRows: rows.filter((r) => r.userText !== null).length,
+    fromPair: args.fromPair,
+    toPair: args.toPair,
   });
   return rows;
 }
@@ -104,10 +115,12 @@ export async function summariesForRangesRead(
   args: { conversationId: string; scope: string; fromPair: number; toPair: number },
   observe?: ReadObserver,
 ): Promise<ProjectionSummaryRow[]> {
-  const { rows } = await db.query<ProjectionSummaryRow>(
-    'select * from sourcebound.projection_summaries($1, $2, $3, $4)',
-    [args.conversationId, args.scope, args.fromPair, args.toPair],
-  );
+  const { rows } = await db.query<ProjectionSummaryRow>('select * from sourcebound.projection_summaries($1, $2, $3, $4)', [
+    args.conversationId,
+    args.scope,
+    args.fromPair,
+    args.toPair,
+  ]);
   observe?.({ query: 'summariesForRangesRead', rows: rows.length, fromPair: args.fromPair, toPair: args.toPair });
   return rows;
 }
@@ -148,9 +161,15 @@ export async function projectionRead(
   const budget = args.layoutBudget !== null && args.layoutBudget <= MAX_LAYOUT_BUDGET ? args.layoutBudget : null;
   const { rows } = await db.query<ProjectionPairRow & { read: RawRead | null }>(
     'select * from sourcebound.projection_read($1, $2, $3, $4, $5, $6, $7)',
-    [args.conversationId, args.scope, budget,
-      budget === null ? null : Math.ceil(budget * NEAR_BUDGET), budget === null ? null : Math.min(MAX_LAYOUT_BUDGET, Math.floor(budget / NEAR_BUDGET)),
-      args.firstPage, args.maxTextBytes],
+    [
+      args.conversationId,
+      args.scope,
+      budget,
+      budget === null ? null : Math.ceil(budget * NEAR_BUDGET),
+      budget === null ? null : Math.min(MAX_LAYOUT_BUDGET, Math.floor(budget / NEAR_BUDGET)),
+      args.firstPage,
+      args.maxTextBytes,
+    ],
   );
   // A first row with the rest as JSON, then the pairs as rows (projection_read()).
   const raw = rows[0]?.read ?? null;
@@ -165,22 +184,39 @@ export async function projectionRead(
   }
   if (raw.fromPair < raw.count) {
     observe?.({
-      query: 'pairsPageRead', rows: pairs.length, textRows: pairs.filter((r) => r.userText !== null).length,
-      fromPair: raw.fromPair, toPair: raw.count - 1, statement,
+      query: 'pairsPageRead',
+      rows: pairs.length,
+      textRows: pairs.filter((r) => r.userText !== null).length,
+      fromPair: raw.fromPair,
+      toPair: raw.count - 1,
+      statement,
     });
   }
   const records = raw.records.map((r) => ({
-    ...r, completedAt: r.completedAt === null ? null : new Date(r.completedAt), createdAt: new Date(r.createdAt),
+    ...r,
+    completedAt: r.completedAt === null ? null : new Date(r.completedAt),
+    createdAt: new Date(r.createdAt),
   }));
   if (raw.recordRanges.length > 0) {
     observe?.({
-      query: 'summariesForRangesRead', rows: records.length, statement,
-      fromPair: raw.recordRanges[0]! * 10, toPair: raw.recordRanges.at(-1)! * 10 + 9,
+      query: 'summariesForRangesRead',
+      rows: records.length,
+      statement,
+      fromPair: raw.recordRanges[0]! * 10,
+      toPair: raw.recordRanges.at(-1)! * 10 + 9,
     });
   }
   return {
-    count: raw.count, layout, layoutBudget: layout === null ? null : raw.layoutBudget, fromPair: raw.fromPair, pairs, recordRanges: raw.recordRanges, records,
-    withoutRun: Number(raw.withoutRun), streaming: Number(raw.streaming), unsettledRuns: Number(raw.unsettledRuns),
+    count: raw.count,
+    layout,
+    layoutBudget: layout === null ? null : raw.layoutBudget,
+    fromPair: raw.fromPair,
+    pairs,
+    recordRanges: raw.recordRanges,
+    records,
+    withoutRun: Number(raw.withoutRun),
+    streaming: Number(raw.streaming),
+    unsettledRuns: Number(raw.unsettledRuns),
   };
 }
 
@@ -227,12 +263,17 @@ export interface ProjectionLayoutRow {
 
 /** The stored layout of a conversation in a scope at a budget, or null. */
 export async function projectionLayoutRead(
-  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number }, observe?: ReadObserver,
+  db: Queryable,
+  args: { conversationId: string; scope: string; budgetBytes: number },
+  observe?: ReadObserver,
 ): Promise<ProjectionLayoutRow | null> {
   // Layouts are kept for budgets a request can have (integer column); a larger budget is always laid out anew.
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return null;
-  const { rows } = await db.query<ProjectionLayoutRow>(
-    'select * from sourcebound.projection_layout($1, $2, $3)', [args.conversationId, args.scope, args.budgetBytes]);
+  const { rows } = await db.query<ProjectionLayoutRow>('select * from sourcebound.projection_layout($1, $2, $3)', [
+    args.conversationId,
+    args.scope,
+    args.budgetBytes,
+  ]);
   observe?.({ query: 'projectionLayoutRead', rows: rows.length });
   return rows[0] ?? null;
 }
@@ -254,7 +295,9 @@ export const NEAR_BUDGET = 0.8;
  * nothing (plain SQL: a call that keeps its layout never sends it).
  */
 export async function projectionLayoutNearRead(
-  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number }, observe?: ReadObserver,
+  db: Queryable,
+  args: { conversationId: string; scope: string; budgetBytes: number },
+  observe?: ReadObserver,
 ): Promise<(ProjectionLayoutRow & { budgetBytes: number }) | null> {
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return null;
   const { rows } = await db.query<ProjectionLayoutRow & { budgetBytes: number }>(
@@ -266,8 +309,13 @@ export async function projectionLayoutNearRead(
      where l.conversation_id = $1 and l.budget_bytes between $5 and $4 and l.budget_bytes <> $3
      order by l.budget_bytes < $3, abs(l.budget_bytes - $3)
      limit 1`,
-    [args.conversationId, args.scope, args.budgetBytes, Math.min(MAX_LAYOUT_BUDGET, Math.floor(args.budgetBytes / NEAR_BUDGET)),
-      Math.ceil(args.budgetBytes * NEAR_BUDGET)],
+    [
+      args.conversationId,
+      args.scope,
+      args.budgetBytes,
+      Math.min(MAX_LAYOUT_BUDGET, Math.floor(args.budgetBytes / NEAR_BUDGET)),
+      Math.ceil(args.budgetBytes * NEAR_BUDGET),
+    ],
   );
   observe?.({ query: 'projectionLayoutNearRead', rows: rows.length });
   return rows[0] ?? null;
@@ -297,10 +345,25 @@ export async function projectionLayoutWrite(
            prefix_sha256 = excluded.prefix_sha256, prefix_bytes = excluded.prefix_bytes, head_sha256 = excluded.head_sha256,
            saved_cost = excluded.saved_cost, saves_bytes = excluded.saves_bytes, rewritten_at = now(), used_at = excluded.used_at
        where $10::boolean and l.start_pair = $11 and l.end_pair = $12 and l.prefix_sha256 = $13`,
-    [args.conversationId, args.scope, args.budgetBytes, layout.startPair, layout.endPair,
-      JSON.stringify(layout.summaries), layout.prefixSha256, layout.prefixBytes, JSON.stringify(layout.gaps),
-      replaces !== null, replaces?.startPair ?? null, replaces?.endPair ?? null, replaces?.prefixSha256 ?? null,
-      layout.savedCost, Math.round(layout.savesBytes), layout.headSha256, layout.usedAt],
+    [
+      args.conversationId,
+      args.scope,
+      args.budgetBytes,
+      layout.startPair,
+      layout.endPair,
+      JSON.stringify(layout.summaries),
+      layout.prefixSha256,
+      layout.prefixBytes,
+      JSON.stringify(layout.gaps),
+      replaces !== null,
+      replaces?.startPair ?? null,
+      replaces?.endPair ?? null,
+      replaces?.prefixSha256 ?? null,
+      layout.savedCost,
+      Math.round(layout.savesBytes),
+      layout.headSha256,
+      layout.usedAt,
+    ],
   );
   return (rowCount ?? 0) > 0;
 }
@@ -311,7 +374,8 @@ export async function projectionLayoutWrite(
  * layout is still the one read, and only forward in time.
  */
 export async function projectionLayoutTouch(
-  db: Queryable, args: { conversationId: string; scope: string; budgetBytes: number; prefixSha256: string; usedAt: Date },
+  db: Queryable,
+  args: { conversationId: string; scope: string; budgetBytes: number; prefixSha256: string; usedAt: Date },
 ): Promise<boolean> {
   if (args.budgetBytes > MAX_LAYOUT_BUDGET) return false;
   const { rowCount } = await db.query(

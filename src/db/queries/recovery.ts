@@ -16,11 +16,17 @@ import type { Queryable } from '../queryable.ts';
  * same update on its jobs table minus those ids (we use no named queues, whose
  * locks `force_unlock_workers` also clears). Returns how many were unlocked.
  */
-export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonly string[], runningJobIds: readonly string[] = []): Promise<number> {
+export async function workerJobsUnlock(
+  db: Queryable,
+  graphileWorkerIds: readonly string[],
+  runningJobIds: readonly string[] = [],
+): Promise<number> {
   if (graphileWorkerIds.length === 0) return 0;
   if (runningJobIds.length === 0) {
     const { rows } = await db.query<{ n: number }>(
-      `select count(*)::int as n from graphile_worker.jobs where locked_by = any($1::text[])`, [graphileWorkerIds]);
+      `select count(*)::int as n from graphile_worker.jobs where locked_by = any($1::text[])`,
+      [graphileWorkerIds],
+    );
     await db.query('select graphile_worker.force_unlock_workers($1::text[])', [graphileWorkerIds]);
     return rows[0]!.n;
   }
@@ -40,7 +46,10 @@ export async function workerJobsUnlock(db: Queryable, graphileWorkerIds: readonl
  * conversation gets a job that runs now. Returns the conversations.
  */
 export async function ownClaimsRelease(db: Queryable, leaseOwner: string, exceptConversations: readonly string[] = []): Promise<string[]> {
-  const { rows } = await db.query<{ c: string }>('select c from sourcebound.claims_hand_back($1, $2::uuid[]) as c', [leaseOwner, exceptConversations]);
+  const { rows } = await db.query<{ c: string }>('select c from sourcebound.claims_hand_back($1, $2::uuid[]) as c', [
+    leaseOwner,
+    exceptConversations,
+  ]);
   return rows.map((r) => r.c);
 }
 
@@ -67,7 +76,12 @@ export interface ReapedWorker {
  * runners lock jobs with, and reaps every other worker silent for
  * `deadAfterMs`, in one statement. Returns the workers reaped.
  */
-export async function workerBeat(db: Queryable, workerId: string, graphileWorkerIds: readonly string[], deadAfterMs: number): Promise<ReapedWorker[]> {
+export async function workerBeat(
+  db: Queryable,
+  workerId: string,
+  graphileWorkerIds: readonly string[],
+  deadAfterMs: number,
+): Promise<ReapedWorker[]> {
   const { rows } = await db.query<ReapedWorker>(
     `select worker_id as "workerId", silent_ms as "silentMs", jobs_unlocked as "jobsUnlocked", claims_released as "claimsReleased"
      from sourcebound.worker_beat($1, $2::text[], $3)`,
@@ -79,6 +93,8 @@ export async function workerBeat(db: Queryable, workerId: string, graphileWorker
 /** A stopping worker hands back what it still holds and leaves the registry. */
 export async function workerLeave(db: Queryable, workerId: string): Promise<{ jobsUnlocked: number; claimsReleased: number }> {
   const { rows } = await db.query<{ jobsUnlocked: number; claimsReleased: number }>(
-    'select jobs_unlocked as "jobsUnlocked", claims_released as "claimsReleased" from sourcebound.worker_leave($1)', [workerId]);
+    'select jobs_unlocked as "jobsUnlocked", claims_released as "claimsReleased" from sourcebound.worker_leave($1)',
+    [workerId],
+  );
   return rows[0]!;
 }

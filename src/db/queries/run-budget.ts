@@ -14,17 +14,26 @@ export interface BudgetRow {
 }
 
 /** Creates the Run's budget row (null limits = unlimited); keeps an existing one. */
-export async function runBudgetEnsure(db: Queryable, runId: string, requestsLimit: number | null, tokensLimit: number | null): Promise<void> {
+export async function runBudgetEnsure(
+  db: Queryable,
+  runId: string,
+  requestsLimit: number | null,
+  tokensLimit: number | null,
+): Promise<void> {
   await db.query(
     `insert into sourcebound.run_budgets (run_id, requests_limit, tokens_limit) values ($1, $2, $3)
-     on conflict (run_id) do nothing`, [runId, requestsLimit, tokensLimit]);
+     on conflict (run_id) do nothing`,
+    [runId, requestsLimit, tokensLimit],
+  );
 }
 
 export async function runBudgetGet(db: Queryable, runId: string): Promise<BudgetRow | null> {
   const { rows } = await db.query<BudgetRow>(
     `select requests_limit as "requestsLimit", tokens_limit::float8 as "tokensLimit", requests_used as "requestsUsed",
        tokens_used::float8 as "tokensUsed", requests_reserved as "requestsReserved", tokens_reserved::float8 as "tokensReserved"
-     from sourcebound.run_budgets where run_id = $1`, [runId]);
+     from sourcebound.run_budgets where run_id = $1`,
+    [runId],
+  );
   return rows[0] ?? null;
 }
 
@@ -33,14 +42,22 @@ export async function runBudgetGet(db: Queryable, runId: string): Promise<Budget
  * `keepTokens` stay available afterwards (the finalization reserve). One
  * conditional UPDATE: two reservations can never both take the last of it.
  */
-export async function runBudgetReserve(db: Queryable, runId: string, requests: number, tokens: number, keepRequests: number, keepTokens: number): Promise<boolean> {
+export async function runBudgetReserve(
+  db: Queryable,
+  runId: string,
+  requests: number,
+  tokens: number,
+  keepRequests: number,
+  keepTokens: number,
+): Promise<boolean> {
   const { rowCount } = await db.query(
     `update sourcebound.run_budgets
      set requests_reserved = requests_reserved + $2, tokens_reserved = tokens_reserved + $3, updated_at = now()
      where run_id = $1
        and (requests_limit is null or requests_limit - requests_used - requests_reserved - $2 >= $4)
        and (tokens_limit is null or tokens_limit - tokens_used - tokens_reserved - $3 >= $5)`,
-    [runId, requests, tokens, keepRequests, keepTokens]);
+    [runId, requests, tokens, keepRequests, keepTokens],
+  );
   return rowCount === 1;
 }
 
@@ -48,5 +65,7 @@ export async function runBudgetReserve(db: Queryable, runId: string, requests: n
 export async function runBudgetCharge(db: Queryable, runId: string, requests: number, tokens: number): Promise<void> {
   await db.query(
     `update sourcebound.run_budgets set requests_used = requests_used + $2, tokens_used = tokens_used + $3, updated_at = now()
-     where run_id = $1`, [runId, requests, tokens]);
+     where run_id = $1`,
+    [runId, requests, tokens],
+  );
 }

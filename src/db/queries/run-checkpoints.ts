@@ -67,8 +67,27 @@ export async function runCheckpointInsert(db: Queryable, c: CheckpointInsert): P
        prompt_version, summary, summary_bytes)
      values ($19, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, octet_length($18))
      returning id`,
-    [c.runId, c.conversationId, c.scope, c.segment, c.predecessorId, c.correctionRevision, c.modelRoute, c.fromSeq,
-      c.toSeq, c.compactedSeqs, c.sourceHashes, c.sourceHash, c.hashVersion, JSON.stringify(c.toolResultRefs),
-      c.summaryRequestId, c.summaryModel, c.promptVersion, c.summary, c.id]);
+    [
+      c.runId,
+      c.conversationId,
+      c.scope,
+      c.segment,
+      c.predecessorId,
+      c.correctionRevision,
+      c.modelRoute,
+      c.fromSeq,
+      c.toSeq,
+      c.compactedSeqs,
+      c.sourceHashes,
+      c.sourceHash,
+      c.hashVersion,
+      JSON.stringify(c.toolResultRefs),
+      c.summaryRequestId,
+      c.summaryModel,
+      c.promptVersion,
+      c.summary,
+      c.id,
+    ],
+  );
   return rows[0]!.id;
 }

@@ -62,9 +62,26 @@ export async function runSummaryRequestInsert(db: Queryable, r: ReceiptInsert): 
        (select coalesce(max(attempt), 0) + 1 from sourcebound.run_summary_requests where identity_key = $4),
        $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
      returning id, attempt`,
-    [r.runId, r.conversationId, r.scope, r.identityKey, r.predecessorId, r.fromSeq, r.toSeq, r.compactedSeqs,
-      r.sourceHash, r.hashVersion, r.model, r.promptVersion, r.maxChars, r.inputBytes, r.reservedRequests,
-      r.reservedTokens, r.leaseExpiresAt]);
+    [
+      r.runId,
+      r.conversationId,
+      r.scope,
+      r.identityKey,
+      r.predecessorId,
+      r.fromSeq,
+      r.toSeq,
+      r.compactedSeqs,
+      r.sourceHash,
+      r.hashVersion,
+      r.model,
+      r.promptVersion,
+      r.maxChars,
+      r.inputBytes,
+      r.reservedRequests,
+      r.reservedTokens,
+      r.leaseExpiresAt,
+    ],
+  );
   return rows[0]!;
 }
 
@@ -105,9 +122,22 @@ export async function runSummaryRequestSettle(db: Queryable, id: string, s: Rece
        returning 1
      )
      select (select count(*) from s)::int as settled`,
-    [id, s.status, s.spent, s.reason, s.summary, s.answerModel, s.providerRequestId,
-      s.usage === null || s.usage === undefined ? null : JSON.stringify(s.usage), s.chargedRequests, s.chargedTokens, s.notBefore,
-      s.grounding?.checked ?? null, s.grounding?.ungrounded ?? null]);
+    [
+      id,
+      s.status,
+      s.spent,
+      s.reason,
+      s.summary,
+      s.answerModel,
+      s.providerRequestId,
+      s.usage === null || s.usage === undefined ? null : JSON.stringify(s.usage),
+      s.chargedRequests,
+      s.chargedTokens,
+      s.notBefore,
+      s.grounding?.checked ?? null,
+      s.grounding?.ungrounded ?? null,
+    ],
+  );
   return rows[0]!.settled === 1;
 }
 
@@ -133,7 +163,9 @@ export async function runSummaryRequestsExpire(db: Queryable, runId: string, now
        where b.run_id = $1 and t.r is not null
        returning 1
      )
-     select id from e order by id`, [runId, now]);
+     select id from e order by id`,
+    [runId, now],
+  );
   return rows.map((r) => r.id);
 }
 
@@ -162,6 +194,8 @@ export async function runSummaryRequestsList(db: Queryable, runId: string): Prom
        s.lease_expires_at as "leaseExpiresAt", s.dispatched_at as "dispatchedAt", s.settled_at as "settledAt", k.id as "checkpointId"
      from sourcebound.run_summary_requests s
      left join sourcebound.run_checkpoints k on k.summary_request_id = s.id
-     where s.run_id = $1 order by s.dispatched_at, s.attempt`, [runId]);
+     where s.run_id = $1 order by s.dispatched_at, s.attempt`,
+    [runId],
+  );
   return rows;
 }

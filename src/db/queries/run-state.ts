@@ -93,17 +93,30 @@ select
  * unread turns, and checkpoints over unread turns (committed meanwhile by a
  * preparer holding the lock), are left out.
  */
-export async function runStateLoad(db: Queryable, runId: string, scope: string, excerptChars: number, recentGroups: number): Promise<RunState | null> {
+export async function runStateLoad(
+  db: Queryable,
+  runId: string,
+  scope: string,
+  excerptChars: number,
+  recentGroups: number,
+): Promise<RunState | null> {
   const { rows: turns } = await db.query<TurnRow>(
     `select t.seq::float8 as seq, t.kind, t.revision, t.text, t.thinking
      from sourcebound.run_turns t
      where t.run_id = $1 and exists (
        select 1 from sourcebound.runs r join sourcebound.conversations c on c.id = r.conversation_id
        where r.id = $1 and c.scope = $2)
-     order by t.seq`, [runId, scope]);
+     order by t.seq`,
+    [runId, scope],
+  );
   const { rows } = await db.query<{
-    run: RunRow | null; units: UnitRow[]; checkpoints: CheckpointRow[];
-    catalog: CatalogRow[]; budget: BudgetRow | null; receipts: ReceiptRow[]; excerpts: [string, string][];
+    run: RunRow | null;
+    units: UnitRow[];
+    checkpoints: CheckpointRow[];
+    catalog: CatalogRow[];
+    budget: BudgetRow | null;
+    receipts: ReceiptRow[];
+    excerpts: [string, string][];
   }>(STATE_SQL, [runId, scope, excerptChars, turns.at(-1)?.seq ?? 0, recentGroups]);
   const row = rows[0];
   if (!row || !row.run) return null;

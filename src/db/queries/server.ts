@@ -19,9 +19,12 @@ export async function serverStartTimeRead(db: Queryable): Promise<string> {
 
 /** Which of the schemas a worker needs (graphile_worker's, sourcebound's) do not exist, in that order. */
 export async function missingSchemasList(db: Queryable): Promise<string[]> {
-  const { rows: [found] } = await db.query<{ missing: string[] }>(
+  const {
+    rows: [found],
+  } = await db.query<{ missing: string[] }>(
     `select array_remove(array[
        case when to_regnamespace('graphile_worker') is null then 'graphile_worker' end,
-       case when to_regnamespace('sourcebound') is null then 'sourcebound' end], null) as missing`);
+       case when to_regnamespace('sourcebound') is null then 'sourcebound' end], null) as missing`,
+  );
   return found!.missing;
 }

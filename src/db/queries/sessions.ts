@@ -10,6 +10,8 @@ import type { Queryable } from '../queryable.ts';
 export async function sessionApplicationNamesList(db: Queryable, prefix: string): Promise<string[]> {
   const { rows } = await db.query<{ name: string }>(
     `select distinct application_name as name from pg_stat_activity
-     where datname = current_database() and starts_with(application_name, $1)`, [prefix]);
+     where datname = current_database() and starts_with(application_name, $1)`,
+    [prefix],
+  );
   return rows.map((r) => r.name);
 }

@@ -6,7 +6,6 @@ import type pg from 'pg';
 import type { Queryable } from '../queryable.ts';
 import type { Grounding } from '../../support/summary-contract.ts';
 
-
 /**
  * How a hot query is sent. `prepared`: as a named prepared statement, parsed
  * and planned once per connection (the claim's and the commit's text is long:
@@ -148,7 +147,13 @@ export interface ClaimRow {
   replies: ReplyRow[];
 }
 
-type ClaimColumns = SummaryRow & { claimKind: ClaimRow['kind']; claimAttemptId: string | null; claimUntil: Date | null; assistantIds: string[] | null; assistantTexts: string[] | null };
+type ClaimColumns = SummaryRow & {
+  claimKind: ClaimRow['kind'];
+  claimAttemptId: string | null;
+  claimUntil: Date | null;
+  assistantIds: string[] | null;
+  assistantTexts: string[] | null;
+};
 
 const CLAIM_COLUMNS = `c.claim_kind as "claimKind", c.claim_attempt_id as "claimAttemptId", c.claim_until as "claimUntil",
   to_json(c.claim_assistant_ids) as "assistantIds", to_json(c.claim_assistant_texts) as "assistantTexts", ${SUMMARY_COLUMNS}`;
@@ -177,10 +182,15 @@ export async function rangeClaim(
   request: ClaimIdentity & { conversationId: string; range: { fromPair: number } },
   options?: SendOptions,
 ): Promise<ClaimRow> {
-  const { rows } = await db.query<ClaimColumns>(statement('range_claim',
-    `select ${CLAIM_COLUMNS}
+  const { rows } = await db.query<ClaimColumns>(
+    statement(
+      'range_claim',
+      `select ${CLAIM_COLUMNS}
      from sourcebound.claim_range($1, $2, $3, $4, $5, $6) c cross join lateral (select (c.rec).*) s`,
-    [request.conversationId, request.range.fromPair, request.model, request.promptVersion, request.workerId, request.leaseMs], options));
+      [request.conversationId, request.range.fromPair, request.model, request.promptVersion, request.workerId, request.leaseMs],
+      options,
+    ),
+  );
   return claimRow(rows[0]!);
 }
 
@@ -195,11 +205,25 @@ export async function rangeNextClaim(
   request: ClaimIdentity & { conversationId: string; after: number; wrap: boolean; skip: ReadonlyMap<number, number> },
   options?: SendOptions,
 ): Promise<ClaimRow & { mark: MarkRow | null }> {
-  const { rows } = await db.query<ClaimColumns & { claimFromPair: number | null; claimGeneration: number | null }>(statement('range_next_claim',
-    `select c.claim_from_pair as "claimFromPair", c.claim_generation::float8 as "claimGeneration", ${CLAIM_COLUMNS}
+  const { rows } = await db.query<ClaimColumns & { claimFromPair: number | null; claimGeneration: number | null }>(
+    statement(
+      'range_next_claim',
+      `select c.claim_from_pair as "claimFromPair", c.claim_generation::float8 as "claimGeneration", ${CLAIM_COLUMNS}
      from sourcebound.claim_range($1, $2, $3, $4::int[], $5::bigint[], $6, $7, $8, $9) c cross join lateral (select (c.rec).*) s`,
-    [request.conversationId, request.after, request.wrap, [...request.skip.keys()], [...request.skip.values()],
-      request.model, request.promptVersion, request.workerId, request.leaseMs], options));
+      [
+        request.conversationId,
+        request.after,
+        request.wrap,
+        [...request.skip.keys()],
+        [...request.skip.values()],
+        request.model,
+        request.promptVersion,
+        request.workerId,
+        request.leaseMs,
+      ],
+      options,
+    ),
+  );
   const { claimFromPair, claimGeneration, ...row } = rows[0]!;
   if ((row.claimKind as string) === 'none') return { ...claimRow(row), mark: null };
   return { ...claimRow(row), mark: { fromPair: claimFromPair!, generation: claimGeneration! } };
@@ -209,9 +233,16 @@ export async function rangeNextClaim(
  * One statement: sourcebound.claim_renew(). The claim's new lease expiry, or
  * null when it is no longer the caller's (taken over or settled).
  */
-export async function claimRenew(db: Queryable, claim: { summaryId: string; attemptId: number; workerId: string; leaseMs: number }): Promise<Date | null> {
-  const { rows } = await db.query<{ until: Date | null }>('select sourcebound.claim_renew($1, $2, $3, $4) as until',
-    [claim.summaryId, claim.attemptId, claim.workerId, claim.leaseMs]);
+export async function claimRenew(
+  db: Queryable,
+  claim: { summaryId: string; attemptId: number; workerId: string; leaseMs: number },
+): Promise<Date | null> {
+  const { rows } = await db.query<{ until: Date | null }>('select sourcebound.claim_renew($1, $2, $3, $4) as until', [
+    claim.summaryId,
+    claim.attemptId,
+    claim.workerId,
+    claim.leaseMs,
+  ]);
   return rows[0]?.until ?? null;
 }
 
@@ -234,13 +265,38 @@ export interface CommitInput {
  * One statement: sourcebound.commit_summary().
  * `marksRemain`: the conversation still has a mark after it (true when the lease was lost: not looked at).
  */
-export async function summaryCommit(db: Queryable, input: CommitInput, options?: SendOptions): Promise<{ kind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; record: SummaryRow | null; marksRemain: boolean }> {
-  const { rows } = await db.query<SummaryRow & { commitKind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; marksRemain: boolean | null }>(statement('summary_commit',
-    `select c.commit_kind as "commitKind", c.marks_remain as "marksRemain", ${SUMMARY_COLUMNS}
+export async function summaryCommit(
+  db: Queryable,
+  input: CommitInput,
+  options?: SendOptions,
+): Promise<{
+  kind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost';
+  record: SummaryRow | null;
+  marksRemain: boolean;
+}> {
+  const { rows } = await db.query<
+    SummaryRow & { commitKind: 'completed' | 'stale' | 'spent' | 'deferred' | 'config' | 'lease_lost'; marksRemain: boolean | null }
+  >(
+    statement(
+      'summary_commit',
+      `select c.commit_kind as "commitKind", c.marks_remain as "marksRemain", ${SUMMARY_COLUMNS}
      from sourcebound.commit_summary($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::text[], $11::text[]) c cross join lateral (select (c.rec).*) s`,
-    [input.summaryId, input.attemptId, input.workerId, input.outcome, input.summary ?? null, input.reason ?? null, input.requestId ?? null,
-      input.usage === undefined || input.usage === null ? null : JSON.stringify(input.usage), input.notBeforeMs ?? null,
-      input.grounding?.checked ?? null, input.grounding?.ungrounded ?? null], options));
+      [
+        input.summaryId,
+        input.attemptId,
+        input.workerId,
+        input.outcome,
+        input.summary ?? null,
+        input.reason ?? null,
+        input.requestId ?? null,
+        input.usage === undefined || input.usage === null ? null : JSON.stringify(input.usage),
+        input.notBeforeMs ?? null,
+        input.grounding?.checked ?? null,
+        input.grounding?.ungrounded ?? null,
+      ],
+      options,
+    ),
+  );
   const { commitKind, marksRemain, ...record } = rows[0]!;
   return { kind: commitKind, record: record.id === null ? null : record, marksRemain: marksRemain ?? true };
 }
@@ -282,7 +338,11 @@ export async function attemptsOfConversationRead(db: Queryable, conversationId: 
  * commit land?), however many the conversation has. Null when the attempt
  * is not one of that record's (or either is gone).
  */
-export async function summaryAttemptRead(db: Queryable, summaryId: string, attemptId: number): Promise<{ record: SummaryRow; attempt: AttemptRow } | null> {
+export async function summaryAttemptRead(
+  db: Queryable,
+  summaryId: string,
+  attemptId: number,
+): Promise<{ record: SummaryRow; attempt: AttemptRow } | null> {
   type Row = SummaryRow & { [K in keyof AttemptRow as `attempt_${K}`]: AttemptRow[K] };
   const { rows } = await db.query<Row>(
     `select ${SUMMARY_COLUMNS}, x.*

@@ -14,7 +14,6 @@ export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
 /** Every role a message can have (the `messages_role_known` constraint). */
 export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
-
 export interface TurnRunRow {
   conversationId: string;
   status: RunStatus;
@@ -35,7 +34,10 @@ export async function conversationInsert(db: Queryable, scope: string): Promise<
 
 /** Creates a conversation with a given id in `scope` unless one with that id exists; returns whether it created it. */
 export async function conversationInsertIfAbsent(db: Queryable, conversationId: string, scope: string): Promise<boolean> {
-  const { rowCount } = await db.query('insert into sourcebound.conversations (id, scope) values ($1, $2) on conflict (id) do nothing', [conversationId, scope]);
+  const { rowCount } = await db.query('insert into sourcebound.conversations (id, scope) values ($1, $2) on conflict (id) do nothing', [
+    conversationId,
+    scope,
+  ]);
   return rowCount === 1;
 }
 
@@ -47,8 +49,10 @@ export async function conversationInScopeExists(db: Queryable, conversationId: s
 
 /** Creates a run in a conversation; returns its id. Its `seq` (pair order) is taken now. */
 export async function runInsert(db: Queryable, conversationId: string, status: RunStatus): Promise<string> {
-  const { rows } = await db.query<{ id: string }>(
-    'insert into sourcebound.runs (conversation_id, status) values ($1, $2) returning id', [conversationId, status]);
+  const { rows } = await db.query<{ id: string }>('insert into sourcebound.runs (conversation_id, status) values ($1, $2) returning id', [
+    conversationId,
+    status,
+  ]);
   return rows[0]!.id;
 }
 
@@ -62,7 +66,9 @@ export async function runInScopeGetForUpdate(db: Queryable, runId: string, scope
     `select r.conversation_id as "conversationId", r.status
      from sourcebound.runs r join sourcebound.conversations c on c.id = r.conversation_id
      where r.id = $1 and c.scope = $2
-     for update of r`, [runId, scope]);
+     for update of r`,
+    [runId, scope],
+  );
   return rows[0] ?? null;
 }
 
@@ -70,7 +76,9 @@ export async function runInScopeGetForUpdate(db: Queryable, runId: string, scope
 export async function runInScopeStatusGet(db: Queryable, runId: string, scope: string): Promise<RunStatus | null> {
   const { rows } = await db.query<{ status: RunStatus }>(
     `select r.status from sourcebound.runs r join sourcebound.conversations c on c.id = r.conversation_id
-     where r.id = $1 and c.scope = $2`, [runId, scope]);
+     where r.id = $1 and c.scope = $2`,
+    [runId, scope],
+  );
   return rows[0]?.status ?? null;
 }
 
@@ -85,14 +93,20 @@ export async function messageInsert(
 ): Promise<string> {
   const { rows } = await db.query<{ id: string }>(
     `insert into sourcebound.messages (conversation_id, run_id, role, content, status) values ($1, $2, $3, $4, $5) returning id`,
-    [message.conversationId, message.runId, message.role, message.content, message.status]);
+    [message.conversationId, message.runId, message.role, message.content, message.status],
+  );
   return rows[0]!.id;
 }
 
 /** The run's user message and reply, the reply locked FOR UPDATE (an append waits for a finish, and the reverse). */
-export async function messagesOfRunListForUpdate(db: Queryable, runId: string): Promise<{ user: TurnMessageRow | null; reply: TurnMessageRow | null }> {
+export async function messagesOfRunListForUpdate(
+  db: Queryable,
+  runId: string,
+): Promise<{ user: TurnMessageRow | null; reply: TurnMessageRow | null }> {
   const { rows } = await db.query<TurnMessageRow>(
-    `select id, role, status, content from sourcebound.messages where run_id = $1 order by role desc for update`, [runId]);
+    `select id, role, status, content from sourcebound.messages where run_id = $1 order by role desc for update`,
+    [runId],
+  );
   return { user: rows.find((m) => m.role === 'user') ?? null, reply: rows.find((m) => m.role === 'assistant') ?? null };
 }
 
@@ -111,6 +125,8 @@ export async function replyAppend(db: Queryable, runId: string, scope: string, t
      from sourcebound.conversations c
      where m.run_id = $1 and m.role = 'assistant' and m.status = 'streaming'
        and c.id = m.conversation_id and c.scope = $2
-     returning m.id`, [runId, scope, text]);
+     returning m.id`,
+    [runId, scope, text],
+  );
   return rows[0]?.id ?? null;
 }

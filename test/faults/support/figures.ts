@@ -66,7 +66,9 @@ export function writeScenarioFigures(figures: ScenarioFigures): void {
 export function readScenarioFigures(): ScenarioFigures[] {
   let files: string[];
   try {
-    files = readdirSync(PARTS_DIR).filter((f) => f.endsWith('.json')).sort(byNumber);
+    files = readdirSync(PARTS_DIR)
+      .filter((f) => f.endsWith('.json'))
+      .sort(byNumber);
   } catch {
     return [];
   }
@@ -98,12 +100,20 @@ export function renderMarkdown(all: ScenarioFigures[], meta: { wallSeconds: numb
   const lines: string[] = [];
   lines.push(`# Fault-injection figures (${meta.size} sizes, ${meta.date})`, '');
   lines.push(`Suite wall time: ${meta.wallSeconds.toFixed(0)} s.`, '');
-  lines.push('| # | scenario | conv | pairs | ranges | completed | failed | model req | attempts (spent) | outcomes | faults injected | unexpected exits | wall s |');
+  lines.push(
+    '| # | scenario | conv | pairs | ranges | completed | failed | model req | attempts (spent) | outcomes | faults injected | unexpected exits | wall s |',
+  );
   lines.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|');
   for (const f of all) {
-    const outcomes = Object.entries(f.outcomes).map(([k, v]) => `${k} ${v}`).join(', ');
-    const faults = Object.entries(f.faults).map(([k, v]) => `${k} ${v}`).join(', ');
-    lines.push(`| ${f.id.split('-')[0]} | ${f.title} | ${f.conversations} | ${f.pairs} | ${f.ranges} | ${f.completedRanges} | ${f.failedRanges} | ${f.modelRequests} | ${f.attempts} (${f.spentAttempts}) | ${outcomes} | ${faults} | ${f.unexpectedExits} | ${f.wallSeconds.toFixed(0)} |`);
+    const outcomes = Object.entries(f.outcomes)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ');
+    const faults = Object.entries(f.faults)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ');
+    lines.push(
+      `| ${f.id.split('-')[0]} | ${f.title} | ${f.conversations} | ${f.pairs} | ${f.ranges} | ${f.completedRanges} | ${f.failedRanges} | ${f.modelRequests} | ${f.attempts} (${f.spentAttempts}) | ${outcomes} | ${faults} | ${f.unexpectedExits} | ${f.wallSeconds.toFixed(0)} |`,
+    );
   }
   lines.push('', 'Figures that must be 0 (asserted after every scenario):', '');
   lines.push(`| figure | ${all.map((f) => f.id.split('-')[0]).join(' | ')} |`);

@@ -80,7 +80,12 @@ export class Fleet {
     this.slots[i] = slot;
     this.logs.push(proc.logs);
     void proc.exited.then((code) => this.onExit(i, slot, code));
-    const started = proc.waitForLog((l) => l.msg === 'worker started', this.options.startTimeoutMs ?? 120_000).then(() => true, () => false);
+    const started = proc
+      .waitForLog((l) => l.msg === 'worker started', this.options.startTimeoutMs ?? 120_000)
+      .then(
+        () => true,
+        () => false,
+      );
     return Promise.race([started, proc.exited.then(() => false)]);
   }
 
@@ -128,13 +133,15 @@ export class Fleet {
     this.stopped = true;
     for (const t of this.pendingRestarts) clearTimeout(t);
     this.pendingRestarts.clear();
-    await Promise.all(this.slots.map(async (slot) => {
-      if (!slot) return;
-      slot.expectingExit = true;
-      slot.proc.child.kill('SIGTERM');
-      const timer = setTimeout(() => slot.proc.child.kill('SIGKILL'), timeoutMs);
-      await slot.proc.exited;
-      clearTimeout(timer);
-    }));
+    await Promise.all(
+      this.slots.map(async (slot) => {
+        if (!slot) return;
+        slot.expectingExit = true;
+        slot.proc.child.kill('SIGTERM');
+        const timer = setTimeout(() => slot.proc.child.kill('SIGKILL'), timeoutMs);
+        await slot.proc.exited;
+        clearTimeout(timer);
+      }),
+    );
   }
 }

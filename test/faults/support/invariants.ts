@@ -69,19 +69,32 @@ export interface CoverageReport {
 }
 
 /** Reads pairs and records of a conversation and classifies every range, with or without the projection. */
-export async function checkCoverage(pool: pg.Pool, options: { project?: boolean; conversationIds?: string[] } = {}): Promise<CoverageReport> {
+export async function checkCoverage(
+  pool: pg.Pool,
+  options: { project?: boolean; conversationIds?: string[] } = {},
+): Promise<CoverageReport> {
   const report: CoverageReport = {
-    conversations: 0, pairs: 0, plannableRanges: 0, summarizedRanges: 0, failedRanges: 0, pendingRanges: 0,
-    summarizedUnplannableRanges: 0, violatingPairs: 0, violations: [], pairsDrift: 0,
+    conversations: 0,
+    pairs: 0,
+    plannableRanges: 0,
+    summarizedRanges: 0,
+    failedRanges: 0,
+    pendingRanges: 0,
+    summarizedUnplannableRanges: 0,
+    violatingPairs: 0,
+    violations: [],
+    pairsDrift: 0,
   };
   const client = await pool.connect();
   try {
     // One snapshot for the reads and the projection, so a late commit cannot tear the picture.
     await client.query('begin isolation level repeatable read read only');
-    const conversations = (await client.query<{ id: string; scope: string }>(
-      'select id, scope from sourcebound.conversations where $1::uuid[] is null or id = any($1::uuid[]) order by id',
-      [options.conversationIds ?? null],
-    )).rows;
+    const conversations = (
+      await client.query<{ id: string; scope: string }>(
+        'select id, scope from sourcebound.conversations where $1::uuid[] is null or id = any($1::uuid[]) order by id',
+        [options.conversationIds ?? null],
+      )
+    ).rows;
     for (const c of conversations) await checkConversation(client, c, options.project ?? true, report);
     await client.query('rollback');
   } finally {
@@ -93,24 +106,38 @@ export async function checkCoverage(pool: pg.Pool, options: { project?: boolean;
 
 async function checkConversation(db: Queryable, c: { id: string; scope: string }, project: boolean, report: CoverageReport): Promise<void> {
   report.conversations++;
-  const pairs = (await db.query<PairRow>(
-    `select pair_index as "pairIndex", user_message_id as "userMessageId", user_text as "userText",
+  const pairs = (
+    await db.query<PairRow>(
+      `select pair_index as "pairIndex", user_message_id as "userMessageId", user_text as "userText",
             assistant_message_id as "assistantMessageId", assistant_text as "assistantText"
-     from sourcebound.eligible_pairs where conversation_id = $1 order by pair_index`, [c.id])).rows;
-  const records = (await db.query<RecordRow>(
-    `select id, from_pair as "fromPair", to_pair as "toPair", source_message_ids::text[] as "sourceMessageIds",
+     from sourcebound.eligible_pairs where conversation_id = $1 order by pair_index`,
+      [c.id],
+    )
+  ).rows;
+  const records = (
+    await db.query<RecordRow>(
+      `select id, from_pair as "fromPair", to_pair as "toPair", source_message_ids::text[] as "sourceMessageIds",
             source_hash as "sourceHash", hash_version as "hashVersion", prompt_version as "promptVersion", status, summary,
             coalesce(lease_expires_at > now(), false) as "leaseLive"
-     from sourcebound.conversation_summaries where conversation_id = $1`, [c.id])).rows;
-  const unlockedJobs = (await db.query<{ n: number }>(
-    `select count(*)::int as n from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
-     where t.identifier = 'compact_conversation' and j.locked_at is null and j.payload->>'conversationId' = $1`, [c.id])).rows[0]!.n;
+     from sourcebound.conversation_summaries where conversation_id = $1`,
+      [c.id],
+    )
+  ).rows;
+  const unlockedJobs = (
+    await db.query<{ n: number }>(
+      `select count(*)::int as n from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
+     where t.identifier = 'compact_conversation' and j.locked_at is null and j.payload->>'conversationId' = $1`,
+      [c.id],
+    )
+  ).rows[0]!.n;
   report.pairsDrift += (await db.query('select 1 from sourcebound.pairs_drift($1)', [c.id])).rowCount ?? 0;
 
   const violate = (pairIndex: number, problem: string) => report.violations.push({ conversationId: c.id, pairIndex, problem });
   const n = pairs.length;
   report.pairs += n;
-  pairs.forEach((p, i) => { if (p.pairIndex !== i) violate(i, `pair indexes not dense (found ${p.pairIndex})`); });
+  pairs.forEach((p, i) => {
+    if (p.pairIndex !== i) violate(i, `pair indexes not dense (found ${p.pairIndex})`);
+  });
   const plannable = plannableRangeCount(n);
   report.plannableRanges += plannable;
 
@@ -121,7 +148,13 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
   if (project) {
     let projection: ConversationProjection;
     try {
-      projection = await projectConversationHistory({ pool: db, conversationId: c.id, scope: c.scope, budgetBytes: HUGE_BUDGET, layout: 'newest-first' });
+      projection = await projectConversationHistory({
+        pool: db,
+        conversationId: c.id,
+        scope: c.scope,
+        budgetBytes: HUGE_BUDGET,
+        layout: 'newest-first',
+      });
     } catch (error) {
       for (let i = 0; i < n; i++) violate(i, `projection failed: ${(error as Error).message}`);
       return;
@@ -130,13 +163,25 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
     if (projection.omitted.length > 0) violate(projection.omitted[0]!.fromPair, 'projection omitted pairs under a huge budget');
     for (const item of projection.items) {
       const p = item.kind === 'pair' ? pairs[item.pairIndex] : undefined;
-      if (item.kind !== 'pair' || !p || p.userMessageId !== item.userMessageId || p.assistantMessageId !== item.assistantMessageId
-        || p.userText !== item.userText || p.assistantText !== item.assistantText) {
+      if (
+        item.kind !== 'pair' ||
+        !p ||
+        p.userMessageId !== item.userMessageId ||
+        p.assistantMessageId !== item.assistantMessageId ||
+        p.userText !== item.userText ||
+        p.assistantText !== item.assistantText
+      ) {
         violate(item.kind === 'pair' ? item.pairIndex : item.fromPair, 'a whole history that fits was not projected raw as stored');
       }
     }
     // What the projection would show in place of each range when the budget needs it: its verdict (binding.ts).
-    const reader = new ConversationReader(db, { conversationId: c.id, scope: c.scope, count: n, budgetBytes: HUGE_BUDGET, onRead: undefined });
+    const reader = new ConversationReader(db, {
+      conversationId: c.id,
+      scope: c.scope,
+      count: n,
+      budgetBytes: HUGE_BUDGET,
+      onRead: undefined,
+    });
     for (let from = 0; from < n; from += RANGE_SIZE) {
       const verdict = await reader.summary(from / RANGE_SIZE);
       if (verdict === 'changed') {
@@ -147,7 +192,8 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
         const item = verdict.item;
         item.userMessages.forEach((m) => {
           const p = pairs[m.pairIndex];
-          if (!p || p.userMessageId !== m.messageId || p.userText !== m.text) violate(m.pairIndex, 'summarized user message differs from the stored one');
+          if (!p || p.userMessageId !== m.messageId || p.userText !== m.text)
+            violate(m.pairIndex, 'summarized user message differs from the stored one');
         });
         for (let i = item.fromPair; i <= item.toPair && i < n; i++) shown[i]!.push({ kind: 'summary', recordId: item.recordId });
       } else {
@@ -162,9 +208,12 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
     const from = k * RANGE_SIZE;
     const rangePairs = pairs.slice(from, from + RANGE_SIZE);
     const ids = sourceMessageIds(rangePairs);
-    const binds = (r: RecordRow) => r.fromPair === from && r.toPair === from + RANGE_SIZE - 1
-      && r.sourceMessageIds.length === ids.length && r.sourceMessageIds.every((id, i) => id.toLowerCase() === ids[i])
-      && hashMatches(r, rangePairs);
+    const binds = (r: RecordRow) =>
+      r.fromPair === from &&
+      r.toPair === from + RANGE_SIZE - 1 &&
+      r.sourceMessageIds.length === ids.length &&
+      r.sourceMessageIds.every((id, i) => id.toLowerCase() === ids[i]) &&
+      hashMatches(r, rangePairs);
     const valid = records.filter((r) => r.status === 'completed' && isProjectable(r.promptVersion) && binds(r));
     const expectRaw = () => {
       for (let i = from; i < from + RANGE_SIZE; i++) {
@@ -207,7 +256,8 @@ async function checkConversation(db: Queryable, c: { id: string; scope: string }
   }
   for (let i = fullRanges * RANGE_SIZE; i < n; i++) {
     const s = shown[i]!;
-    if (project && (s.length !== 1 || s[0]!.kind !== 'pair')) violate(i, `tail pair: expected raw exactly once, projected ${JSON.stringify(s)}`);
+    if (project && (s.length !== 1 || s[0]!.kind !== 'pair'))
+      violate(i, `tail pair: expected raw exactly once, projected ${JSON.stringify(s)}`);
   }
 }
 
@@ -236,7 +286,8 @@ export async function openRangesByIds(db: Queryable): Promise<number> {
            select ids.id from sourcebound.pairs p
            cross join lateral unnest(array[p.user_message_id, p.assistant_message_id]) with ordinality as ids(id, n)
            where p.conversation_id = r.conversation_id and p.pair_index between r.from_pair and r.from_pair + 9
-           order by p.pair_index, ids.n))`);
+           order by p.pair_index, ids.n))`,
+  );
   return rows[0]!.n;
 }
 
@@ -354,7 +405,9 @@ export async function tryMutations(pool: pg.Pool): Promise<MutationFigures> {
     for (const stmt of onSummaries) {
       const { rows } = await client.query<{ status: string; n: number; tried: number }>(
         `select status, coalesce(sum(pg_temp.sb_try($1, id)), 0)::int as n, count(*)::int as tried
-         from sourcebound.conversation_summaries where status in ('completed', 'failed') group by status`, [stmt]);
+         from sourcebound.conversation_summaries where status in ('completed', 'failed') group by status`,
+        [stmt],
+      );
       for (const r of rows) {
         tried += r.tried;
         if (r.status === 'completed') completedRowMutations += r.n;
@@ -364,7 +417,9 @@ export async function tryMutations(pool: pg.Pool): Promise<MutationFigures> {
     for (const stmt of onAttempts) {
       const { rows } = await client.query<{ n: number; tried: number }>(
         `select coalesce(sum(pg_temp.sb_try_attempt($1, id)), 0)::int as n, count(*)::int as tried
-         from sourcebound.conversation_summary_attempts where outcome is not null`, [stmt]);
+         from sourcebound.conversation_summary_attempts where outcome is not null`,
+        [stmt],
+      );
       tried += rows[0]!.tried;
       settledRowMutations += rows[0]!.n;
     }
@@ -390,7 +445,10 @@ export async function tryMutations(pool: pg.Pool): Promise<MutationFigures> {
  * another scope's canary. Returns the rows that leaked (must be 0), and how
  * many summaries carry their own scope's canary (the positive control).
  */
-export async function crossScopeRows(pool: pg.Pool, canaries: Record<string, string>): Promise<{ leaked: number; ownCanarySummaries: number }> {
+export async function crossScopeRows(
+  pool: pg.Pool,
+  canaries: Record<string, string>,
+): Promise<{ leaked: number; ownCanarySummaries: number }> {
   let leaked = 0;
   const scopes = Object.keys(canaries);
   const conversations = (await pool.query<{ id: string; scope: string }>('select id, scope from sourcebound.conversations')).rows;
@@ -410,14 +468,18 @@ export async function crossScopeRows(pool: pg.Pool, canaries: Record<string, str
   }
   for (const [scope, canary] of Object.entries(canaries)) {
     const { rows } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summaries where scope <> $1 and strpos(coalesce(summary, ''), $2) > 0`, [scope, canary]);
+      `select count(*)::int as n from sourcebound.conversation_summaries where scope <> $1 and strpos(coalesce(summary, ''), $2) > 0`,
+      [scope, canary],
+    );
     leaked += rows[0]!.n;
   }
   // Positive control: each scope's own summaries do carry its canary, so the probes above can see a leak.
   let ownCanarySummaries = 0;
   for (const [scope, canary] of Object.entries(canaries)) {
     const { rows } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summaries where scope = $1 and strpos(coalesce(summary, ''), $2) > 0`, [scope, canary]);
+      `select count(*)::int as n from sourcebound.conversation_summaries where scope = $1 and strpos(coalesce(summary, ''), $2) > 0`,
+      [scope, canary],
+    );
     ownCanarySummaries += rows[0]!.n;
   }
   return { leaked, ownCanarySummaries };

@@ -5,7 +5,15 @@ import type { MessagesServer } from '../../support/messages-server.ts';
 import { addPairs, createConversation } from '../../support/fixtures.ts';
 import type { Fleet } from './fleet.ts';
 import { writeScenarioFigures, ZERO_KEYS, type ScenarioFigures, type ZeroKey } from './figures.ts';
-import { checkCoverage, crossScopeRows, openRanges, openRangesByIds, tryMutations, zeroFigures, type CoverageReport } from './invariants.ts';
+import {
+  checkCoverage,
+  crossScopeRows,
+  openRanges,
+  openRangesByIds,
+  tryMutations,
+  zeroFigures,
+  type CoverageReport,
+} from './invariants.ts';
 
 /** FAULTS_FULL=1 selects the full sizes; the default is the quick suite. */
 export const FULL = process.env.FAULTS_FULL === '1';
@@ -46,8 +54,12 @@ export function requestReplies(body: unknown): { pair: number; text: string }[] 
  * or it was edited since).
  */
 export async function assistantMessageWithText(pool: pg.Pool, text: string): Promise<{ id: string; conversationId: string } | undefined> {
-  const { rows: [m] } = await pool.query<{ id: string; conversationId: string }>(
-    `select id, conversation_id as "conversationId" from sourcebound.messages where role = 'assistant' and content = $1 limit 1`, [text]);
+  const {
+    rows: [m],
+  } = await pool.query<{ id: string; conversationId: string }>(
+    `select id, conversation_id as "conversationId" from sourcebound.messages where role = 'assistant' and content = $1 limit 1`,
+    [text],
+  );
   return m;
 }
 
@@ -80,7 +92,12 @@ export function startSweeper(pool: pg.Pool, everyMs = 1000): { stop(): Promise<v
   let sweeps = 0;
   let running: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
-    running = pool.query('select sourcebound.sweep_compaction()').then(() => { sweeps++; }, () => {});
+    running = pool.query('select sourcebound.sweep_compaction()').then(
+      () => {
+        sweeps++;
+      },
+      () => {},
+    );
   }, everyMs);
   return {
     async stop() {
@@ -97,7 +114,11 @@ export function startSweeper(pool: pg.Pool, everyMs = 1000): { stop(): Promise<v
  * runnable, and nothing changed for `stableMs`. Sweeps while it waits (what the
  * workers' crontab does every minute).
  */
-export async function quiesce(pool: pg.Pool, server: MessagesServer, options: { timeoutMs: number; stableMs?: number; what?: string }): Promise<void> {
+export async function quiesce(
+  pool: pg.Pool,
+  server: MessagesServer,
+  options: { timeoutMs: number; stableMs?: number; what?: string },
+): Promise<void> {
   const deadline = Date.now() + options.timeoutMs;
   const stableMs = options.stableMs ?? 2000;
   let last = '';
@@ -106,13 +127,15 @@ export async function quiesce(pool: pg.Pool, server: MessagesServer, options: { 
     // The one-statement count first; the exact one (hashes over current texts) only when that says done.
     let open = await openRangesByIds(pool).catch(() => -1);
     if (open === 0) open = await openRanges(pool).catch(() => -1);
-    const { rows } = await pool.query<{ runnable: number; changed: string; attempts: number }>(
-      `select (select count(*)::int from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
+    const { rows } = await pool
+      .query<{ runnable: number; changed: string; attempts: number }>(
+        `select (select count(*)::int from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
                where t.identifier = 'compact_conversation' and j.locked_at is null and j.run_at <= now() + interval '1 second'
                  and j.attempts < j.max_attempts) as runnable,
               (select coalesce(max(updated_at), 'epoch')::text from sourcebound.conversation_summaries) as changed,
               (select count(*)::int from sourcebound.conversation_summary_attempts) as attempts`,
-    ).catch(() => ({ rows: [{ runnable: -1, changed: '', attempts: -1 }] }));
+      )
+      .catch(() => ({ rows: [{ runnable: -1, changed: '', attempts: -1 }] }));
     const r = rows[0]!;
     const quiet = open === 0 && server.inFlight === 0 && r.runnable === 0;
     const signature = JSON.stringify([server.count, r.changed, r.attempts]);
@@ -123,7 +146,9 @@ export async function quiesce(pool: pg.Pool, server: MessagesServer, options: { 
       return;
     }
     if (Date.now() > deadline) {
-      throw new Error(`${options.what ?? 'scenario'}: not quiescent after ${options.timeoutMs} ms (${open} open ranges, ${server.inFlight} requests in flight, ${r.runnable} runnable jobs)`);
+      throw new Error(
+        `${options.what ?? 'scenario'}: not quiescent after ${options.timeoutMs} ms (${open} open ranges, ${server.inFlight} requests in flight, ${r.runnable} runnable jobs)`,
+      );
     }
     if (open !== 0) await pool.query('select sourcebound.sweep_compaction()').catch(() => {});
     await sleep(500);
@@ -147,7 +172,10 @@ export interface FinalChecks {
  * is the scenario's own count; canary texts are counted here), and every
  * UPDATE/DELETE of settled rows.
  */
-export async function finalChecks(pool: pg.Pool, options: { canaries: Record<string, string>; acceptedBad?: number; badCanary?: string }): Promise<FinalChecks> {
+export async function finalChecks(
+  pool: pg.Pool,
+  options: { canaries: Record<string, string>; acceptedBad?: number; badCanary?: string },
+): Promise<FinalChecks> {
   const coverage = await checkCoverage(pool, { project: true });
   const z = await zeroFigures(pool);
   const cross = await crossScopeRows(pool, options.canaries);
@@ -155,11 +183,14 @@ export async function finalChecks(pool: pg.Pool, options: { canaries: Record<str
   let acceptedBad = options.acceptedBad ?? 0;
   if (options.badCanary) {
     const { rows } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and strpos(summary, $1) > 0`, [options.badCanary]);
+      `select count(*)::int as n from sourcebound.conversation_summaries where status = 'completed' and strpos(summary, $1) > 0`,
+      [options.badCanary],
+    );
     acceptedBad += rows[0]!.n;
   }
   const { rows: outcomeRows } = await pool.query<{ outcome: string; spent: boolean; n: number }>(
-    `select coalesce(outcome, 'open') as outcome, spent, count(*)::int as n from sourcebound.conversation_summary_attempts group by 1, 2 order by 1, 2`);
+    `select coalesce(outcome, 'open') as outcome, spent, count(*)::int as n from sourcebound.conversation_summary_attempts group by 1, 2 order by 1, 2`,
+  );
   const outcomes: Record<string, number> = {};
   let attempts = 0;
   let spentAttempts = 0;
@@ -183,7 +214,15 @@ export async function finalChecks(pool: pg.Pool, options: { canaries: Record<str
     foreignSources: z.foreignSources,
     pairsDrift: coverage.pairsDrift,
   };
-  return { coverage, zero, truncateAccepted: mutations.truncateAccepted, outcomes, attempts, spentAttempts, ownCanarySummaries: cross.ownCanarySummaries };
+  return {
+    coverage,
+    zero,
+    truncateAccepted: mutations.truncateAccepted,
+    outcomes,
+    attempts,
+    spentAttempts,
+    ownCanarySummaries: cross.ownCanarySummaries,
+  };
 }
 
 /** Builds, writes and returns a scenario's figures. */

@@ -12,7 +12,13 @@ import pg from 'pg';
 import { prepareRunRequest } from '../../../src/run/index.ts';
 import { INPUT, ok, SMALL_POLICY } from './fixtures.ts';
 
-const [url, runId, scope, mode, policyJson] = process.argv.slice(2) as [string, string, string, 'in-call' | 'after-commit' | 'in-second-call', string | undefined];
+const [url, runId, scope, mode, policyJson] = process.argv.slice(2) as [
+  string,
+  string,
+  string,
+  'in-call' | 'after-commit' | 'in-second-call',
+  string | undefined,
+];
 const policy = policyJson ? JSON.parse(policyJson) : SMALL_POLICY;
 let calls = 0;
 const pool = new pg.Pool({ connectionString: url, max: 2 });
@@ -22,7 +28,11 @@ setInterval(() => {}, 1 << 30);
 const announce = (event: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(event)}\n`);
 
 await prepareRunRequest({
-  pool, runId, scope, ...INPUT, policy,
+  pool,
+  runId,
+  scope,
+  ...INPUT,
+  policy,
   summarizer: {
     model: 'test/recorder@1',
     summarize: async (request) => {

@@ -1,6 +1,12 @@
 import type pg from 'pg';
 import type { MaterialItem, Outcome, Summarizer, SummaryRequest } from '../../../src/support/summary-contract.ts';
-import { prepareRunRequest, toAnthropicRequest, type PreparedRunRequest, type PrepareRunRequestOptions, type RunRequest } from '../../../src/run/index.ts';
+import {
+  prepareRunRequest,
+  toAnthropicRequest,
+  type PreparedRunRequest,
+  type PrepareRunRequestOptions,
+  type RunRequest,
+} from '../../../src/run/index.ts';
 
 export async function createConversation(pool: pg.Pool, scope = 'tenant-a'): Promise<string> {
   const { rows } = await pool.query<{ id: string }>('insert into sourcebound.conversations (scope) values ($1) returning id', [scope]);
@@ -27,7 +33,24 @@ export function prng(seed: number) {
 }
 export type Prng = ReturnType<typeof prng>;
 
-const WORDS = ['fund', 'overlap', 'fee', 'NAV', 'holding', 'ratio', 'sector', 'report', 'citation', 'table', 'price', 'yield', 'Ünïcode', '基金', 'η', '📈'];
+const WORDS = [
+  'fund',
+  'overlap',
+  'fee',
+  'NAV',
+  'holding',
+  'ratio',
+  'sector',
+  'report',
+  'citation',
+  'table',
+  'price',
+  'yield',
+  'Ünïcode',
+  '基金',
+  'η',
+  '📈',
+];
 
 /** Text of about `bytes` UTF-8 bytes (mixed scripts, quotes and newlines, to exercise escaping). */
 export function filler(r: Prng, bytes: number, tag = ''): string {
@@ -49,7 +72,10 @@ export interface RecordingSummarizer extends Summarizer {
  * An in-process summarizer that records every request it gets. `reply`
  * decides the outcome; by default an ok summary that names its input.
  */
-export function recordingSummarizer(reply?: (request: SummaryRequest, call: number) => Outcome | Promise<Outcome>, model = 'test/recorder@1'): RecordingSummarizer {
+export function recordingSummarizer(
+  reply?: (request: SummaryRequest, call: number) => Outcome | Promise<Outcome>,
+  model = 'test/recorder@1',
+): RecordingSummarizer {
   const calls: SummaryRequest[] = [];
   return {
     model,
@@ -67,7 +93,10 @@ export function ok(text: string, model = 'test/recorder@1'): Outcome {
 }
 
 function firstIds(items: readonly MaterialItem[]): string {
-  return items.slice(0, 3).map((i) => i.id).join(', ');
+  return items
+    .slice(0, 3)
+    .map((i) => i.id)
+    .join(', ');
 }
 
 /** A summarizer that fails the test if it is ever called. */
@@ -95,7 +124,11 @@ export const SMALL_POLICY = {
   maxSummaryInputBytes: 10 * 1024 * 1024,
 } as const;
 
-export const INPUT = { model: 'main-model@1', system: 'You are a research agent.', tools: [{ name: 'search', input_schema: { type: 'object' } }] } as const;
+export const INPUT = {
+  model: 'main-model@1',
+  system: 'You are a research agent.',
+  tools: [{ name: 'search', input_schema: { type: 'object' } }],
+} as const;
 
 export interface BuiltRun {
   runId: string;
@@ -109,25 +142,54 @@ export interface BuiltRun {
  * model turns, each with `unitsPerGroup` tool calls dispatched and settled
  * with a body of `resultBytes`.
  */
-export async function buildRun(pool: pg.Pool, o: {
-  scope?: string; groups: number; turnBytes: number; resultBytes: number; unitsPerGroup?: number; request?: string;
-  budget?: { requests?: number | null; tokens?: number | null }; settlement?: (group: number, unit: number) => 'settled' | 'failed' | 'unknown' | 'pending';
-}): Promise<BuiltRun> {
+export async function buildRun(
+  pool: pg.Pool,
+  o: {
+    scope?: string;
+    groups: number;
+    turnBytes: number;
+    resultBytes: number;
+    unitsPerGroup?: number;
+    request?: string;
+    budget?: { requests?: number | null; tokens?: number | null };
+    settlement?: (group: number, unit: number) => 'settled' | 'failed' | 'unknown' | 'pending';
+  },
+): Promise<BuiltRun> {
   const { startRun, recordModelTurn, recordToolCall, recordToolResult } = await import('../../../src/run/index.ts');
   const scope = o.scope ?? 'tenant-a';
   const conversationId = await createConversation(pool, scope);
   const r = prng(o.groups * 7919 + o.turnBytes);
-  const { runId } = await startRun({ pool, scope, conversationId, request: o.request ?? 'USER-CANARY-REQUEST: compare the funds.', budget: o.budget });
+  const { runId } = await startRun({
+    pool,
+    scope,
+    conversationId,
+    request: o.request ?? 'USER-CANARY-REQUEST: compare the funds.',
+    budget: o.budget,
+  });
   const proposals: string[][] = [];
   for (let g = 0; g < o.groups; g++) {
     const ids = Array.from({ length: o.unitsPerGroup ?? 1 }, (_, u) => `tu_${g}_${u}`);
     proposals.push(ids);
-    await recordModelTurn({ pool, runId, scope, text: filler(r, o.turnBytes, `MODEL-TURN-${g}`), toolCalls: ids.map((id) => ({ id, name: 'search', input: { q: `query ${id}` } })) });
+    await recordModelTurn({
+      pool,
+      runId,
+      scope,
+      text: filler(r, o.turnBytes, `MODEL-TURN-${g}`),
+      toolCalls: ids.map((id) => ({ id, name: 'search', input: { q: `query ${id}` } })),
+    });
     for (const [u, id] of ids.entries()) {
       const s = o.settlement?.(g, u) ?? 'settled';
       await recordToolCall({ pool, runId, scope, proposalId: id, dispatchId: `dispatch-${id}` });
       if (s === 'pending') continue;
-      await recordToolResult({ pool, runId, scope, proposalId: id, settlement: s, content: s === 'unknown' ? undefined : filler(r, o.resultBytes, `RESULT-${id}`), error: s === 'settled' ? undefined : `${s} in test` });
+      await recordToolResult({
+        pool,
+        runId,
+        scope,
+        proposalId: id,
+        settlement: s,
+        content: s === 'unknown' ? undefined : filler(r, o.resultBytes, `RESULT-${id}`),
+        error: s === 'settled' ? undefined : `${s} in test`,
+      });
     }
   }
   return { runId, conversationId, proposals };
@@ -154,7 +216,8 @@ export async function prepareChecked(options: PrepareRunRequestOptions): Promise
   const bytes = Buffer.byteLength(body, 'utf8') + request.responseReserveBytes;
   if (bytes !== p.report.bytes) throw new Error(`measured ${p.report.bytes} bytes, but the body sent is ${bytes} bytes with the reserve`);
   if (p.ok && JSON.stringify(p.body) !== body) throw new Error('the body handed out is not toAnthropicRequest(request)');
-  if (p.ok !== (p.report.bytes <= p.report.thresholdBytes)) throw new Error(`ok is ${p.ok} for ${p.report.bytes} bytes against ${p.report.thresholdBytes}`);
+  if (p.ok !== p.report.bytes <= p.report.thresholdBytes)
+    throw new Error(`ok is ${p.ok} for ${p.report.bytes} bytes against ${p.report.thresholdBytes}`);
   measured.requests++;
   return { ...p, request } as PreparedRunRequest & { request: RunRequest };
 }

@@ -12,7 +12,9 @@ const pool = new pg.Pool({ connectionString: url, max: 2 });
 try {
   const { body } = await recoverRunContext({ pool, runId, scope, ...JSON.parse(inputJson) });
   const json = JSON.stringify(body);
-  process.stdout.write(`${JSON.stringify({ sha256: createHash('sha256').update(json, 'utf8').digest('hex'), bytes: Buffer.byteLength(json) })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ sha256: createHash('sha256').update(json, 'utf8').digest('hex'), bytes: Buffer.byteLength(json) })}\n`,
+  );
 } finally {
   await pool.end();
 }

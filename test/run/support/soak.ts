@@ -20,7 +20,12 @@ import { step, type AgentLoop } from '../../../examples/run-agent-loop.ts';
 import { createGateway } from '../../../src/gateway/gateway.ts';
 import type { MaterialItem, Outcome, Summarizer } from '../../../src/support/summary-contract.ts';
 import {
-  prepareRunRequest, READ_RESULT_TOOL, recordCorrection, startRun, toAnthropicRequest, type RunCompactionPolicy,
+  prepareRunRequest,
+  READ_RESULT_TOOL,
+  recordCorrection,
+  startRun,
+  toAnthropicRequest,
+  type RunCompactionPolicy,
 } from '../../../src/run/index.ts';
 import { behaviours, startMessagesServer, type WireBlock } from '../../support/messages-server.ts';
 import { recoverInColdProcess } from './cold-recovery.ts';
@@ -99,7 +104,13 @@ function unreliableSummarizer(r: Prng, counts: Record<string, number>, deadlineM
     async summarize(request) {
       const roll = r.next();
       const max = request.maxChars ?? 6000;
-      const good = (): Outcome => ({ kind: 'ok', text: summaryOf(request.items, max), model: 'soak/unreliable@1', usage: { inputTokens: 1000, outputTokens: 300 }, requestId: null });
+      const good = (): Outcome => ({
+        kind: 'ok',
+        text: summaryOf(request.items, max),
+        model: 'soak/unreliable@1',
+        usage: { inputTokens: 1000, outputTokens: 300 },
+        requestId: null,
+      });
       if (roll < 0.7) {
         tally('ok');
         return good();
@@ -110,7 +121,14 @@ function unreliableSummarizer(r: Prng, counts: Record<string, number>, deadlineM
         const ms = r.int(Math.floor(deadlineMs / 2), deadlineMs * 2);
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, ms);
-          request.signal?.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+          request.signal?.addEventListener(
+            'abort',
+            () => {
+              clearTimeout(t);
+              resolve();
+            },
+            { once: true },
+          );
         });
         return good();
       }
@@ -120,7 +138,13 @@ function unreliableSummarizer(r: Prng, counts: Record<string, number>, deadlineM
         if (kind === 0) return { kind: 'ok', text: 'x'.repeat(max + 50), model: 'soak/unreliable@1', usage: null, requestId: null };
         if (kind === 1) return { kind: 'ok', text: '   ', model: 'soak/unreliable@1', usage: null, requestId: null };
         if (kind === 2) return { kind: 'invalid', reason: 'tool_use', model: 'soak/unreliable@1', usage: null, requestId: null };
-        return { kind: 'ok', text: 'The overlap is 97.5% and fees fell to $12.40 on 2026-10-01.', model: 'soak/unreliable@1', usage: null, requestId: null };
+        return {
+          kind: 'ok',
+          text: 'The overlap is 97.5% and fees fell to $12.40 on 2026-10-01.',
+          model: 'soak/unreliable@1',
+          usage: null,
+          requestId: null,
+        };
       }
       tally('down');
       const kind = r.int(0, 2);
@@ -164,15 +188,23 @@ export async function runSoak(o: SoakOptions): Promise<SoakFigures> {
   let largestResultBytes = 0;
   const server = await startMessagesServer();
   const scope = 'soak';
-  const { rows: [conversation] } = await o.pool.query<{ id: string }>('insert into sourcebound.conversations (scope) values ($1) returning id', [scope]);
+  const {
+    rows: [conversation],
+  } = await o.pool.query<{ id: string }>('insert into sourcebound.conversations (scope) values ($1) returning id', [scope]);
   const request = 'Compare the overlap and fees of my technology funds; 基金の費用も比べて。 📈';
   const { runId } = await startRun({ pool: o.pool, scope, conversationId: conversation!.id, request });
   const protectedTexts = [request];
-  const gateway = createGateway({ summarizer: unreliableSummarizer(r, summaryOutcomes, policy.summaryDeadlineMs!), defaults: { maxChars: 6000, deadlineMs: policy.summaryDeadlineMs! } });
+  const gateway = createGateway({
+    summarizer: unreliableSummarizer(r, summaryOutcomes, policy.summaryDeadlineMs!),
+    defaults: { maxChars: 6000, deadlineMs: policy.summaryDeadlineMs! },
+  });
   const loop: AgentLoop = {
-    pool: o.pool, scope, runId,
+    pool: o.pool,
+    scope,
+    runId,
     client: new Anthropic({ apiKey: server.apiKey, baseURL: server.url, maxRetries: 0 }),
-    model: 'claude-soak', system: 'You research funds. Reread stored results with read_result.',
+    model: 'claude-soak',
+    system: 'You research funds. Reread stored results with read_result.',
     tools: [{ name: 'fetch', description: 'Fetch a document', input_schema: { type: 'object', properties: { q: { type: 'string' } } } }],
     runTool: async (_name, input) => {
       const roll = r.next();
@@ -192,9 +224,23 @@ export async function runSoak(o: SoakOptions): Promise<SoakFigures> {
   const timing = { create: 0, tool: 0, step: 0 };
   if (process.env.RUN_SOAK_PROFILE) {
     const create = loop.client.messages.create.bind(loop.client.messages);
-    (loop.client.messages as { create: unknown }).create = async (...a: unknown[]) => { const t = performance.now(); try { return await (create as (...x: unknown[]) => unknown)(...a); } finally { timing.create += performance.now() - t; } };
+    (loop.client.messages as { create: unknown }).create = async (...a: unknown[]) => {
+      const t = performance.now();
+      try {
+        return await (create as (...x: unknown[]) => unknown)(...a);
+      } finally {
+        timing.create += performance.now() - t;
+      }
+    };
     const tool = loop.runTool;
-    loop.runTool = async (n, i) => { const t = performance.now(); try { return await tool(n, i); } finally { timing.tool += performance.now() - t; } };
+    loop.runTool = async (n, i) => {
+      const t = performance.now();
+      try {
+        return await tool(n, i);
+      } finally {
+        timing.tool += performance.now() - t;
+      }
+    };
   }
   let calls = 0;
   let steps = 0;
@@ -208,7 +254,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakFigures> {
   while (calls < o.toolCalls) {
     steps++;
     if (steps % 60 === 0) {
-      const correction = r.chance(0.5) ? `Correction ${steps / 60}: use only funds with fees under the median.` : `訂正${steps / 60}：先月のNAVは使わないこと。`;
+      const correction = r.chance(0.5)
+        ? `Correction ${steps / 60}: use only funds with fees under the median.`
+        : `訂正${steps / 60}：先月のNAVは使わないこと。`;
       await recordCorrection({ pool: o.pool, runId, scope, text: correction });
       protectedTexts.push(correction);
       corrections++;
@@ -216,13 +264,23 @@ export async function runSoak(o: SoakOptions): Promise<SoakFigures> {
     // The scripted model: some narration (sometimes none), sometimes thinking, 1-6 tool calls.
     const content: WireBlock[] = [];
     if (r.chance(0.1)) content.push({ type: 'thinking', thinking: `Step ${steps}: plan the next reads.`, signature: `sig-${steps}` });
-    if (r.chance(0.8)) content.push({ type: 'text', text: text(r, r.pick(['latin', 'cjk'] as const), r.int(20, 2 * KIB), `Step ${steps}: `), citations: null });
+    if (r.chance(0.8))
+      content.push({
+        type: 'text',
+        text: text(r, r.pick(['latin', 'cjk'] as const), r.int(20, 2 * KIB), `Step ${steps}: `),
+        citations: null,
+      });
     const n = Math.min(r.int(1, 6), o.toolCalls - calls);
     for (let k = 0; k < n; k++) {
       const callId = `toolu_${++id}`;
       if (knownResults.length > 0 && r.chance(0.06)) {
         const ref = r.pick(knownResults);
-        content.push({ type: 'tool_use', id: callId, name: 'read_result', input: r.chance(0.5) ? { ...ref, fromLine: 1, toLine: 50 } : { ...ref, startByte: r.int(0, 1000) } });
+        content.push({
+          type: 'tool_use',
+          id: callId,
+          name: 'read_result',
+          input: r.chance(0.5) ? { ...ref, fromLine: 1, toLine: 50 } : { ...ref, startByte: r.int(0, 1000) },
+        });
       } else if (r.chance(0.02)) {
         content.push({ type: 'tool_use', id: callId, name: 'read_result', input: { catalog: { offset: 0 } } });
       } else {
@@ -241,9 +299,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakFigures> {
     }
     requests++;
     const sent = server.requests.at(-1)!;
-    const { rows } = await o.pool.query<{ bytes: number }>('select request_bytes as bytes from sourcebound.run_model_requests where run_id = $1 order by id desc limit 1', [runId]);
+    const { rows } = await o.pool.query<{ bytes: number }>(
+      'select request_bytes as bytes from sourcebound.run_model_requests where run_id = $1 order by id desc limit 1',
+      [runId],
+    );
     const measured = rows[0]!.bytes;
-    if (sent.bytes - MAX_TOKENS_FIELD + reserve !== measured) fail(`step ${steps}: sent ${sent.bytes} bytes, measured ${measured} (reserve ${reserve})`);
+    if (sent.bytes - MAX_TOKENS_FIELD + reserve !== measured)
+      fail(`step ${steps}: sent ${sent.bytes} bytes, measured ${measured} (reserve ${reserve})`);
     if (measured > threshold) fail(`step ${steps}: measured ${measured} > ${threshold}`);
     largestRequestBytes = Math.max(largestRequestBytes, measured);
     largestSentBytes = Math.max(largestSentBytes, sent.bytes);
@@ -251,7 +313,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakFigures> {
     server.reset();
     if (steps % 25 === 0) {
       const { rows: results } = await o.pool.query<{ resultId: string; version: number }>(
-        `select id as "resultId", version from sourcebound.run_results where run_id = $1 order by random() limit 5`, [runId]);
+        `select id as "resultId", version from sourcebound.run_results where run_id = $1 order by random() limit 5`,
+        [runId],
+      );
       knownResults.splice(0, knownResults.length, ...results);
       o.log?.(`soak: ${calls} tool calls, ${steps} steps, largest request ${largestRequestBytes} B`);
     }
@@ -265,32 +329,50 @@ export async function runSoak(o: SoakOptions): Promise<SoakFigures> {
     const body = JSON.stringify(next.body);
     const cold = await recoverInColdProcess(o.url, runId, scope, { model: loop.model, system: loop.system, tools: input.tools, policy });
     recoveredSame = cold.sha256 === sha256(body) && cold.bytes === Buffer.byteLength(body);
-    if (!recoveredSame) fail(`cold recovery rebuilt ${cold.bytes} bytes (${cold.sha256}), the request is ${Buffer.byteLength(body)} (${sha256(body)})`);
+    if (!recoveredSame)
+      fail(`cold recovery rebuilt ${cold.bytes} bytes (${cold.sha256}), the request is ${Buffer.byteLength(body)} (${sha256(body)})`);
   } else {
     fail('the last request cannot fit');
   }
   const final = next.ok ? next.request : next.cannotFit.unsent;
-  const { rows: [cp] } = await o.pool.query<{ n: number }>('select count(*)::int as n from sourcebound.run_checkpoints where run_id = $1', [runId]);
+  const {
+    rows: [cp],
+  } = await o.pool.query<{ n: number }>('select count(*)::int as n from sourcebound.run_checkpoints where run_id = $1', [runId]);
   let summaryBytes = 0;
   let compacted = 0;
   for (const item of final.messages) {
     if (item.kind !== 'checkpoint_summary') continue;
-    summaryBytes += Buffer.byteLength(JSON.stringify(toAnthropicRequest({ ...final, messages: [item], resultCatalog: [], resultCatalogOmitted: 0 }).messages));
+    summaryBytes += Buffer.byteLength(
+      JSON.stringify(toAnthropicRequest({ ...final, messages: [item], resultCatalog: [], resultCatalogOmitted: 0 }).messages),
+    );
     compacted += item.toolUnits;
   }
   await server.close();
   if (process.env.RUN_SOAK_PROFILE) o.log?.(`soak timing (ms): ${JSON.stringify(timing)}`);
   return {
-    toolCalls: calls, steps, requests, largestRequestBytes, largestSentBytes, cannotFit, checkpoints: cp!.n, compactedToolCalls: compacted,
-    bytesPerCompactedToolCall: compacted === 0 ? 0 : Math.round(summaryBytes / compacted), summaryOutcomes, resultsByScript, largestResultBytes,
-    corrections, recoveredSame, seconds: (performance.now() - started) / 1000, failures,
+    toolCalls: calls,
+    steps,
+    requests,
+    largestRequestBytes,
+    largestSentBytes,
+    cannotFit,
+    checkpoints: cp!.n,
+    compactedToolCalls: compacted,
+    bytesPerCompactedToolCall: compacted === 0 ? 0 : Math.round(summaryBytes / compacted),
+    summaryOutcomes,
+    resultsByScript,
+    largestResultBytes,
+    corrections,
+    recoveredSame,
+    seconds: (performance.now() - started) / 1000,
+    failures,
   };
 }
 
 /** Tool units never split; protected texts verbatim and in order. */
 function checkBody(body: Anthropic.MessageCreateParams, protectedTexts: readonly string[], fail: (what: string) => void): void {
   const messages = body.messages;
-  if (messages[0]?.role !== 'user') fail('the first message is not the user\'s');
+  if (messages[0]?.role !== 'user') fail("the first message is not the user's");
   const userTexts: string[] = [];
   for (const [i, m] of messages.entries()) {
     if (i > 0 && messages[i - 1]!.role === m.role) fail(`messages ${i - 1} and ${i} have the same role`);
@@ -300,7 +382,10 @@ function checkBody(body: Anthropic.MessageCreateParams, protectedTexts: readonly
     const uses = blocks.filter((b) => b.type === 'tool_use').map((b) => (b as { id: string }).id);
     if (uses.length === 0) continue;
     const next = messages[i + 1];
-    const answers = next && typeof next.content !== 'string' ? next.content.slice(0, uses.length).map((b) => (b.type === 'tool_result' ? b.tool_use_id : null)) : [];
+    const answers =
+      next && typeof next.content !== 'string'
+        ? next.content.slice(0, uses.length).map((b) => (b.type === 'tool_result' ? b.tool_use_id : null))
+        : [];
     if (answers.join() !== uses.join()) fail(`tool calls ${uses.join(',')} are not answered first in the next message`);
   }
   let at = 0;
@@ -317,4 +402,3 @@ function checkBody(body: Anthropic.MessageCreateParams, protectedTexts: readonly
 function sha256(s: string): string {
   return createHash('sha256').update(s, 'utf8').digest('hex');
 }
-
