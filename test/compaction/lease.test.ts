@@ -27,23 +27,33 @@ function workerRolePool(): pg.Pool {
   return pool;
 }
 
+/** Another worker's claim of range 0, as a second job would make it. */
+const otherClaim = (c: string) =>
+  claimRange(db.pool, {
+    conversationId: c,
+    range: rangeAt(0),
+    model: model(),
+    promptVersion: CONVERSATION_PROMPT_VERSION,
+    workerId: 'other',
+    leaseMs: 60_000,
+  });
+
+/** A conversation with one plannable range whose summarizer call the server holds until released. */
+async function heldCallConversation(): Promise<string> {
+  const c = await createConversation(db.pool);
+  await addPairs(db.pool, c, 30);
+  server.enqueue(behaviours.hold());
+  return c;
+}
+
 describe("a claim's lease while the call runs", () => {
   it('is renewed: a call four leases long is never taken over and completes with one attempt', async () => {
-    const c = await createConversation(db.pool);
-    await addPairs(db.pool, c, 30);
-    server.enqueue(behaviours.hold());
+    const c = await heldCallConversation();
     const job = compactConversation(ctx({ leaseMs: 400, leaseRenewMs: 100 }), c);
     await server.waitFor(() => server.held === 1);
     await sleep(1600);
     // Another worker finds it busy, with a lease still ahead.
-    const other = await claimRange(db.pool, {
-      conversationId: c,
-      range: rangeAt(0),
-      model: model(),
-      promptVersion: CONVERSATION_PROMPT_VERSION,
-      workerId: 'other',
-      leaseMs: 60_000,
-    });
+    const other = await otherClaim(c);
     expect(other.kind).toBe('busy');
     server.releaseHeld();
     expect((await job).ranges.map((r) => r.result)).toEqual(['completed']);
@@ -53,41 +63,23 @@ describe("a claim's lease while the call runs", () => {
   });
 
   it('without renewal the same call is taken over (the lease runs out under it)', async () => {
-    const c = await createConversation(db.pool);
-    await addPairs(db.pool, c, 30);
-    server.enqueue(behaviours.hold());
+    const c = await heldCallConversation();
     const job = compactConversation(ctx({ leaseMs: 400, leaseRenewMs: 0 }), c);
     await server.waitFor(() => server.held === 1);
     await sleep(600);
-    const other = await claimRange(db.pool, {
-      conversationId: c,
-      range: rangeAt(0),
-      model: model(),
-      promptVersion: CONVERSATION_PROMPT_VERSION,
-      workerId: 'other',
-      leaseMs: 60_000,
-    });
+    const other = await otherClaim(c);
     expect(other.kind).toBe('claimed');
     server.releaseHeld();
     expect((await job).ranges.map((r) => r.result)).toEqual(['lease_lost']);
   });
 
   it('lost during the call (taken over): the renewal finds it, the call is abandoned and its answer never commits', async () => {
-    const c = await createConversation(db.pool);
-    await addPairs(db.pool, c, 30);
-    server.enqueue(behaviours.hold());
+    const c = await heldCallConversation();
     const job = compactConversation(ctx({ leaseMs: 60_000, leaseRenewMs: 100 }), c);
     await server.waitFor(() => server.held === 1);
     // The lease ends under it (a partition, a reaper) and another worker takes the range over.
     await db.pool.query(`update sourcebound.conversation_summaries set lease_expires_at = now() where conversation_id = $1`, [c]);
-    const other = await claimRange(db.pool, {
-      conversationId: c,
-      range: rangeAt(0),
-      model: model(),
-      promptVersion: CONVERSATION_PROMPT_VERSION,
-      workerId: 'other',
-      leaseMs: 60_000,
-    });
+    const other = await otherClaim(c);
     expect(other.kind).toBe('claimed');
     // The held request is never released: only the abandonment ends the job.
     expect((await job).ranges.map((r) => r.result)).toEqual(['lease_lost']);
