@@ -65,15 +65,19 @@ export async function startWorkerHttp(options: {
       const h = options.health();
       const databaseAgeMs = h.databaseOkAt === null ? null : Date.now() - h.databaseOkAt;
       const beatAgeMs = h.beatOkAt === null ? null : Date.now() - h.beatOkAt;
-      const problem = !h.running
-        ? h.recovering
-          ? 'recovering: reconnecting to PostgreSQL'
-          : 'no runner'
-        : databaseAgeMs === null || databaseAgeMs > staleAfterMs
-          ? `PostgreSQL has not answered for ${databaseAgeMs ?? 'ever'} ms`
-          : beatAgeMs === null || beatAgeMs > options.beatStaleAfterMs
-            ? `the heartbeat has not been recorded for ${beatAgeMs ?? 'ever'} ms: the other workers take this worker's jobs and claims over`
-            : null;
+      const streak = h.restartStreak;
+      const problem = streak
+        ? `the graphile-worker runner stopped ${streak.runnersStopped} times in a row, each soon after its start: jobs are not being completed ` +
+          `(last: ${streak.lastReason}${streak.lastError === null ? '' : `: ${streak.lastError}`})`
+        : !h.running
+          ? h.recovering
+            ? 'recovering: reconnecting to PostgreSQL'
+            : 'no runner'
+          : databaseAgeMs === null || databaseAgeMs > staleAfterMs
+            ? `PostgreSQL has not answered for ${databaseAgeMs ?? 'ever'} ms`
+            : beatAgeMs === null || beatAgeMs > options.beatStaleAfterMs
+              ? `the heartbeat has not been recorded for ${beatAgeMs ?? 'ever'} ms: the other workers take this worker's jobs and claims over`
+              : null;
       const body = JSON.stringify({ status: problem === null ? 'ok' : 'unhealthy', problem, ...h, databaseAgeMs, beatAgeMs });
       res.writeHead(problem === null ? 200 : 503, { 'content-type': 'application/json' }).end(body);
       return;

@@ -16,6 +16,7 @@ import { compactConversationTask } from './tasks/compact-conversation.ts';
 import { sweepCompactionTask } from './tasks/sweep-compaction.ts';
 import { WorkerRunnerStoppedError, WorkerStartError } from './worker-errors.ts';
 import { createProbe, databaseAnswer, PROBE_INTERVAL_MS } from './probe.ts';
+import { RestartStreaks } from './restart-streak.ts';
 import { currentRunner, handBack, RECONNECT_FIRST_MS, RECONNECT_MAX_MS, retire, trackTask, type Generation } from './generation.ts';
 import { healthOf, NOT_STARTED, type WorkerHealth } from './health.ts';
 import { createLiveness, DEAD_AFTER_MS } from './liveness.ts';
@@ -135,6 +136,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const retiring = new Map<Generation, Promise<void>>();
   let generations = 0;
   let restarts = 0;
+  const streaks = new RestartStreaks();
   let settle!: { resolve: () => void; reject: (e: unknown) => void };
   const promise = new Promise<void>((resolve, reject) => {
     settle = { resolve, reject };
@@ -176,7 +178,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       gen.graphileWorkerIds.add(workerPool.id);
       graphileWorkerIds.add(workerPool.id);
     });
-    // Errors that stop work are logged at error here (graphile-worker logs some only at debug).
+    // Errors that stop work are logged at error here (graphile-worker logs some only at debug). A pool's fatal
+    // error (it could not complete or fail a job) is why its runner stops by itself next: that stop's cause.
+    let fatal: unknown = null;
+    own.on('pool:fatalError', ({ error }) => void (fatal = error));
     own.on('worker:fatalError', ({ error }) => {
       if (!gen.retired) void recover('worker_fatal_error', error);
     });
@@ -230,7 +235,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // A runner that ends without our stop() (its worker pool failed) is replaced.
     gen.runner.promise.then(
       () => {
-        if (!gen.retired) void recover('runner_stopped', null);
+        if (!gen.retired) void recover('runner_stopped', fatal);
       },
       (error: unknown) => {
         if (!gen.retired) void recover('runner_failed', error);
@@ -264,6 +269,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     retiring.set(old, retired);
     void retired.finally(() => retiring.delete(old));
 
+    // A runner that stopped soon after its start, again: wait longer each time (restart-streak.ts).
+    const wait = streaks.stopped(reason, error);
+    if (wait > 0) await sleep(wait, wake.signal);
     let delay = RECONNECT_FIRST_MS;
     let lastError: unknown = error;
     for (;;) {
@@ -279,6 +287,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             return;
           }
           move({ type: 'restarted', generation: started });
+          streaks.started();
           break;
         } catch (startError) {
           lastError = startError;
@@ -384,7 +393,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   probe.start();
   logger.info({ workerId, concurrency: config.workerConcurrency, model: summarizer.model, pooled: database.pooled }, 'worker started');
 
-  health = () => healthOf(state, probe.okAt(), restarts, liveness.okAt());
+  streaks.started();
+  health = () => healthOf(state, probe.okAt(), restarts, liveness.okAt(), streaks.current());
 
   const stop = (): Promise<void> => {
     if (state.kind === 'stopping') return state.done;
