@@ -135,6 +135,30 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = sourcebound, pg_temp AS $
                  FROM unnest(p_group_hashes) WITH ORDINALITY AS x(h, o)), ''::bytea)), 'hex')
 $$;
 --> statement-breakpoint
+-- A request's identity key (the key its attempts are counted against, at
+-- most two) is computed here from the request's own columns, as
+-- src/run/run-hash.ts identityKeyOf does: SHA-256 of
+-- "sourcebound/run-candidate\0", u32be(1) and, as length-prefixed fields, the
+-- run id, predecessor id (or empty), from seq, to seq, source hash, model and
+-- prompt version. A request under a made-up key would escape the bound.
+CREATE FUNCTION sourcebound.run_summary_requests_identity() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = sourcebound, pg_temp AS $$
+BEGIN
+  IF NEW.identity_key IS DISTINCT FROM encode(sha256(convert_to('sourcebound/run-candidate', 'UTF8') || '\x00'::bytea || int4send(1)
+       || sourcebound.source_hash_v1_field(NEW.run_id::text) || sourcebound.source_hash_v1_field(coalesce(NEW.predecessor_id::text, ''))
+       || sourcebound.source_hash_v1_field(NEW.from_seq::text) || sourcebound.source_hash_v1_field(NEW.to_seq::text)
+       || sourcebound.source_hash_v1_field(NEW.source_hash) || sourcebound.source_hash_v1_field(NEW.model)
+       || sourcebound.source_hash_v1_field(NEW.prompt_version)), 'hex') THEN
+    RAISE EXCEPTION 'sourcebound: summary request identity % is not the identity of its run, predecessor, range, source, model and prompt', NEW.identity_key
+      USING CONSTRAINT = 'run_summary_request_identity_key';
+  END IF;
+  RETURN NEW;
+END
+$$;
+--> statement-breakpoint
+CREATE TRIGGER run_summary_requests_identity BEFORE INSERT ON sourcebound.run_summary_requests
+  FOR EACH ROW EXECUTE FUNCTION sourcebound.run_summary_requests_identity();
+--> statement-breakpoint
 -- Settles the request `ok` with its answer and grounding verdict, and inserts
 -- its checkpoint, in one call: no `ok` request is left for a checkpoint to be
 -- made of later, and no checkpoint is made of anything but this answer. False
@@ -173,7 +197,7 @@ BEGIN
       USING CONSTRAINT = 'run_checkpoint_source_hashes';
   END IF;
   IF NOT EXISTS (SELECT 1 FROM sourcebound.run_turns
-                 WHERE run_id = v_req.run_id AND revision IS NOT DISTINCT FROM p_correction_revision) THEN
+                 WHERE run_id = v_req.run_id AND revision = p_correction_revision) THEN
     RAISE EXCEPTION 'sourcebound: run % has no revision %', v_req.run_id, p_correction_revision
       USING CONSTRAINT = 'run_checkpoint_revision';
   END IF;

@@ -334,6 +334,7 @@ SELECT p.conversation_id,
   CREATE INDEX run_summary_requests_predecessor_idx ON sourcebound.run_summary_requests USING btree (predecessor_id) WHERE (predecessor_id IS NOT NULL)
   CREATE INDEX run_summary_requests_run_idx ON sourcebound.run_summary_requests USING btree (run_id, dispatched_at)
   CREATE TRIGGER run_summary_requests_guard BEFORE INSERT OR DELETE OR UPDATE ON sourcebound.run_summary_requests FOR EACH ROW EXECUTE FUNCTION sourcebound.run_summary_requests_guard()
+  CREATE TRIGGER run_summary_requests_identity BEFORE INSERT ON sourcebound.run_summary_requests FOR EACH ROW EXECUTE FUNCTION sourcebound.run_summary_requests_identity()
   CREATE TRIGGER run_summary_requests_no_truncate BEFORE TRUNCATE ON sourcebound.run_summary_requests FOR EACH STATEMENT EXECUTE FUNCTION sourcebound.refuse_truncate()
   policy app_scope for all to public using ((scope = sourcebound.current_scope())) with check ((scope = sourcebound.current_scope()))
   policy reader_all for all to sourcebound_reader using (true)
@@ -1852,7 +1853,7 @@ BEGIN
       USING CONSTRAINT = 'run_checkpoint_source_hashes';
   END IF;
   IF NOT EXISTS (SELECT 1 FROM sourcebound.run_turns
-                 WHERE run_id = v_req.run_id AND revision IS NOT DISTINCT FROM p_correction_revision) THEN
+                 WHERE run_id = v_req.run_id AND revision = p_correction_revision) THEN
     RAISE EXCEPTION 'sourcebound: run % has no revision %', v_req.run_id, p_correction_revision
       USING CONSTRAINT = 'run_checkpoint_revision';
   END IF;
@@ -2149,6 +2150,26 @@ BEGIN
      OR NEW.dispatched_at <> OLD.dispatched_at THEN
     RAISE EXCEPTION 'sourcebound: the identity of summary request % cannot change', OLD.id
       USING ERRCODE = 'integrity_constraint_violation', CONSTRAINT = 'run_summary_request_identity';
+  END IF;
+  RETURN NEW;
+END
+$function$
+
+-- function sourcebound.run_summary_requests_identity()
+CREATE OR REPLACE FUNCTION sourcebound.run_summary_requests_identity()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'sourcebound', 'pg_temp'
+AS $function$
+BEGIN
+  IF NEW.identity_key IS DISTINCT FROM encode(sha256(convert_to('sourcebound/run-candidate', 'UTF8') || '\x00'::bytea || int4send(1)
+       || sourcebound.source_hash_v1_field(NEW.run_id::text) || sourcebound.source_hash_v1_field(coalesce(NEW.predecessor_id::text, ''))
+       || sourcebound.source_hash_v1_field(NEW.from_seq::text) || sourcebound.source_hash_v1_field(NEW.to_seq::text)
+       || sourcebound.source_hash_v1_field(NEW.source_hash) || sourcebound.source_hash_v1_field(NEW.model)
+       || sourcebound.source_hash_v1_field(NEW.prompt_version)), 'hex') THEN
+    RAISE EXCEPTION 'sourcebound: summary request identity % is not the identity of its run, predecessor, range, source, model and prompt', NEW.identity_key
+      USING CONSTRAINT = 'run_summary_request_identity_key';
   END IF;
   RETURN NEW;
 END

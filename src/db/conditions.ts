@@ -113,6 +113,8 @@ export const SOURCEBOUND_CONDITIONS = {
   run_source_hash_version_unknown: { code: 'P0001' },
   /** run_checkpoint_commit() was given work-group hashes that do not hash to the request's source hash. */
   run_checkpoint_source_hashes: { code: 'P0001' },
+  /** A run summary request was inserted under an identity key that is not its columns' (run_summary_requests_identity). */
+  run_summary_request_identity_key: { code: 'P0001' },
   /** run_checkpoint_commit() was given a correction revision the run does not have. */
   run_checkpoint_revision: { code: 'P0001' },
 } as const;

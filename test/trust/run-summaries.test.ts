@@ -267,6 +267,15 @@ describe('run summaries as the app role: only the commit path makes a checkpoint
       [settled.id],
     );
     expect(rows[0].status).toBe('dispatched');
+    // Its identity key is its columns': a made-up one (a third attempt under another key) is refused.
+    const forged = await refusal(
+      app,
+      `insert into sourcebound.run_summary_requests (run_id, conversation_id, scope, identity_key, attempt, predecessor_id, from_seq, to_seq, compacted_seqs, source_hash, hash_version, model, prompt_version, max_chars, input_bytes, reserved_requests, reserved_tokens, lease_expires_at)
+       select run_id, conversation_id, scope, repeat('e', 64), 1, predecessor_id, from_seq, to_seq, compacted_seqs, source_hash, hash_version, model, prompt_version, max_chars, input_bytes, 0, 0, now()
+       from sourcebound.run_summary_requests where id = $1`,
+      [settled.id],
+    );
+    expect(forged).toMatchObject({ code: 'P0001', constraint: 'run_summary_request_identity_key' });
     expect((await app.query('select sourcebound.run_summary_expire($1, $2, now()) as id', [other, runId])).rows).toEqual([]);
     const recovered = await recoverRunContext({ pool: app, runId, scope, ...INPUT, policy: SMALL_POLICY });
     expect(recovered.report.expiredReceipts).toEqual([rows[0].id]);
