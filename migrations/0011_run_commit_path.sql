@@ -3,10 +3,10 @@
 -- Run compaction runs in the app's process, which until now settled summary
 -- requests and inserted checkpoints with its own grants: a direct UPDATE could
 -- set a request `ok` with any text and no grounding verdict, and a direct
--- INSERT could make it a checkpoint. From here, the app (and every runtime
--- role) only inserts a request as `dispatched`, naming its identity; it is
--- settled and its checkpoint written only by the functions below, which run
--- with their owner's rights and a fixed search_path:
+-- INSERT could make it a checkpoint. From here, the app only inserts a
+-- request as `dispatched`, naming its identity (no other runtime role writes
+-- one); it is settled and its checkpoint written only by the functions below,
+-- which run with their owner's rights and a fixed search_path:
 --   run_summary_settle()    every outcome but an accepted answer; `ok` only
 --                           for an answer that is refused (with its reason)
 --                           and carries its grounding verdict;
