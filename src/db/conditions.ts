@@ -101,6 +101,22 @@ export const SOURCEBOUND_CONDITIONS = {
   run_checkpoint_unsettled_tool: { code: '23000' },
   /** A checkpoint is not bound to an ok summary request of the same run, range and source. */
   run_checkpoint_summary: { code: '23000' },
+  /** A run summary request was settled or committed with a scope it is not in (or it does not exist: the same answer). */
+  run_summary_request_in_scope: { code: 'P0002' },
+  /** run_summary_settle() was given a status other than ok, invalid, deferred, unknown, config. */
+  run_summary_outcome_unknown: { code: 'P0001' },
+  /** A run summary request was settled or committed `ok` without its answer or its grounding verdict. */
+  run_summary_ok_verdict: { code: 'P0001' },
+  /** run_summary_settle() was given an `ok` with no reason: an accepted answer is settled with its checkpoint (run_checkpoint_commit). */
+  run_summary_ok_refused_only: { code: 'P0001' },
+  /** run_checkpoint_commit() met a request whose source hash version the database cannot compute. */
+  run_source_hash_version_unknown: { code: 'P0001' },
+  /** run_checkpoint_commit() was given work-group hashes that do not hash to the request's source hash. */
+  run_checkpoint_source_hashes: { code: 'P0001' },
+  /** A run summary request was inserted under an identity key that is not its columns' (run_summary_requests_identity). */
+  run_summary_request_identity_key: { code: 'P0001' },
+  /** run_checkpoint_commit() was given a correction revision the run does not have. */
+  run_checkpoint_revision: { code: 'P0001' },
 } as const;
 
 export type SourceboundCondition = keyof typeof SOURCEBOUND_CONDITIONS;

@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { runCheckpointInsert, type CheckpointRow } from '../db/queries/run-checkpoints.ts';
-import type { ReceiptRow } from '../db/queries/run-receipts.ts';
+import { runCheckpointCommit, type CheckpointRow } from '../db/queries/run-checkpoints.ts';
+import type { ReceiptRow, ReceiptSettlement } from '../db/queries/run-receipts.ts';
 import type { RunState } from '../db/queries/run-state.ts';
-import { RUN_PROMPT_VERSION } from '../gateway/prompts.ts';
 import { evaluate, type Evaluated } from './assemble.ts';
 import { hypothetical, type Candidate } from './candidate.ts';
 import { isWriteRace } from './run-errors.ts';
@@ -111,34 +110,45 @@ export function judge(
   };
 }
 
+/** What became of an accepted answer at commit. */
+export type CheckpointCommitted =
+  | { kind: 'committed' }
+  /** Its receipt was settled (as unknown, after its lease) before the answer came back: nothing is written. */
+  | { kind: 'lease_lost' }
+  /** The database refused the checkpoint as stale (the chain or the source moved): nothing is written. */
+  | { kind: 'stale'; reason: string };
+
 /**
- * Inserts the checkpoint of an accepted answer (its receipt settled `ok` in
- * this transaction). Null when it is in; the reason when the database refused
- * it as stale (the chain or the source moved): then nothing is written.
+ * Settles the receipt of an accepted answer `ok` (with its grounding verdict)
+ * and inserts its checkpoint, in one database call: the only way a run
+ * summary becomes a checkpoint (runCheckpointCommit).
  */
 export async function commitCheckpoint(
   client: pg.PoolClient,
   state: RunState,
   input: RequestInput,
   row: CheckpointRow,
-  answerModel: string,
-): Promise<string | null> {
+  settlement: ReceiptSettlement,
+): Promise<CheckpointCommitted> {
   await savepoint(client, 'checkpoint');
   try {
-    await runCheckpointInsert(client, {
-      ...row,
-      runId: state.run.id,
-      conversationId: state.run.conversationId,
-      scope: state.run.scope,
-      modelRoute: input.model,
-      summaryModel: answerModel,
-      promptVersion: RUN_PROMPT_VERSION,
-    });
-    return null;
+    const committed = await runCheckpointCommit(
+      client,
+      {
+        id: row.id,
+        scope: state.run.scope,
+        sourceHashes: row.sourceHashes,
+        correctionRevision: row.correctionRevision,
+        modelRoute: input.model,
+        summaryRequestId: row.summaryRequestId,
+      },
+      settlement,
+    );
+    return committed ? { kind: 'committed' } : { kind: 'lease_lost' };
   } catch (error) {
     if (!isWriteRace(error)) throw error;
     await rollbackTo(client, 'checkpoint');
-    return `stale_candidate:${(error as Error).message}`;
+    return { kind: 'stale', reason: `stale_candidate:${(error as Error).message}` };
   }
 }
 

@@ -112,7 +112,7 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
 
   const phase1 = await inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
-    const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
+    const expired = locked ? await runSummaryRequestsExpire(client, scope, runId, new Date(clock())) : [];
     const state = await loadState(client, runId, scope, policy);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const before = evaluate(state, input, policy);
@@ -173,25 +173,35 @@ export async function prepareRunRequest(options: PrepareRunRequestOptions): Prom
         return { made, next: { kind: 'stop', cursor } as Dispatch | Stop, error: undefined as unknown };
       };
       const settled = settlementOf(outcome, step.reservedTokens, clock());
-      const settlement = verdict !== null && !verdict.accepted ? { ...settled, reason: verdict.compaction.reason } : settled;
-      await savepoint(client, 'settle');
-      if (!(await runSummaryRequestSettle(client, step.receiptId, settlement))) {
-        return stop({
+      const leaseLost = () =>
+        stop({
           ...step.compaction,
           decision: 'failed',
           outcome: outcome.kind,
           reason: 'lease_lost: the receipt was settled as unknown before this call returned',
         });
+      if (outcome.kind !== 'ok' || !verdict!.accepted) {
+        // Every outcome but an accepted answer is settled alone; a refused answer with the gate's reason.
+        const settlement = verdict !== null && !verdict.accepted ? { ...settled, reason: verdict.compaction.reason } : settled;
+        if (!(await runSummaryRequestSettle(client, scope, step.receiptId, settlement))) return leaseLost();
+        if (outcome.kind !== 'ok') return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: outcome.reason });
+        return stop({ ...step.compaction, ...verdict!.compaction, outcome: 'ok' });
       }
-      if (outcome.kind !== 'ok') return stop({ ...step.compaction, decision: 'failed', outcome: outcome.kind, reason: outcome.reason });
       const judged = verdict!;
-      if (!judged.accepted) return stop({ ...step.compaction, ...judged.compaction, outcome: 'ok' });
-      const stale = await commitCheckpoint(client, step.cursor.state, input, judged.row, outcome.model);
-      if (stale !== null) {
-        // Refused after all: the receipt is settled again (from the savepoint) with that reason.
-        await rollbackTo(client, 'settle');
-        await runSummaryRequestSettle(client, step.receiptId, { ...settled, reason: stale });
-        return stop({ ...step.compaction, ...judged.compaction, decision: 'rejected', reason: stale, checkpointId: null, outcome: 'ok' });
+      // The receipt settled ok with its grounding verdict and the checkpoint, in one call.
+      const commit = await commitCheckpoint(client, step.cursor.state, input, judged.row, settled);
+      if (commit.kind === 'lease_lost') return leaseLost();
+      if (commit.kind === 'stale') {
+        // Refused after all: the receipt is settled alone, with that reason.
+        await runSummaryRequestSettle(client, scope, step.receiptId, { ...settled, reason: commit.reason });
+        return stop({
+          ...step.compaction,
+          ...judged.compaction,
+          decision: 'rejected',
+          reason: commit.reason,
+          checkpointId: null,
+          outcome: 'ok',
+        });
       }
       const compaction: RunCompactionReport = { ...step.compaction, ...judged.compaction, outcome: 'ok' };
       const cursor = following(step.cursor, judged.row, judged.final);

@@ -89,7 +89,7 @@ export async function recoverRunContext(
   const clock = options.clock ?? Date.now;
   return inTransaction(pool, async (client) => {
     const locked = await runLockTry(client, runId);
-    const expired = locked ? await runSummaryRequestsExpire(client, runId, new Date(clock())) : [];
+    const expired = locked ? await runSummaryRequestsExpire(client, scope, runId, new Date(clock())) : [];
     const state = await loadState(client, runId, scope, policy);
     if (!state) throw new RunNotFoundError(`run ${runId} not found in scope ${scope}`);
     const evaluated = evaluate(state, input, policy);

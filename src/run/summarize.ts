@@ -119,7 +119,6 @@ export function settlementOf(outcome: Outcome, reservedTokens: number, now: numb
       const used = outcome.usage ? outcome.usage.inputTokens + outcome.usage.outputTokens : reservedTokens;
       return {
         status: outcome.kind,
-        spent: true,
         reason: outcome.kind === 'invalid' ? outcome.reason : null,
         summary: outcome.kind === 'ok' ? outcome.text : null,
         answerModel: outcome.model,
@@ -134,7 +133,6 @@ export function settlementOf(outcome: Outcome, reservedTokens: number, now: numb
     case 'unknown':
       return {
         status: 'unknown',
-        spent: true,
         reason: outcome.reason,
         summary: null,
         answerModel: null,
@@ -147,7 +145,6 @@ export function settlementOf(outcome: Outcome, reservedTokens: number, now: numb
     case 'deferred':
       return {
         status: 'deferred',
-        spent: false,
         reason: outcome.reason,
         summary: null,
         answerModel: null,
@@ -160,7 +157,6 @@ export function settlementOf(outcome: Outcome, reservedTokens: number, now: numb
     case 'config':
       return {
         status: 'config',
-        spent: false,
         reason: outcome.reason,
         summary: null,
         answerModel: null,

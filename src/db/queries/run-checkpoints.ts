@@ -1,8 +1,9 @@
 /**
- * Checkpoint statements of run compaction: immutable records of one summary each (guard:
- * the run_checkpoints_guard trigger).
+ * Checkpoint statements of run compaction: immutable records of one summary each, written only
+ * by sourcebound.run_checkpoint_commit() (guard: the run_checkpoints_guard trigger).
  */
 import type { Queryable } from '../queryable.ts';
+import { usageJson, type ReceiptSettlement } from './run-receipts.ts';
 
 export interface ToolResultRefRow {
   proposalId: string;
@@ -35,59 +36,47 @@ export interface CheckpointRow {
   ungrounded: string[];
 }
 
-export interface CheckpointInsert {
-  /** Chosen by the caller, so the request measured before the insert is byte-identical to the one after. */
+export interface CheckpointCommit {
+  /** Chosen by the caller, so the request measured before the commit is byte-identical to the one after. */
   id: string;
-  runId: string;
-  conversationId: string;
   scope: string;
-  segment: number;
-  predecessorId: string | null;
+  /** The work groups' hashes, in order: their source hash must be the receipt's. */
+  sourceHashes: string[];
   correctionRevision: number;
   modelRoute: string;
-  fromSeq: number;
-  toSeq: number;
-  compactedSeqs: number[];
-  sourceHashes: string[];
-  sourceHash: string;
-  hashVersion: number;
-  toolResultRefs: ToolResultRefRow[];
+  /** The receipt the checkpoint is made of, settled `ok` by this same call. */
   summaryRequestId: string;
-  summaryModel: string;
-  promptVersion: string;
-  summary: string;
 }
 
-/** Inserts a checkpoint; the run_checkpoints_guard trigger checks chain, range, settlement and binding. */
-export async function runCheckpointInsert(db: Queryable, c: CheckpointInsert): Promise<string> {
-  const { rows } = await db.query<{ id: string }>(
-    `insert into sourcebound.run_checkpoints (
-       id, run_id, conversation_id, scope, segment, predecessor_id, correction_revision, model_route, from_seq, to_seq,
-       compacted_seqs, source_hashes, source_hash, hash_version, tool_result_refs, summary_request_id, summary_model,
-       prompt_version, summary, summary_bytes)
-     values ($19, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, octet_length($18))
-     returning id`,
+/**
+ * Settles the receipt `ok` with its answer and grounding verdict and inserts
+ * its checkpoint, in one call (sourcebound.run_checkpoint_commit(), the only
+ * way to either). The checkpoint's run, range, compacted turns, source hash,
+ * predecessor, segment and tool result references are taken from the receipt
+ * and the Run's stored rows; the run_checkpoints_guard trigger checks chain,
+ * range and settlement, and a refusal (a guard's, SQLSTATE 23000) writes
+ * nothing. False when the receipt was already settled: nothing is written.
+ */
+export async function runCheckpointCommit(db: Queryable, c: CheckpointCommit, s: ReceiptSettlement): Promise<boolean> {
+  if (s.status !== 'ok') throw new Error(`a checkpoint is committed with an ok answer, not ${s.status}`);
+  const { rows } = await db.query<{ committed: boolean }>(
+    `select sourcebound.run_checkpoint_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text[], $11::text[], $12::text[], $13, $14) as committed`,
     [
-      c.runId,
-      c.conversationId,
       c.scope,
-      c.segment,
-      c.predecessorId,
+      c.summaryRequestId,
+      c.id,
+      s.summary,
+      s.answerModel,
+      s.providerRequestId,
+      usageJson(s.usage),
+      s.chargedRequests,
+      s.chargedTokens,
+      s.grounding?.checked ?? null,
+      s.grounding?.ungrounded ?? null,
+      c.sourceHashes,
       c.correctionRevision,
       c.modelRoute,
-      c.fromSeq,
-      c.toSeq,
-      c.compactedSeqs,
-      c.sourceHashes,
-      c.sourceHash,
-      c.hashVersion,
-      JSON.stringify(c.toolResultRefs),
-      c.summaryRequestId,
-      c.summaryModel,
-      c.promptVersion,
-      c.summary,
-      c.id,
     ],
   );
-  return rows[0]!.id;
+  return rows[0]!.committed;
 }

@@ -1,6 +1,7 @@
 /**
- * Summary request receipts of run compaction: written before the summary call, settled once
- * (guard: the run_summary_requests_guard trigger).
+ * Summary request receipts of run compaction: written before the summary call (the app's
+ * INSERT names the identity only), settled once through the database's functions
+ * (migrations/0011_run_commit_path.sql; guard: the run_summary_requests_guard trigger).
  */
 import type { Queryable } from '../queryable.ts';
 
@@ -87,7 +88,6 @@ export async function runSummaryRequestInsert(db: Queryable, r: ReceiptInsert): 
 
 export interface ReceiptSettlement {
   status: Exclude<ReceiptStatus, 'dispatched'>;
-  spent: boolean;
   reason: string | null;
   summary: string | null;
   answerModel: string | null;
@@ -96,41 +96,31 @@ export interface ReceiptSettlement {
   chargedRequests: number;
   chargedTokens: number;
   notBefore: Date | null;
-  /** The answer's grounding check (src/grounding/index.ts), when one was made. */
+  /** The answer's grounding check (src/grounding/index.ts), when one was made; an `ok` answer always carries one. */
   grounding?: { checked: string[]; ungrounded: string[] } | null;
 }
 
 /**
  * Settles a receipt still `dispatched` and moves its reservation to the
- * budget's used amounts, in one statement. False when it was already settled
- * (e.g. presumed lost after its lease by another preparer): then nothing changes.
+ * budget's used amounts (sourcebound.run_summary_settle(), which alone may
+ * settle it; whether the attempt is spent follows from the status there).
+ * An `ok` settled here is an answer that was refused, with its reason: an
+ * accepted one is settled with its checkpoint (runCheckpointCommit). False
+ * when it was already settled (e.g. presumed lost after its lease by another
+ * preparer): then nothing changes.
  */
-export async function runSummaryRequestSettle(db: Queryable, id: string, s: ReceiptSettlement): Promise<boolean> {
-  const { rows } = await db.query<{ settled: number }>(
-    `with s as (
-       update sourcebound.run_summary_requests
-       set status = $2, spent = $3, reason = $4, summary = $5, answer_model = $6, provider_request_id = $7, usage = $8,
-           charged_requests = $9, charged_tokens = $10, not_before = $11, settled_at = now(),
-           grounding_checked = $12::text[], grounding_ungrounded = $13::text[]
-       where id = $1 and status = 'dispatched'
-       returning run_id, reserved_requests, reserved_tokens
-     ), b as (
-       update sourcebound.run_budgets b
-       set requests_reserved = b.requests_reserved - s.reserved_requests, tokens_reserved = b.tokens_reserved - s.reserved_tokens,
-           requests_used = b.requests_used + $9, tokens_used = b.tokens_used + $10, updated_at = now()
-       from s where b.run_id = s.run_id
-       returning 1
-     )
-     select (select count(*) from s)::int as settled`,
+export async function runSummaryRequestSettle(db: Queryable, scope: string, id: string, s: ReceiptSettlement): Promise<boolean> {
+  const { rows } = await db.query<{ settled: boolean }>(
+    `select sourcebound.run_summary_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text[], $13::text[]) as settled`,
     [
+      scope,
       id,
       s.status,
-      s.spent,
       s.reason,
       s.summary,
       s.answerModel,
       s.providerRequestId,
-      s.usage === null || s.usage === undefined ? null : JSON.stringify(s.usage),
+      usageJson(s.usage),
       s.chargedRequests,
       s.chargedTokens,
       s.notBefore,
@@ -138,34 +128,21 @@ export async function runSummaryRequestSettle(db: Queryable, id: string, s: Rece
       s.grounding?.ungrounded ?? null,
     ],
   );
-  return rows[0]!.settled === 1;
+  return rows[0]!.settled;
+}
+
+export function usageJson(usage: unknown): string | null {
+  return usage === null || usage === undefined ? null : JSON.stringify(usage);
 }
 
 /**
  * Settles as `unknown` every receipt of the Run still in flight after its
  * lease (`now`): the process that sent it is presumed lost. The reservation
- * is charged in full: the request may have been processed.
+ * is charged in full: the request may have been processed
+ * (sourcebound.run_summary_expire(); a Run of another scope has none).
  */
-export async function runSummaryRequestsExpire(db: Queryable, runId: string, now: Date): Promise<string[]> {
-  const { rows } = await db.query<{ id: string }>(
-    `with e as (
-       update sourcebound.run_summary_requests
-       set status = 'unknown', spent = true, settled_at = now(),
-           reason = 'lease_expired: unsettled after its deadline; the process that sent it was lost',
-           charged_requests = reserved_requests, charged_tokens = reserved_tokens
-       where run_id = $1 and status = 'dispatched' and lease_expires_at < $2
-       returning id, reserved_requests, reserved_tokens
-     ), b as (
-       update sourcebound.run_budgets b
-       set requests_reserved = b.requests_reserved - t.r, tokens_reserved = b.tokens_reserved - t.t,
-           requests_used = b.requests_used + t.r, tokens_used = b.tokens_used + t.t, updated_at = now()
-       from (select sum(reserved_requests)::int as r, sum(reserved_tokens)::bigint as t from e) t
-       where b.run_id = $1 and t.r is not null
-       returning 1
-     )
-     select id from e order by id`,
-    [runId, now],
-  );
+export async function runSummaryRequestsExpire(db: Queryable, scope: string, runId: string, now: Date): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>('select id from sourcebound.run_summary_expire($1, $2, $3) as id', [scope, runId, now]);
   return rows.map((r) => r.id);
 }
 
