@@ -7,6 +7,7 @@ import { projectConversationHistory } from '../../src/projection/index.ts';
 import { beginTurn, completeTurn } from '../../src/turns/index.ts';
 import { startWorker } from '../../src/worker/supervisor.ts';
 import { createTestDatabase } from '../support/db.ts';
+import { createRuntimeRoles } from '../support/roles.ts';
 import { spawnSourcebound, until } from '../support/processes.ts';
 
 /**
@@ -15,24 +16,9 @@ import { spawnSourcebound, until } from '../support/processes.ts';
  * sourcebound_worker and sourcebound_reader), never as the owner.
  */
 const db = await createTestDatabase();
-const suffix = `${process.pid}_${Date.now() % 100000}`;
-const PASSWORD = 'probe-secret';
-const names = { app: `probe_app_${suffix}`, worker: `probe_worker_${suffix}`, reader: `probe_reader_${suffix}` };
-
-function urlAs(role: string): string {
-  const u = new URL(db.url);
-  u.username = role;
-  u.password = PASSWORD;
-  return u.toString();
-}
-
-const pools: pg.Pool[] = [];
-function poolAs(role: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: urlAs(role), max: 4 });
-  pool.on('error', () => {});
-  pools.push(pool);
-  return pool;
-}
+const roles = await createRuntimeRoles(db, 'probe', { beforeDrop: () => db.pool.query(`select sourcebound.row_security(false)`) });
+const { names, urlAs, poolAs } = roles;
+const PASSWORD = roles.password;
 
 let app: pg.Pool;
 let reader: pg.Pool;
@@ -40,28 +26,12 @@ const tenantA = { scope: 'tenant-a', id: '' };
 const tenantB = { scope: 'tenant-b', id: '' };
 
 beforeAll(async () => {
-  for (const [group, role] of [
-    ['sourcebound_app', names.app],
-    ['sourcebound_worker', names.worker],
-    ['sourcebound_reader', names.reader],
-  ]) {
-    await db.pool.query(`create role ${role} login password '${PASSWORD}' in role ${group}`);
-  }
   app = poolAs(names.app);
   reader = poolAs(names.reader);
   for (const tenant of [tenantA, tenantB]) {
     const turn = await beginTurn({ pool: app, scope: tenant.scope, userText: `hello from ${tenant.scope}` });
     await completeTurn({ pool: app, scope: tenant.scope, runId: turn.runId, assistantText: `reply to ${tenant.scope}` });
     tenant.id = turn.conversationId;
-  }
-});
-
-afterAll(async () => {
-  await Promise.all(pools.map((p) => p.end()));
-  await db.pool.query(`select sourcebound.row_security(false)`);
-  for (const role of Object.values(names)) {
-    await db.pool.query(`drop owned by ${role}`).catch(() => {});
-    await db.pool.query(`drop role if exists ${role}`).catch(() => {});
   }
 });
 

@@ -7,6 +7,7 @@ import { resolvePolicy } from '../../src/run/policy.ts';
 import { recoverRunContext } from '../../src/run/index.ts';
 import type { SummaryRequest } from '../../src/support/summary-contract.ts';
 import { createTestDatabase } from '../support/db.ts';
+import { createRuntimeRoles } from '../support/roles.ts';
 import { buildRun, INPUT, ok, prepareChecked, recordingSummarizer, SMALL_POLICY } from '../run/support/fixtures.ts';
 
 /**
@@ -16,47 +17,20 @@ import { buildRun, INPUT, ok, prepareChecked, recordingSummarizer, SMALL_POLICY 
  * role writes a settlement or a checkpoint directly.
  */
 const db = await createTestDatabase();
-const suffix = `${process.pid}_${Date.now() % 100000}`;
-const PASSWORD = 'probe-secret';
-const names = { app: `s2_app_${suffix}`, worker: `s2_worker_${suffix}`, reader: `s2_reader_${suffix}` };
 const scope = 'tenant-a';
 const other = 'tenant-b';
 const NONE = '00000000-0000-4000-8000-000000000000';
 
-const pools: pg.Pool[] = [];
-function poolAs(role: string): pg.Pool {
-  const u = new URL(db.url);
-  u.username = role;
-  u.password = PASSWORD;
-  const pool = new pg.Pool({ connectionString: u.toString(), max: 4 });
-  pool.on('error', () => {});
-  pools.push(pool);
-  return pool;
-}
+const { names, poolAs } = await createRuntimeRoles(db, 's2');
 
 let app: pg.Pool;
 let worker: pg.Pool;
 let reader: pg.Pool;
 
 beforeAll(async () => {
-  for (const [group, role] of [
-    ['sourcebound_app', names.app],
-    ['sourcebound_worker', names.worker],
-    ['sourcebound_reader', names.reader],
-  ]) {
-    await db.pool.query(`create role ${role} login password '${PASSWORD}' in role ${group}`);
-  }
   app = poolAs(names.app);
   worker = poolAs(names.worker);
   reader = poolAs(names.reader);
-});
-
-afterAll(async () => {
-  await Promise.all(pools.map((p) => p.end()));
-  for (const role of Object.values(names)) {
-    await db.pool.query(`drop owned by ${role}`).catch(() => {});
-    await db.pool.query(`drop role if exists ${role}`).catch(() => {});
-  }
 });
 
 interface Refusal {

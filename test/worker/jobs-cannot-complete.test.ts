@@ -1,10 +1,11 @@
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/support/config.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { silentLogger } from '../../src/support/logger.ts';
 import { startWorker } from '../../src/worker/supervisor.ts';
 import { RestartStreaks, UNHEALTHY_STREAK } from '../../src/worker/restart-streak.ts';
 import { createTestDatabase } from '../support/db.ts';
+import { createRuntimeRoles } from '../support/roles.ts';
 import { addPairs, createConversation } from '../support/fixtures.ts';
 import { until } from '../support/processes.ts';
 
@@ -15,27 +16,20 @@ import { until } from '../support/processes.ts';
  * same way. The worker used to restart it within 100 ms, five times a second
  * for ever, and /healthz said 200 between two restarts.
  *
- * The fault is real: the worker runs as a login role of `sourcebound_worker`
+ * The fault is real: the worker runs as a login role of `sourcebound_worker`,
  * whose DELETE on graphile-worker's jobs table is taken away, so every
  * completion fails with PostgreSQL's 42501 while every other write works.
  */
 const db = await createTestDatabase();
-const role = `probe_complete_${process.pid}`;
-afterAll(async () => {
-  await db.pool.query('grant delete on graphile_worker._private_jobs to sourcebound_worker');
-  await db.pool.query(`drop owned by ${role}`).catch(() => {});
-  await db.pool.query(`drop role if exists ${role}`).catch(() => {});
+const roles = await createRuntimeRoles(db, 'complete', {
+  beforeDrop: () => db.pool.query('grant delete on graphile_worker._private_jobs to sourcebound_worker'),
 });
 
 describe('a worker whose jobs cannot complete', () => {
   it('is unhealthy with the cause named, restarts with growing waits, and completes the job once it can', async () => {
-    await db.pool.query(`create role ${role} login password 'pw' in role sourcebound_worker`);
     await db.pool.query('revoke delete on graphile_worker._private_jobs from sourcebound_worker');
-    const url = new URL(db.url);
-    url.username = role;
-    url.password = 'pw';
     const config = loadConfig({
-      DATABASE_URL: url.toString(),
+      DATABASE_URL: roles.urlAs(roles.names.worker),
       SOURCEBOUND_SUMMARIZER: 'offline',
       SOURCEBOUND_POLL_INTERVAL_MS: '100',
       SOURCEBOUND_METRICS_PORT: '0',
