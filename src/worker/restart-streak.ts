@@ -8,9 +8,10 @@
  * Without this, the supervisor restarted such a runner within 100 ms, five
  * times a second for ever, and /healthz said 200 between two restarts. Now a
  * runner that stopped within STABLE_RUNNER_MS of its start, on a failure
- * PostgreSQL answered (not a lost connection), extends the streak; each restart of a streak waits twice as long as the one before (up
- * to RESTART_MAX_MS), and from UNHEALTHY_STREAK on the worker is unhealthy
- * until a runner has run STABLE_RUNNER_MS without stopping.
+ * PostgreSQL answered (not a lost connection), extends the streak; each
+ * restart of a streak waits twice as long as the one before (up to
+ * RESTART_MAX_MS), and from UNHEALTHY_STREAK on the worker is unhealthy until
+ * a runner has run STABLE_RUNNER_MS without stopping.
  */
 
 /** A runner that ran this long without stopping ends a streak. */
